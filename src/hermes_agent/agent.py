@@ -1,0 +1,389 @@
+"""``Agent``: the object a user holds. It keeps the model, the tools and the sessions, and runs
+one message at a time through the pipeline in ``pipeline/loop.py``.
+
+    from hermes_agent import Agent
+
+    agent = Agent()                       # the embedded model (needs hermes-agent-core[local])
+
+    @agent.tool
+    def add(a: int, b: int) -> int:
+        \"\"\"Add two integers.\"\"\"
+        return a + b
+
+    result = agent.run("What is 2 + 3?")
+    print(result.output, result.tool_calls)
+
+``run`` is a sync facade over ``arun``; ``astream`` yields events while the run happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, overload
+
+from hermes_agent.config import HermesConfig, ModelConfig, load_config
+from hermes_agent.errors import HermesAgentError
+from hermes_agent.memory.session import InMemorySessionStore, SessionStore, window
+from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.pipeline.context import EventListener, LoopLimits, RunContext
+from hermes_agent.pipeline.loop import run_turn
+from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
+from hermes_agent.types import Event, RunResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_runners = threading.local()
+
+
+class Agent:
+    """An agent: a model, tools, and the loop that lets the model use them.
+
+    ``model`` is any object with the ``Model`` seam (``OpenAICompatible``, ``LlamaCpp``,
+    ``ScriptedModel``...); ``None`` means the embedded SmolLM2 model, loaded on first use.
+    ``tool_choice`` is ``"auto"``, ``"required"``, ``"none"`` or a tool name; it applies to the
+    first model turn of each run. ``toolsets`` limits which tools the model sees.
+    """
+
+    def __init__(
+        self,
+        model: Model | None = None,
+        *,
+        system_prompt: str | None = None,
+        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tool_choice: str = "auto",
+        scratch_pad: bool = False,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        max_iterations: int = 5,
+        max_retries: int = 2,
+        default_timeout: float = 30.0,
+        max_concurrency: int = 8,
+        history_window: int = 10,
+        summary_max_chars: int = 200,
+        toolsets: Iterable[str] | None = None,
+        session_store: SessionStore | None = None,
+    ) -> None:
+        if max_iterations < 1:
+            raise HermesAgentError("max_iterations must be at least 1")
+        self._model = model
+        self.system_prompt = system_prompt
+        self.tool_choice = tool_choice
+        self.scratch_pad = scratch_pad
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.limits = LoopLimits(
+            max_iterations=max_iterations,
+            max_retries=max_retries,
+            default_timeout=default_timeout,
+            max_concurrency=max_concurrency,
+        )
+        self.history_window = history_window
+        self.summary_max_chars = summary_max_chars
+        self.toolsets = list(toolsets) if toolsets is not None else None
+        self.sessions: SessionStore = session_store or InMemorySessionStore()
+        self.registry = ToolRegistry()
+        self._executor: ThreadPoolExecutor | None = None
+        for item in tools:
+            self.add_tool(item if isinstance(item, Tool) else Tool.from_function(item))
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **overrides: Any) -> Agent:
+        """Build an agent from a YAML file (see ``hermes_agent.config``); keyword arguments
+        override what the file says."""
+        return cls.from_settings(load_config(path), **overrides)
+
+    @classmethod
+    def from_settings(cls, config: HermesConfig, **overrides: Any) -> Agent:
+        """Build an agent from an already-validated ``HermesConfig``."""
+        a = config.agent
+        options: dict[str, Any] = {
+            "system_prompt": a.system_prompt,
+            "tool_choice": a.tool_choice,
+            "scratch_pad": a.scratch_pad,
+            "temperature": config.model.temperature,
+            "max_tokens": config.model.max_tokens,
+            "max_iterations": a.max_iterations,
+            "max_retries": a.max_retries,
+            "default_timeout": a.default_timeout,
+            "max_concurrency": a.max_concurrency,
+            "history_window": a.history_window,
+            "summary_max_chars": a.summary_max_chars,
+        }
+        options.update(overrides)
+        model = options.pop("model", None) or build_model(config.model)
+        return cls(model, **options)
+
+    @property
+    def model(self) -> Model:
+        """The model; the embedded one is created on first use."""
+        if self._model is None:
+            from hermes_agent.models.llamacpp import LlamaCpp
+
+            self._model = LlamaCpp()
+        return self._model
+
+    # -- tools --------------------------------------------------------------------------
+
+    @overload
+    def tool(self, function: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        toolset: str = DEFAULT_TOOLSET,
+        timeout: float | None = None,
+        check_fn: Callable[[], bool] | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        function: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        toolset: str = DEFAULT_TOOLSET,
+        timeout: float | None = None,
+        check_fn: Callable[[], bool] | None = None,
+    ) -> F | Callable[[F], F]:
+        """Register a function as a tool; its schema comes from type hints and docstring.
+
+        Use bare (``@agent.tool``) or with options (``@agent.tool(timeout=5)``).
+        """
+
+        def decorate(fn: F) -> F:
+            self.add_tool(
+                Tool.from_function(
+                    fn, name=name, toolset=toolset, timeout=timeout, check_fn=check_fn
+                )
+            )
+            return fn
+
+        return decorate(function) if function is not None else decorate
+
+    def register_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        *,
+        toolset: str = DEFAULT_TOOLSET,
+        timeout: float | None = None,
+        check_fn: Callable[[], bool] | None = None,
+    ) -> Callable[[F], F]:
+        """Register a tool with an explicit name, description and parameters schema.
+
+        ``parameters`` is either a full JSON Schema object or the shorthand mapping
+        property → schema, where a property is required unless it has a ``default``.
+        """
+
+        def decorate(fn: F) -> F:
+            self.add_tool(
+                Tool.from_function(
+                    fn,
+                    name=name,
+                    description=description,
+                    parameters=parameters,
+                    toolset=toolset,
+                    timeout=timeout,
+                    check_fn=check_fn,
+                )
+            )
+            return fn
+
+        return decorate
+
+    def add_tool(self, tool: Tool, *, replace: bool = False) -> Tool:
+        """Register a ``Tool`` object."""
+        return self.registry.add(tool, replace=replace)
+
+    @property
+    def tools(self) -> list[Tool]:
+        return list(self.registry)
+
+    # -- running ------------------------------------------------------------------------
+
+    def run(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        tool_choice: str | None = None,
+        toolsets: Iterable[str] | None = None,
+    ) -> RunResult:
+        """Answer ``message`` (sync). Works with no event loop in sight; inside a running
+        loop, prefer ``await agent.arun(...)``."""
+        coroutine = self.arun(
+            message, session_id=session_id, tool_choice=tool_choice, toolsets=toolsets
+        )
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return _thread_runner().run(coroutine)
+        # Called from async code (a notebook, a web handler): run in a helper thread rather
+        # than fail, so the sync facade works everywhere.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, coroutine).result()
+
+    async def arun(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        tool_choice: str | None = None,
+        toolsets: Iterable[str] | None = None,
+        listener: EventListener | None = None,
+        stream: bool = False,
+    ) -> RunResult:
+        """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
+        delta when ``stream`` is true)."""
+        session_id = session_id or uuid.uuid4().hex
+        lock = self.sessions.lock(session_id)
+        if not lock.acquire(blocking=False):
+            await asyncio.to_thread(lock.acquire)
+        try:
+            ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
+            result = await run_turn(ctx)
+            if ctx.new_messages:
+                self.sessions.append(session_id, ctx.new_messages)
+            return result
+        finally:
+            lock.release()
+
+    async def astream(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        tool_choice: str | None = None,
+        toolsets: Iterable[str] | None = None,
+    ) -> AsyncIterator[Event]:
+        """Yield events as the run happens: ``text_delta``, ``tool_call_started``,
+        ``tool_call_parsed``, ``tool_results``, ... and finally ``result`` (with the RunResult
+        under ``data["result"]``)."""
+        queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        task = asyncio.create_task(
+            self.arun(
+                message,
+                session_id=session_id,
+                tool_choice=tool_choice,
+                toolsets=toolsets,
+                listener=queue.put_nowait,
+                stream=True,
+            )
+        )
+        task.add_done_callback(lambda _: queue.put_nowait(None))
+        try:
+            while (event := await queue.get()) is not None:
+                yield event
+            yield Event("result", {"result": task.result()})
+        finally:
+            if not task.done():
+                task.cancel()
+
+    def _context(
+        self,
+        message: str,
+        session_id: str,
+        tool_choice: str | None,
+        toolsets: Iterable[str] | None,
+        listener: EventListener | None,
+        stream: bool,
+    ) -> RunContext:
+        chosen = tool_choice or self.tool_choice
+        visible = self.registry.visible(toolsets if toolsets is not None else self.toolsets)
+        tools = {tool.name: tool for tool in visible}
+        if chosen not in ("auto", "required", "none") and chosen not in tools:
+            raise HermesAgentError(
+                f"tool_choice {chosen!r} is not a visible tool; use auto, required, none "
+                f"or one of: {', '.join(tools) or '(no tools registered)'}"
+            )
+        if chosen == "required" and not tools:
+            raise HermesAgentError("tool_choice 'required' needs at least one registered tool")
+        history = window(
+            self.sessions.load(session_id), self.history_window, self.summary_max_chars
+        )
+        return RunContext(
+            request_id=str(uuid.uuid4()),
+            session_id=session_id,
+            user_message=message,
+            model=self.model,
+            settings=ModelSettings(
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                tool_choice=chosen,
+                scratch_pad=self.scratch_pad,
+            ),
+            limits=self.limits,
+            tools=tools,
+            all_tool_names=self.registry.names(),
+            executor=self._thread_pool(),
+            system_prompt=self.system_prompt,
+            history=history,
+            listener=listener,
+            stream=stream,
+        )
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=max(4, self.limits.max_concurrency),
+                thread_name_prefix="hermes-tool",
+            )
+        return self._executor
+
+    def close(self) -> None:
+        """Release the tool thread pool (the agent stays usable; a new pool starts on demand)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+
+def build_model(config: ModelConfig) -> Model:
+    """The model a ``model:`` config section describes."""
+    if config.provider == "openai":
+        from hermes_agent.models.openai import OpenAICompatible
+
+        return OpenAICompatible(
+            config.model_name,
+            base_url=config.base_url,
+            api_key=config.api_key,
+            mode=config.mode,
+            chat_format=config.chat_format,
+            temperature=config.temperature,
+            max_tokens=config.max_tokens,
+            timeout=config.timeout,
+            max_retries=config.max_retries,
+        )
+    if config.provider == "scripted":
+        from hermes_agent.models.scripted import ScriptedModel
+
+        return ScriptedModel(config.responses, name=config.model_name)
+    from hermes_agent.models.llamacpp import LlamaCpp
+
+    return LlamaCpp(
+        config.model_path,
+        n_ctx=config.n_ctx,
+        temperature=config.temperature if config.temperature is not None else 0.0,
+        max_tokens=config.max_tokens or 256,
+        chat_format=config.chat_format,
+        use_grammar=config.use_grammar,
+    )
+
+
+def _thread_runner() -> asyncio.Runner:
+    """One event loop per thread, kept open: starting a loop per run would cost more than the
+    rest of a short run."""
+    runner: asyncio.Runner | None = getattr(_runners, "runner", None)
+    if runner is None:
+        runner = asyncio.Runner()
+        _runners.runner = runner
+    return runner

@@ -1,0 +1,34 @@
+"""One exception tree for everything Hermes Agent raises on purpose.
+
+    HermesAgentError
+    ├── ConfigError              a config file or argument is wrong (names the file, key and fix)
+    ├── ToolDefinitionError      a tool cannot be registered (bad schema, duplicate name, ...)
+    ├── MissingDependencyError   an optional extra is not installed (names the pip command)
+    └── ModelError               the model endpoint failed after the SDK's retries (status 502)
+
+Problems *inside* a run (unknown tool, invalid arguments, a tool that raises or times out) are
+not exceptions: they become results with a status code that the model sees and the caller reads
+in ``RunResult``.
+"""
+
+from __future__ import annotations
+
+
+class HermesAgentError(Exception):
+    """Base class of every error Hermes Agent raises on purpose."""
+
+
+class ConfigError(HermesAgentError):
+    """A configuration file or value is invalid."""
+
+
+class ToolDefinitionError(HermesAgentError):
+    """A tool cannot be registered as given."""
+
+
+class MissingDependencyError(HermesAgentError):
+    """An optional dependency is missing; the message names the install command."""
+
+
+class ModelError(HermesAgentError):
+    """The model could not produce a completion (endpoint down, bad response, ...)."""

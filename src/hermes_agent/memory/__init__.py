@@ -1,0 +1,1 @@
+"""Session memory: where conversations are kept and how much of them a prompt sees."""

@@ -1,0 +1,422 @@
+"""OpenAI-compatible endpoints (vLLM, Ollama, llama.cpp server, hosted APIs) via the ``openai`` SDK.
+
+Two modes, because servers differ in how they handle tools:
+
+- ``hermes`` (default): the Hermes system prompt carries the tools, nothing goes in the request's
+  ``tools`` field, and the reply text is parsed for ``<tool_call>`` blocks. Works with any server
+  that serves a Hermes- or Qwen-style model, whatever its tool-call support.
+- ``native``: tools go in ``tools`` and calls come back as structured ``tool_calls``. Local models
+  sometimes still write ``<tool_call>`` text into ``content``; those calls are caught and merged.
+
+Either way ``ModelResponse.text`` is the completion as Hermes text (native calls rendered as
+``<tool_call>`` blocks), and ``stream`` yields that same text piece by piece, so parsing the joined
+chunks gives the same calls as ``complete``.
+
+Timeouts and retries with backoff are the SDK's; what still fails afterwards is raised as
+``ModelError`` with a message that names the endpoint and what to check.
+
+Example::
+
+    model = OpenAICompatible("hermes3", base_url="http://localhost:11434/v1")  # Ollama
+    response = await model.complete(messages, tools, ModelSettings())
+    response.completion.tool_calls  # [ToolCall(name="get_weather", arguments={...}, id=...)]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Literal
+from weakref import WeakKeyDictionary
+
+from openai import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    APITimeoutError,
+    AsyncOpenAI,
+)
+
+from hermes_agent.errors import ConfigError, ModelError
+from hermes_agent.models.base import ModelSettings
+from hermes_agent.protocol.chatml import (
+    CHAT_FORMATS,
+    render_conversation,
+    render_tool_call,
+    to_json,
+)
+from hermes_agent.protocol.parser import parse_completion
+from hermes_agent.types import (
+    Completion,
+    Message,
+    ModelResponse,
+    ParseError,
+    StreamChunk,
+    ToolCall,
+    Usage,
+    new_call_id,
+)
+
+Mode = Literal["native", "hermes"]
+MODES: tuple[Mode, ...] = ("native", "hermes")
+
+# Local servers accept any key, but the SDK refuses to start without one.
+_PLACEHOLDER_API_KEY = "not-needed"
+_EXCERPT_CHARS = 300
+
+
+class OpenAICompatible:
+    """A model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+    ``temperature`` and ``max_tokens`` are defaults that ``ModelSettings`` overrides per request.
+    ``timeout`` (seconds per attempt) and ``max_retries`` go to the SDK, which retries connection
+    errors, timeouts, 408/409/429 and 5xx answers with exponential backoff. Pass ``client`` to
+    use a configured ``AsyncOpenAI`` as is (``base_url``, ``api_key``, ``timeout`` and
+    ``max_retries`` are then ignored). In ``native`` mode ``chat_format`` and the scratch-pad
+    setting do not apply: the server's own chat template renders the conversation.
+
+    Example::
+
+        model = OpenAICompatible("qwen2.5:7b", base_url="http://localhost:11434/v1", mode="native")
+        response = asyncio.run(model.complete([Message("user", "Hi")], [], ModelSettings()))
+        print(response.text)
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        mode: Mode = "hermes",
+        chat_format: str = "hermes",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        client: AsyncOpenAI | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        if chat_format not in CHAT_FORMATS:
+            raise ConfigError(f"chat_format must be one of {CHAT_FORMATS}, got {chat_format!r}")
+        self.name = model_name
+        self.mode: Mode = mode
+        self.chat_format = chat_format
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._given_client = client
+        self._client_options: dict[str, Any] = {
+            "base_url": base_url,
+            "api_key": api_key or os.environ.get("OPENAI_API_KEY") or _PLACEHOLDER_API_KEY,
+            "timeout": timeout,
+            "max_retries": max_retries,
+        }
+        # One client per event loop: pooled connections belong to the loop that opened them, and
+        # the sync facade runs each turn in a fresh ``asyncio.run``.
+        self._clients: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
+            WeakKeyDictionary()
+        )
+        self._unbound: AsyncOpenAI | None = client or AsyncOpenAI(**self._client_options)
+        self.base_url = str(self._unbound.base_url)
+        """The endpoint requests go to (the SDK's default when none was given)."""
+
+    def _client(self) -> AsyncOpenAI:
+        if self._given_client is not None:
+            return self._given_client
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._unbound or AsyncOpenAI(**self._client_options)
+            self._unbound = None
+            self._clients[loop] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close the connections this model opened on the running event loop (optional: a
+        long-lived server calls it on shutdown; a client passed in is left to its owner)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        if client is not None:
+            await client.close()
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> ModelResponse:
+        """Send the conversation, wait for the whole reply, and parse it."""
+        params = self._request(messages, tools, settings)
+        try:
+            response = await self._client().chat.completions.create(stream=False, **params)
+        except APIError as exc:
+            raise self._model_error(exc) from exc
+
+        message = response.choices[0].message if response.choices else None
+        content = (message.content if message else None) or ""
+        # Structured calls are read in hermes mode too: some servers parse the text for us.
+        native = getattr(message, "tool_calls", None) or []
+        completion, text = _merge_native(content, native)
+        return ModelResponse(
+            completion=completion,
+            text=text,
+            usage=_usage(response.usage),
+            model_name=response.model or self.name,
+        )
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> AsyncIterator[StreamChunk]:
+        """Yield the reply as Hermes text while it arrives; the last chunk carries usage."""
+        params = self._request(messages, tools, settings)
+        calls = _StreamedCalls()
+        usage = Usage(requests=1)
+        try:
+            stream = await self._client().chat.completions.create(
+                stream=True, stream_options={"include_usage": True}, **params
+            )
+            try:
+                async for chunk in stream:
+                    if chunk.usage is not None:
+                        usage = _usage(chunk.usage)
+                    if not chunk.choices:
+                        continue
+                    delta = chunk.choices[0].delta
+                    if delta.content:
+                        # Text after a native call would land inside its tags: close it first.
+                        text = calls.finish() + delta.content
+                        calls.wrote(text)
+                        yield StreamChunk(text)
+                    for call_delta in delta.tool_calls or []:
+                        text = calls.feed(call_delta)
+                        if text:
+                            yield StreamChunk(text)
+            finally:
+                await stream.close()
+        except APIError as exc:
+            raise self._model_error(exc) from exc
+        tail = calls.finish()
+        if tail:
+            yield StreamChunk(tail)
+        yield StreamChunk("", usage=usage)
+
+    # -- request --------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.name}
+        if self.mode == "hermes":
+            params["messages"] = render_conversation(
+                messages,
+                tools,
+                chat_format=self.chat_format,
+                scratch_pad=settings.scratch_pad,
+                tool_choice=settings.tool_choice,
+            )
+        else:
+            params["messages"] = [wire for m in messages for wire in _native_messages(m)]
+            if tools:
+                params["tools"] = list(tools)
+                params["tool_choice"] = _native_tool_choice(settings.tool_choice)
+        temperature = settings.temperature if settings.temperature is not None else self.temperature
+        if temperature is not None:
+            params["temperature"] = temperature
+        max_tokens = settings.max_tokens if settings.max_tokens is not None else self.max_tokens
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        return params
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def _model_error(self, exc: APIError) -> ModelError:
+        where = f"the model endpoint at {self.base_url} (model {self.name!r})"
+        if isinstance(exc, APITimeoutError):
+            return ModelError(
+                f"{where} did not answer within {self.timeout:g} s "
+                f"(tried {self.max_retries + 1} times). Is the server running and not overloaded? "
+                "Raise `timeout` for slow models."
+            )
+        if isinstance(exc, APIConnectionError):
+            return ModelError(
+                f"Could not connect to {where}: {exc}. Is the server running at {self.base_url}? "
+                "Check `base_url` (it usually ends in /v1)."
+            )
+        if isinstance(exc, APIStatusError):
+            body = exc.body if exc.body is not None else exc.response.text
+            return ModelError(
+                f"{where} answered HTTP {exc.status_code}: {_excerpt(body)}. "
+                f"{_status_hint(exc.status_code)}"
+            )
+        return ModelError(f"{where} failed: {_excerpt(str(exc))}. Check the server's logs.")
+
+
+# -- native wire format ---------------------------------------------------------------------------
+
+
+def _native_messages(message: Message) -> list[dict[str, Any]]:
+    """One protocol-neutral message as OpenAI chat messages (a tool turn becomes one per result)."""
+    if message.role == "tool":
+        return [
+            {"role": "tool", "tool_call_id": result.call_id, "content": to_json(result.content)}
+            for result in message.tool_results
+        ]
+    if message.role != "assistant":
+        return [{"role": message.role, "content": message.content}]
+    content = message.content
+    if message.scratch_pad:
+        # No native field for it; keep the plan visible to the model the way it wrote it.
+        content = f"<scratch_pad>\n{message.scratch_pad}\n</scratch_pad>\n{content}".rstrip()
+    wire: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": to_json(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    elif wire["content"] is None:
+        wire["content"] = ""
+    return [wire]
+
+
+def _native_tool_choice(tool_choice: str) -> str | dict[str, Any]:
+    if tool_choice in ("auto", "required", "none"):
+        return tool_choice
+    return {"type": "function", "function": {"name": tool_choice}}
+
+
+def _merge_native(content: str, native: Sequence[Any]) -> tuple[Completion, str]:
+    """Calls a local model leaked into ``content`` first (they were written first), then the
+    native ``tool_calls``; the text shows both as ``<tool_call>`` blocks."""
+    completion = parse_completion(content)
+    parts = [content] if content else []
+    for native_call in native:
+        function = getattr(native_call, "function", None)
+        if function is None:  # a non-function (custom) tool call: nothing we can run
+            continue
+        name = function.name or ""
+        raw = function.arguments or ""
+        arguments, problem = _decode_arguments(name, raw)
+        if arguments is None:
+            block = _call_head(name) + raw + "}"
+            completion.errors.append(ParseError(block=block, message=problem))
+            parts.append(f"<tool_call>\n{block}\n</tool_call>")
+        else:
+            call = ToolCall(name=name, arguments=arguments, id=native_call.id or new_call_id())
+            completion.tool_calls.append(call)
+            parts.append(render_tool_call(call))
+    return completion, "\n".join(parts)
+
+
+def _decode_arguments(name: str, raw: str) -> tuple[dict[str, Any] | None, str]:
+    """Arguments JSON → dict, or ``None`` and a message the model can act on."""
+    if not raw.strip():
+        return {}, ""
+    try:
+        value = json.loads(raw)
+        if isinstance(value, str):  # double-encoded by some servers
+            value = json.loads(value)
+    except json.JSONDecodeError as exc:
+        return None, f"The arguments of the call to {name!r} are not valid JSON ({exc.msg})."
+    if not isinstance(value, dict):
+        kind = type(value).__name__
+        return None, f"The arguments of the call to {name!r} must be a JSON object, not {kind}."
+    return value, ""
+
+
+def _call_head(name: str) -> str:
+    return '{"name": ' + to_json(name) + ', "arguments": '
+
+
+class _StreamedCalls:
+    """Renders streamed native tool-call deltas as Hermes ``<tool_call>`` text, piece by piece.
+
+    A call opens when its index first appears with a name, its argument deltas pass through as
+    they arrive, and it closes when the next index opens or the stream ends.
+    """
+
+    def __init__(self) -> None:
+        self._index: int | None = None
+        self._name: str | None = None
+        self._pending = ""  # argument text that arrived before the name
+        self._has_arguments = False
+        self._open = False
+        self._written = False  # anything yielded yet (calls after it need a newline)
+
+    def wrote(self, text: str) -> None:
+        self._written = self._written or bool(text)
+
+    def feed(self, delta: Any) -> str:
+        out = ""
+        if delta.index != self._index:
+            out += self.finish()
+            self._index, self._name, self._pending = delta.index, None, ""
+        function = delta.function
+        if function is not None and function.name and self._name is None:
+            self._name = function.name
+        arguments = (function.arguments if function is not None else None) or ""
+        if self._name is None:
+            self._pending += arguments
+            return out
+        if not self._open:
+            self._open, self._has_arguments = True, False
+            out += ("\n" if self._written else "") + "<tool_call>\n" + _call_head(self._name)
+            arguments = self._pending + arguments
+            self._pending = ""
+        if arguments.strip():
+            self._has_arguments = True
+        out += arguments
+        self.wrote(out)
+        return out
+
+    def finish(self) -> str:
+        """Close the open call, if any; return the closing text."""
+        if not self._open:
+            return ""
+        self._open, self._index, self._name = False, None, None
+        return ("" if self._has_arguments else "{}") + "}\n</tool_call>"
+
+
+# -- small helpers --------------------------------------------------------------------------------
+
+
+def _usage(usage: Any) -> Usage:
+    if usage is None:
+        return Usage(requests=1)
+    return Usage(
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        requests=1,
+    )
+
+
+def _excerpt(body: Any) -> str:
+    text = body if isinstance(body, str) else to_json(body)
+    text = " ".join(text.split())
+    return text if len(text) <= _EXCERPT_CHARS else text[:_EXCERPT_CHARS] + "..."
+
+
+def _status_hint(status: int) -> str:
+    if status in (401, 403):
+        return "Check `api_key` (or OPENAI_API_KEY) for this endpoint."
+    if status == 404:
+        return "Check the model name and that `base_url` points at the API root (often .../v1)."
+    if status == 429:
+        return "The endpoint is rate-limiting; retry later or raise `max_retries`."
+    if status >= 500:
+        return "The server failed; check its logs and that the model is loaded."
+    return "Check the request settings (model name, max_tokens, tool definitions)."

@@ -1,0 +1,129 @@
+"""The state of one run, handed from stage to stage.
+
+Stages read and write a ``RunContext``; none of them calls another. Everything a caller may want
+afterwards (steps, tool calls, usage, status) is collected here and turned into a ``RunResult``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.pipeline.status import Status
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import (
+    Completion,
+    Event,
+    Message,
+    RunResult,
+    Step,
+    ToolCall,
+    ToolCallRecord,
+    ToolResult,
+    Usage,
+)
+
+logger = logging.getLogger("hermes_agent")
+
+EventListener = Callable[[Event], None]
+
+
+@dataclass(slots=True)
+class LoopLimits:
+    """The bounds of one run."""
+
+    max_iterations: int = 5
+    max_retries: int = 2
+    """How many turns in a row may bring nothing usable (malformed output, only invalid calls)
+    before the run stops with status 502."""
+    default_timeout: float = 30.0
+    max_concurrency: int = 8
+
+
+@dataclass(slots=True)
+class PlannedCall:
+    """A call that passed the ToolSelector: the tool and the arguments to call it with."""
+
+    call: ToolCall
+    tool: Tool
+    arguments: dict[str, Any]
+
+
+@dataclass(slots=True)
+class RunContext:
+    """Everything one run knows. Created by the Agent, passed through the five stages."""
+
+    request_id: str
+    session_id: str
+    user_message: str
+    model: Model
+    settings: ModelSettings
+    limits: LoopLimits
+    tools: dict[str, Tool]
+    """The tools visible to this run, by name (what the model is shown)."""
+    all_tool_names: list[str]
+    executor: Executor
+    system_prompt: str | None = None
+    history: list[Message] = field(default_factory=list)
+    listener: EventListener | None = None
+    stream: bool = False
+
+    messages: list[Message] = field(default_factory=list)
+    """The conversation as the model sees it: system, history, this run's turns."""
+    new_messages: list[Message] = field(default_factory=list)
+    """The messages this run added (saved to the session at the end)."""
+    tool_specs: list[dict[str, Any]] = field(default_factory=list)
+    step: int = 0
+    steps: list[Step] = field(default_factory=list)
+    completion: Completion = field(default_factory=Completion)
+    completion_text: str = ""
+    planned: list[PlannedCall] = field(default_factory=list)
+    rejected: list[tuple[int, ToolResult]] = field(default_factory=list)
+    """Calls refused by the ToolSelector, with their position in the model's turn."""
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    unusable_turns: int = 0
+    usage: Usage = field(default_factory=Usage)
+    output: str = ""
+    status: int = Status.OK
+    error: str | None = None
+    finished: bool = False
+    """True once the model answered without calling a tool (or the run failed)."""
+    started_ns: int = field(default_factory=time.perf_counter_ns)
+
+    def emit(self, kind: str, **data: Any) -> None:
+        """Tell streaming consumers something happened (free when nobody listens)."""
+        if self.listener is not None:
+            self.listener(Event(kind, data))
+
+    def log_stage(self, stage: str, status: int, **details: Any) -> None:
+        """One debug line per stage, e.g. ``ThoughtGenerator: status=200, selected_tools=[...]``."""
+        if logger.isEnabledFor(logging.INFO):
+            extra = "".join(f", {key}={value!r}" for key, value in details.items())
+            logger.info("%s: status=%d%s", stage, status, extra)
+
+    def add_message(self, message: Message) -> None:
+        self.messages.append(message)
+        self.new_messages.append(message)
+
+    def fail(self, status: int, error: str) -> None:
+        self.status = status
+        self.error = error
+        self.finished = True
+
+    def result(self) -> RunResult:
+        return RunResult(
+            output=self.output,
+            status=int(self.status),
+            request_id=self.request_id,
+            session_id=self.session_id,
+            tool_calls=self.tool_calls,
+            usage=self.usage,
+            steps=self.steps,
+            duration_ms=(time.perf_counter_ns() - self.started_ns) / 1e6,
+            error=self.error,
+        )

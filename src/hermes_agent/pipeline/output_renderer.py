@@ -1,0 +1,58 @@
+"""Stage 5 — OutputRenderer: turn the end of the loop into the answer the caller gets.
+
+Three endings: the model answered in text (200); the loop ran out of iterations (206, with an
+honest message that says so and shows the last tool results); or a stage failed (its status and
+message stand). An empty final answer after tool calls is not passed off as an answer: the
+output then reports the last tool results verbatim, with status 206.
+"""
+
+from __future__ import annotations
+
+from hermes_agent.pipeline.context import RunContext
+from hermes_agent.pipeline.status import Status
+from hermes_agent.protocol.chatml import to_json
+from hermes_agent.types import Message, ToolCallRecord
+
+_MAX_RESULT_CHARS = 500
+
+
+class OutputRenderer:
+    name = "OutputRenderer"
+
+    def run(self, ctx: RunContext) -> RunContext:
+        if ctx.error is None:
+            if not ctx.finished:
+                ctx.status = Status.PARTIAL
+                ctx.output = (
+                    f"I stopped after {ctx.limits.max_iterations} steps "
+                    f"(max_iterations={ctx.limits.max_iterations}) without a final answer."
+                    + _last_results(ctx.tool_calls)
+                )
+            else:
+                answer = ctx.completion.content.strip()
+                if answer:
+                    ctx.output = answer
+                elif ctx.tool_calls:
+                    ctx.status = Status.PARTIAL
+                    ctx.output = "The model gave no final answer." + _last_results(ctx.tool_calls)
+                else:
+                    ctx.output = answer
+            if ctx.new_messages and ctx.new_messages[-1].role != "assistant":
+                # Keep the conversation well-formed for the next turn of this session.
+                ctx.new_messages.append(Message("assistant", ctx.output))
+        ctx.log_stage(self.name, ctx.status, output_chars=len(ctx.output))
+        ctx.emit("output", status=int(ctx.status), output=ctx.output, error=ctx.error)
+        return ctx
+
+
+def _last_results(records: list[ToolCallRecord]) -> str:
+    if not records:
+        return ""
+    last_step = records[-3:]
+    lines = []
+    for record in last_step:
+        text = to_json(record.result)
+        if len(text) > _MAX_RESULT_CHARS:
+            text = text[:_MAX_RESULT_CHARS] + "…"
+        lines.append(f"- {record.name}({to_json(record.arguments)}) → {text}")
+    return " Last tool results:\n" + "\n".join(lines)

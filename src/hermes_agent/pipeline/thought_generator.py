@@ -1,0 +1,117 @@
+"""Stage 2 — ThoughtGenerator: ask the model for its next turn and parse it.
+
+The model renders the prompt for its own wire (Hermes text or native tools) and returns the
+parsed completion plus the raw text. When streaming, the text is parsed incrementally so that
+consumers see text and tool calls as they arrive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from hermes_agent.errors import ModelError
+from hermes_agent.models.base import ModelSettings
+from hermes_agent.pipeline.context import RunContext
+from hermes_agent.pipeline.status import Status
+from hermes_agent.protocol.parser import (
+    ScratchPadDelta,
+    StreamParser,
+    TextDelta,
+    ToolCallArgumentsDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from hermes_agent.types import Message, ModelResponse, Step, Usage
+
+
+class ThoughtGenerator:
+    name = "ThoughtGenerator"
+
+    async def run(self, ctx: RunContext) -> RunContext:
+        started = time.perf_counter_ns()
+        settings = ctx.settings
+        if ctx.step > 0 and settings.tool_choice not in ("auto", "none"):
+            # A forced call applies to the first turn only; afterwards the model must be free
+            # to answer in text, or it could never finish.
+            settings = dataclasses.replace(settings, tool_choice="auto")
+        try:
+            if ctx.stream:
+                response = await _streamed(ctx, settings)
+            else:
+                response = await ctx.model.complete(ctx.messages, ctx.tool_specs, settings)
+        except ModelError as exc:
+            ctx.fail(Status.MODEL_ERROR, str(exc))
+            ctx.output = f"The model failed: {exc}"
+            ctx.log_stage(self.name, Status.MODEL_ERROR, error=str(exc))
+            ctx.emit("thought", status=int(Status.MODEL_ERROR), error=str(exc))
+            return ctx
+
+        completion = response.completion
+        ctx.completion = completion
+        ctx.completion_text = response.text
+        ctx.usage.add(response.usage)
+        clean = not completion.errors
+        ctx.add_message(
+            Message(
+                "assistant",
+                completion.content,
+                tool_calls=list(completion.tool_calls),
+                scratch_pad=completion.scratch_pad,
+                raw=None if clean else response.text,
+            )
+        )
+        if not completion.tool_calls and clean:
+            ctx.finished = True
+        status = Status.OK if clean else Status.INVALID
+        ctx.steps.append(
+            Step(
+                index=ctx.step,
+                completion_text=response.text,
+                parse_errors=[error.message for error in completion.errors],
+                status_code=int(status),
+                duration_ms=(time.perf_counter_ns() - started) / 1e6,
+            )
+        )
+        names = [call.name for call in completion.tool_calls]
+        ctx.log_stage(self.name, status, selected_tools=names)
+        ctx.emit(
+            "thought",
+            status=int(status),
+            step=ctx.step,
+            content=completion.content,
+            tool_calls=names,
+            parse_errors=[error.message for error in completion.errors],
+        )
+        return ctx
+
+
+async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
+    parser = StreamParser()
+    pieces: list[str] = []
+    usage = Usage()
+    async for chunk in ctx.model.stream(ctx.messages, ctx.tool_specs, settings):
+        if chunk.usage is not None:
+            usage = chunk.usage
+        if not chunk.text:
+            continue
+        pieces.append(chunk.text)
+        for event in parser.feed(chunk.text):
+            if isinstance(event, TextDelta):
+                ctx.emit("text_delta", text=event.text)
+            elif isinstance(event, ScratchPadDelta):
+                ctx.emit("scratch_pad_delta", text=event.text)
+            elif isinstance(event, ToolCallStarted):
+                ctx.emit("tool_call_started", index=event.index)
+            elif isinstance(event, ToolCallArgumentsDelta):
+                ctx.emit("tool_call_delta", index=event.index, delta=event.delta)
+            elif isinstance(event, ToolCallFinished):
+                ctx.emit(
+                    "tool_call_parsed",
+                    index=event.index,
+                    name=event.call.name if event.call else None,
+                    arguments=event.call.arguments if event.call else None,
+                    error=event.error.message if event.error else None,
+                )
+    completion = parser.close()
+    return ModelResponse(completion, "".join(pieces), usage, ctx.model.name)

@@ -1,0 +1,101 @@
+"""Messages ⇄ Hermes wire text: ChatML turns, ``<tool_call>`` and ``<tool_response>`` blocks.
+
+``render_conversation`` turns protocol-neutral ``Message`` objects into the role/content pairs a
+Hermes-speaking model reads (system prompt with tools, assistant calls as text, tool results as
+``<tool_response>`` JSON). ``to_chatml`` joins such pairs into the single ChatML string that an
+embedded model completes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from hermes_agent.protocol.prompts import hermes_tools_prompt, qwen_tools_prompt
+from hermes_agent.types import Message, ToolCall, ToolResult
+
+CHAT_FORMATS = ("hermes", "qwen")
+
+WireMessage = dict[str, str]
+
+
+def to_json(value: Any) -> str:
+    """JSON the way the protocol wants it: real UTF-8, ``None`` → ``null``, anything else → ``str``."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def render_tool_call(call: ToolCall) -> str:
+    """One ``<tool_call>`` block, name first."""
+    return f"<tool_call>\n{to_json({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
+
+
+def render_tool_results(results: Sequence[ToolResult]) -> str:
+    """All results of one assistant turn, one ``<tool_response>`` block each, in one message."""
+    blocks = [
+        f"<tool_response>\n{to_json({'name': r.name, 'content': r.content})}\n</tool_response>"
+        for r in results
+    ]
+    return "\n".join(blocks)
+
+
+def render_assistant(message: Message) -> str:
+    """An assistant turn as the model would have written it (verbatim when it was malformed)."""
+    if message.raw is not None:
+        return message.raw
+    parts: list[str] = []
+    if message.scratch_pad:
+        parts.append(f"<scratch_pad>\n{message.scratch_pad}\n</scratch_pad>")
+    if message.content:
+        parts.append(message.content)
+    parts.extend(render_tool_call(call) for call in message.tool_calls)
+    return "\n".join(parts)
+
+
+def render_conversation(
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]] = (),
+    *,
+    chat_format: str = "hermes",
+    scratch_pad: bool = False,
+    tool_choice: str = "auto",
+) -> list[WireMessage]:
+    """Render ``messages`` for a Hermes (or Qwen) model that reads tools from the system prompt.
+
+    ``tools`` are OpenAI-format tool dicts. The tools prompt leads the system turn; a system
+    message among ``messages`` (the agent's own instructions) follows it in the same turn.
+    With ``tool_choice="none"`` the tools are left out, so the model cannot call one.
+    """
+    if chat_format not in CHAT_FORMATS:
+        raise ValueError(f"chat_format must be one of {CHAT_FORMATS}, got {chat_format!r}")
+    system_parts: list[str] = []
+    if tools and tool_choice != "none" and chat_format == "hermes":
+        system_parts.append(
+            hermes_tools_prompt(tools, scratch_pad=scratch_pad, tool_choice=tool_choice)
+        )
+    system_parts.extend(m.content for m in messages if m.role == "system" and m.content)
+    if tools and tool_choice != "none" and chat_format == "qwen":
+        system_parts.append(qwen_tools_prompt(tools, tool_choice=tool_choice))
+
+    wire: list[WireMessage] = []
+    if system_parts:
+        wire.append({"role": "system", "content": "\n\n".join(system_parts)})
+    results_role = "tool" if chat_format == "hermes" else "user"
+    for message in messages:
+        if message.role == "system":
+            continue
+        if message.role == "assistant":
+            wire.append({"role": "assistant", "content": render_assistant(message)})
+        elif message.role == "tool":
+            wire.append({"role": results_role, "content": render_tool_results(message.tool_results)})
+        else:
+            wire.append({"role": message.role, "content": message.content})
+    return wire
+
+
+def to_chatml(wire: Sequence[WireMessage], *, add_generation_prompt: bool = True) -> str:
+    """Join role/content pairs into ChatML text, ending with an open assistant turn."""
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in wire)
+    if add_generation_prompt:
+        text += "<|im_start|>assistant\n"
+    return text

@@ -1,0 +1,636 @@
+"""Model output → ``Completion``: free text, ``<tool_call>`` blocks and ``<scratch_pad>``.
+
+``parse_completion(text)`` reads a whole completion; ``StreamParser`` reads the same text chunk by
+chunk and emits events as it goes. Both run the same scanner, so for any chunking
+``StreamParser.close()`` returns what ``parse_completion`` returns for the whole text.
+
+How a completion is split:
+
+- Text outside the tags is ``content`` (the pieces joined, then stripped of surrounding
+  whitespace). Special tokens (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``,
+  ``<|end_of_text|>``, ``<|eom_id|>``) and stray ``</tool_call>`` / ``</scratch_pad>`` tags are
+  dropped from it.
+- ``<scratch_pad>...</scratch_pad>`` goes to ``scratch_pad`` (stripped; several pads are joined
+  with a newline). Inside a scratch pad only ``</scratch_pad>`` is a tag.
+- A ``<tool_call>`` block ends at ``</tool_call>``, at the next ``<tool_call>`` (a forgotten
+  closing tag), at a special token, or at the end of the text (an unclosed final block). The
+  scan is JSON-aware: tags inside a quoted string (double or single quotes) do not end a block.
+  A quote opens a string only where a JSON value or key can start (after ``{ [ , : (`` or at the
+  start of the block), so an apostrophe in prose inside a broken block does not.
+- Recovery, at most once per completion: if the text ends inside a block whose string never
+  closed, the block is cut at the first tag after that string's opening quote and the rest is
+  read again; an unclosed scratch pad is cut likewise at its first ``<tool_call>`` or special
+  token. (Once is enough to keep the cost linear; a second such block runs to the end.)
+
+What a block may hold (lenient in what it accepts):
+
+- ``{"name": ..., "arguments": {...}}`` with the keys in any order, with or without newlines
+  around it; ``"parameters"`` instead of ``"arguments"``; an OpenAI-shaped
+  ``{"type": "function", "function": {"name": ..., "arguments": ...}}``.
+- ``arguments`` as an object, or double-encoded as a JSON string; missing, ``null`` or ``""``
+  means ``{}``.
+- A JSON list of calls, or several objects one after another, in one tag.
+- Code fences (```` ```json ... ``` ````) around the JSON.
+- Python-style dicts: single quotes, ``True``/``False``/``None``, tuples (read with
+  ``ast.literal_eval``, never ``eval``); trailing commas.
+- An ``"id"`` is kept; otherwise the call gets a fresh id from ``new_id``.
+
+Exact in what it reports: every block that cannot be turned into calls becomes one
+``ParseError(block, message)`` whose message says what was wrong in words a model can act on.
+A bad block never hides the good ones around it.
+
+Example::
+
+    >>> c = parse_completion('Sure.<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
+    >>> c.content, c.tool_calls[0].name, c.tool_calls[0].arguments
+    ('Sure.', 'add', {'a': 1})
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from hermes_agent.types import Completion, ParseError, ToolCall, new_call_id
+
+__all__ = [
+    "SPECIAL_TOKENS",
+    "ScratchPadDelta",
+    "StreamEvent",
+    "StreamParser",
+    "TextDelta",
+    "ToolCallArgumentsDelta",
+    "ToolCallFinished",
+    "ToolCallStarted",
+    "parse_completion",
+]
+
+SPECIAL_TOKENS: Final = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>")
+"""End-of-turn tokens that a server may leave in the text; they never reach ``content``."""
+
+_TOOL_OPEN: Final = "<tool_call>"
+_TOOL_CLOSE: Final = "</tool_call>"
+_PAD_OPEN: Final = "<scratch_pad>"
+_PAD_CLOSE: Final = "</scratch_pad>"
+
+# Outside any element: tags that switch mode, plus stray closers and special tokens (dropped).
+_TEXT_TAGS: Final = (_TOOL_OPEN, _PAD_OPEN, _TOOL_CLOSE, _PAD_CLOSE, *SPECIAL_TOKENS)
+# Inside a block, outside strings: what ends the block. Only the closing tag belongs to the
+# block; an opening tag starts the next block and a special token is dropped as text.
+_BLOCK_END_TAGS: Final = (_TOOL_CLOSE, _TOOL_OPEN, *SPECIAL_TOKENS)
+# Where an unclosed scratch pad is cut: the model evidently moved on to calling or stopped.
+_PAD_CUT_TAGS: Final = (_TOOL_OPEN, *SPECIAL_TOKENS)
+
+# Returned by _tag_at when the buffer ends inside what may still become a tag.
+_PARTIAL: Final = "<partial>"
+
+_TEXT, _BLOCK, _PAD = 0, 1, 2
+
+_WHITESPACE: Final = " \t\r\n"
+# A quote opens a string only where JSON (or a Python literal) can have one: at the start of
+# the block or after one of these. "" stands for the start of the block.
+_VALUE_START: Final = frozenset(("", "{", "[", ",", ":", "("))
+_OUTSIDE_STRING_STOP: Final = re.compile(r"[\"'<]")
+_IN_STRING_STOP: Final = {'"': re.compile(r'[\\"]'), "'": re.compile(r"[\\']")}
+
+_HINT: Final = 'write {"name": ..., "arguments": {...}}'
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """More ``content`` text. Never holds part of a tag; ``content`` is all of them, stripped."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScratchPadDelta:
+    """More text inside a ``<scratch_pad>`` (unstripped)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """A ``<tool_call>`` tag opened block number ``index`` (0, 1, ... in order of appearance)."""
+
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArgumentsDelta:
+    """Raw text inside block ``index`` as it arrives (JSON, possibly incomplete)."""
+
+    index: int
+    delta: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    """Block ``index`` ended and was parsed: exactly one of ``call`` and ``error`` is set.
+
+    A block that holds a list of calls finishes with one event per call, all with its index.
+    """
+
+    index: int
+    call: ToolCall | None = None
+    error: ParseError | None = None
+
+
+StreamEvent = TextDelta | ScratchPadDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallFinished
+
+
+# --- public entry points ---------------------------------------------------------------------
+
+
+def parse_completion(text: str, *, new_id: Callable[[], str] = new_call_id) -> Completion:
+    """Split a whole completion into content, tool calls, scratch pad and parse errors.
+
+    ``new_id`` makes ids for calls whose JSON has no ``"id"`` (pass a counter for
+    reproducible ids in tests and replays).
+    """
+    parser = StreamParser(new_id=new_id)
+    parser.feed(text)
+    return parser.close()
+
+
+class StreamParser:
+    """Incremental ``parse_completion``: ``feed`` chunks, get events; ``close`` for the result.
+
+    Chunk boundaries may fall anywhere, even inside a tag: text that may still turn out to be a
+    tag is held back until the next chunk (or ``flush``) decides. The work is linear in the
+    length of the stream: each character is scanned once, plus at most one tag's length held
+    back per chunk, plus one re-read of the tail in the rare recovery case (see the module
+    docstring).
+
+    ``close()`` returns a ``Completion`` equal to ``parse_completion(whole_text)`` for any
+    chunking, ids included when both use the same ``new_id`` sequence (ids are drawn in block
+    order). Call ``flush()`` before ``close()`` to receive the last events (held-back text and
+    the end of an unclosed final block); ``close()`` flushes silently otherwise.
+
+    Example::
+
+        parser = StreamParser()
+        for chunk in chunks:
+            for event in parser.feed(chunk):
+                ...
+        for event in parser.flush():
+            ...
+        completion = parser.close()
+
+    If recovery cuts a block or scratch pad short (a string that never closed), the deltas
+    already sent for it ran past the cut; the events from ``flush()`` then report the cut
+    block's result and the text after it, and ``close()`` is authoritative.
+    """
+
+    def __init__(self, *, new_id: Callable[[], str] = new_call_id) -> None:
+        self._new_id = new_id
+        self._buf = ""  # unread input: the held-back tail of earlier chunks plus the new chunk
+        self._pos = 0
+        self._mode = _TEXT
+        self._may_recover = True
+        self._flushed = False
+        self._completion: Completion | None = None
+        # What the completion is built from.
+        self._content: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._errors: list[ParseError] = []
+        self._pads: list[str] = []
+        # The block or scratch pad being read.
+        self._parts: list[str] = []
+        self._blocks = 0  # blocks opened so far; the current block is number _blocks - 1
+        self._block_len = 0
+        self._quote: str | None = None  # the quote of the JSON string we are in, if any
+        self._escape = False  # the previous character was a backslash inside a string
+        self._prev = ""  # last non-blank character outside strings in this block
+        self._string_start = 0  # where the current string opened, relative to the block
+        # Characters handed to the scanner, held-back ones counted again (tests check O(n)).
+        self._chars_scanned = 0
+
+    def feed(self, chunk: str) -> list[StreamEvent]:
+        """Read one more chunk; return the events it completes."""
+        if self._flushed:
+            raise RuntimeError("StreamParser.feed() after flush() or close()")
+        events: list[StreamEvent] = []
+        self._buf = self._buf[self._pos :] + chunk
+        self._pos = 0
+        self._run(events, final=False)
+        return events
+
+    def flush(self) -> list[StreamEvent]:
+        """Mark the end of the stream; return the last events. Later calls return ``[]``."""
+        if self._flushed:
+            return []
+        events: list[StreamEvent] = []
+        self._run(events, final=True)
+        self._buf, self._pos = "", 0
+        self._finish_unclosed(events)
+        self._flushed = True
+        return events
+
+    def close(self) -> Completion:
+        """End the stream (flushing if needed) and return the parsed completion."""
+        self.flush()
+        if self._completion is None:
+            self._completion = Completion(
+                content="".join(self._content).strip(),
+                tool_calls=self._calls,
+                scratch_pad="\n".join(self._pads) if self._pads else None,
+                errors=self._errors,
+            )
+        return self._completion
+
+    # --- the scanner: one method per mode, each returns (new position, stalled) ---------------
+
+    def _run(self, events: list[StreamEvent], *, final: bool) -> None:
+        buf, pos = self._buf, self._pos
+        self._chars_scanned += len(buf) - pos
+        while pos < len(buf):
+            if self._mode == _TEXT:
+                pos, stalled = self._scan_text(buf, pos, events, final)
+            elif self._mode == _BLOCK:
+                pos, stalled = self._scan_block(buf, pos, events, final)
+            else:
+                pos, stalled = self._scan_pad(buf, pos, events, final)
+            if stalled:
+                break
+        self._pos = pos
+
+    def _scan_text(
+        self, buf: str, pos: int, events: list[StreamEvent], final: bool
+    ) -> tuple[int, bool]:
+        start = search = pos
+        while True:
+            i = buf.find("<", search)
+            if i < 0:
+                self._emit_text(buf[start:], events)
+                return len(buf), False
+            tag = _tag_at(buf, i, _TEXT_TAGS, final)
+            if tag is None:
+                search = i + 1
+                continue
+            self._emit_text(buf[start:i], events)
+            if tag == _PARTIAL:
+                return i, True
+            after = i + len(tag)
+            if tag == _TOOL_OPEN:
+                self._open_block(events)
+                return after, False
+            if tag == _PAD_OPEN:
+                self._mode = _PAD
+                return after, False
+            start = search = after  # a stray closer or special token: dropped
+
+    def _scan_block(
+        self, buf: str, pos: int, events: list[StreamEvent], final: bool
+    ) -> tuple[int, bool]:
+        start, end = pos, len(buf)
+        while pos < end:
+            quote = self._quote
+            if quote is not None:
+                if self._escape:
+                    self._escape = False
+                    pos += 1
+                    continue
+                found = _IN_STRING_STOP[quote].search(buf, pos)
+                if found is None:
+                    pos = end
+                    break
+                j = found.start()
+                if buf[j] == "\\":
+                    self._escape = True  # the next character, here or in the next chunk
+                else:
+                    self._quote, self._prev = None, quote
+                pos = j + 1
+                continue
+            found = _OUTSIDE_STRING_STOP.search(buf, pos)
+            j = end if found is None else found.start()
+            k = j - 1
+            while k >= pos and buf[k] in _WHITESPACE:
+                k -= 1
+            if k >= pos:
+                self._prev = buf[k]
+            if found is None:
+                pos = end
+                break
+            if buf[j] != "<":  # a quote
+                if self._prev in _VALUE_START:
+                    self._quote = buf[j]
+                    self._string_start = self._block_len + (j - start)
+                else:
+                    self._prev = buf[j]
+                pos = j + 1
+                continue
+            tag = _tag_at(buf, j, _BLOCK_END_TAGS, final)
+            if tag is None:
+                self._prev = "<"
+                pos = j + 1
+                continue
+            self._emit_block_text(buf[start:j], events)
+            if tag == _PARTIAL:
+                return j, True
+            self._finish_block("".join(self._parts), events)
+            return (j + len(tag) if tag == _TOOL_CLOSE else j), False
+        self._emit_block_text(buf[start:pos], events)
+        return pos, False
+
+    def _scan_pad(
+        self, buf: str, pos: int, events: list[StreamEvent], final: bool
+    ) -> tuple[int, bool]:
+        i = buf.find(_PAD_CLOSE, pos)
+        if i >= 0:
+            self._emit_pad_text(buf[pos:i], events)
+            self._pads.append("".join(self._parts).strip())
+            self._parts = []
+            self._mode = _TEXT
+            return i + len(_PAD_CLOSE), False
+        end = len(buf)
+        if not final:
+            # Hold back a tail that may be the start of "</scratch_pad>". The tag holds one "<",
+            # so only the last "<" can start it.
+            k = buf.rfind("<", max(pos, end - len(_PAD_CLOSE) + 1))
+            if k >= 0 and _PAD_CLOSE.startswith(buf[k:]):
+                end = k
+        self._emit_pad_text(buf[pos:end], events)
+        return end, end < len(buf)
+
+    # --- building the result ---------------------------------------------------------------
+
+    def _emit_text(self, text: str, events: list[StreamEvent]) -> None:
+        if text:
+            self._content.append(text)
+            events.append(TextDelta(text))
+
+    def _emit_pad_text(self, text: str, events: list[StreamEvent]) -> None:
+        if text:
+            self._parts.append(text)
+            events.append(ScratchPadDelta(text))
+
+    def _emit_block_text(self, text: str, events: list[StreamEvent]) -> None:
+        if text:
+            self._parts.append(text)
+            self._block_len += len(text)
+            events.append(ToolCallArgumentsDelta(self._blocks - 1, text))
+
+    def _open_block(self, events: list[StreamEvent]) -> None:
+        self._mode = _BLOCK
+        self._parts = []
+        self._block_len = 0
+        self._quote, self._escape, self._prev = None, False, ""
+        events.append(ToolCallStarted(self._blocks))
+        self._blocks += 1
+
+    def _finish_block(self, block: str, events: list[StreamEvent]) -> None:
+        index = self._blocks - 1
+        for result in _parse_block(block, self._new_id):
+            if isinstance(result, ToolCall):
+                self._calls.append(result)
+                events.append(ToolCallFinished(index, call=result))
+            else:
+                self._errors.append(result)
+                events.append(ToolCallFinished(index, error=result))
+        self._parts = []
+        self._mode = _TEXT
+
+    def _finish_unclosed(self, events: list[StreamEvent]) -> None:
+        """The text ended inside a block or scratch pad: close it, recovering if it ran on."""
+        text = "".join(self._parts)
+        if self._mode == _BLOCK:
+            cut = None
+            if self._quote is not None and self._may_recover:
+                cut = _first_tag(text, self._string_start, _BLOCK_END_TAGS)
+            if cut is None:
+                self._finish_block(text, events)
+                return
+            i, tag = cut
+            self._finish_block(text[:i], events)
+            self._recover(text[i + len(tag) :] if tag == _TOOL_CLOSE else text[i:], events)
+        elif self._mode == _PAD:
+            self._parts = []
+            self._mode = _TEXT
+            cut = _first_tag(text, 0, _PAD_CUT_TAGS) if self._may_recover else None
+            if cut is None:
+                self._pads.append(_strip_special_suffix(text).strip())
+                return
+            self._pads.append(text[: cut[0]].strip())
+            self._recover(text[cut[0] :], events)
+
+    def _recover(self, rest: str, events: list[StreamEvent]) -> None:
+        """Read ``rest`` again as fresh text, continuing the block numbering, without recovery."""
+        child = StreamParser(new_id=self._new_id)
+        child._may_recover = False
+        child._blocks = self._blocks
+        events.extend(child.feed(rest))
+        events.extend(child.flush())
+        self._content += child._content
+        self._calls += child._calls
+        self._errors += child._errors
+        self._pads += child._pads
+        self._blocks = child._blocks
+        self._chars_scanned += child._chars_scanned
+
+
+def _tag_at(buf: str, i: int, tags: tuple[str, ...], final: bool) -> str | None:
+    """The tag among ``tags`` at ``buf[i]``; ``_PARTIAL`` if the buffer ends inside one."""
+    partial = False
+    for tag in tags:
+        if buf.startswith(tag, i):
+            return tag
+        if not final and len(buf) - i < len(tag) and tag.startswith(buf[i:]):
+            partial = True
+    return _PARTIAL if partial else None
+
+
+def _first_tag(text: str, start: int, tags: tuple[str, ...]) -> tuple[int, str] | None:
+    """Position and text of the first of ``tags`` in ``text`` from ``start``, if any."""
+    hits = [(i, tag) for tag in tags if (i := text.find(tag, start)) >= 0]
+    return min(hits) if hits else None
+
+
+def _strip_special_suffix(text: str) -> str:
+    text = text.rstrip()
+    while text.endswith(SPECIAL_TOKENS):
+        text = next(text[: -len(t)] for t in SPECIAL_TOKENS if text.endswith(t)).rstrip()
+    return text
+
+
+# --- one block → calls or errors ---------------------------------------------------------
+
+
+class _InvalidJSON(ValueError):
+    """Text that neither JSON nor the small repairs could read; the message says why."""
+
+
+def _parse_block(block: str, new_id: Callable[[], str]) -> list[ToolCall | ParseError]:
+    """Everything one ``<tool_call>`` block holds, in order; at least one entry."""
+    text = _strip_fence(_strip_special_suffix(block).strip())
+    if not text:
+        return [ParseError(block, f"empty <tool_call>: {_HINT} between the tags")]
+    try:
+        value = _loads_lenient(text)
+        if isinstance(value, str):  # the whole call double-encoded as a JSON string
+            value = _loads_lenient(value)
+    except _InvalidJSON as exc:
+        return [ParseError(block, f"invalid JSON in <tool_call>: {exc}; {_HINT}")]
+    if not isinstance(value, list):
+        return [_call_from(value, block, new_id, where="")]
+    if not value:
+        return [ParseError(block, f"<tool_call> holds an empty list; {_HINT}")]
+    return [
+        _call_from(item, block, new_id, where=f"item {n} of the list in <tool_call>: ")
+        for n, item in enumerate(value, 1)
+    ]
+
+
+def _call_from(item: Any, block: str, new_id: Callable[[], str], where: str) -> ToolCall | ParseError:
+    if not isinstance(item, dict):
+        return ParseError(block, f"{where}expected a JSON object, got {_kind(item)}; {_HINT}")
+    function = item.get("function")
+    source: dict[str, Any] = function if isinstance(function, dict) else item  # OpenAI shape
+    name = source.get("name")
+    if name is None:
+        return ParseError(block, f'{where}tool call has no "name"; {_HINT}')
+    if not isinstance(name, str) or not name.strip():
+        return ParseError(block, f'{where}"name" must be a non-empty string, got {name!r}; {_HINT}')
+    raw = source["arguments"] if "arguments" in source else source.get("parameters")
+    arguments = _arguments(raw)
+    if isinstance(arguments, str):
+        return ParseError(block, f"{where}{arguments}")
+    call_id = item.get("id")
+    if not (isinstance(call_id, str) and call_id):
+        call_id = new_id()
+    return ToolCall(name=name.strip(), arguments=arguments, id=call_id)
+
+
+def _arguments(value: Any) -> dict[str, Any] | str:
+    """The arguments as a dict, or a message saying what is wrong with them."""
+    # Decode at most twice: models sometimes encode the arguments string once more.
+    for _ in range(2):
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return {}
+        if not isinstance(value, str):
+            break
+        try:
+            value = _loads_lenient(value)
+        except _InvalidJSON as exc:
+            return (
+                f'"arguments" is a string that is not valid JSON ({exc}); '
+                'pass an object: "arguments": {...}'
+            )
+    if isinstance(value, dict):
+        return value
+    return f'"arguments" must be a JSON object, got {_kind(value)}; {_HINT}'
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+_FENCE_LANGUAGE: Final = re.compile(r"[A-Za-z0-9_+.-]*")
+
+
+def _strip_fence(text: str) -> str:
+    """``json ... `` → ``...``; an unclosed fence is stripped too."""
+    if not text.startswith("```"):
+        return text
+    text = text[3:]
+    text = text[_FENCE_LANGUAGE.match(text).end() :]  # type: ignore[union-attr]
+    text = text.strip()
+    if text.endswith("```"):
+        text = text[:-3]
+    return text.strip()
+
+
+def _loads_lenient(text: str) -> Any:
+    """JSON, then a few explicit repairs; raises ``_InvalidJSON`` with JSON's own complaint."""
+    try:
+        return json.loads(text, strict=False)  # strict=False: raw newlines inside strings
+    except json.JSONDecodeError as exc:
+        first = exc
+    except RecursionError:
+        raise _InvalidJSON("nested too deeply") from None
+    repaired = _map_outside_strings(text, _drop_trailing_commas)
+    for attempt in (_json_sequence, _python_literal):
+        try:
+            return attempt(repaired)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+    raise _InvalidJSON(f"{first.msg} at char {first.pos}") from None
+
+
+def _json_sequence(text: str) -> Any:
+    """JSON with trailing commas removed; several values in a row become a list."""
+    decoder = json.JSONDecoder(strict=False)
+    values: list[Any] = []
+    pos = 0
+    while True:
+        value, pos = decoder.raw_decode(text, pos)
+        values.append(value)
+        # Between values: only blanks and at most one comma.
+        while pos < len(text) and text[pos] in _WHITESPACE:
+            pos += 1
+        if pos < len(text) and text[pos] == ",":
+            pos += 1
+            while pos < len(text) and text[pos] in _WHITESPACE:
+                pos += 1
+        if pos == len(text):
+            return values[0] if len(values) == 1 else values
+
+
+def _python_literal(text: str) -> Any:
+    """A Python-style literal (single quotes, True/None, tuples) as plain JSON values."""
+    return _jsonable(ast.literal_eval(_map_outside_strings(text, _json_words_to_python)))
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _jsonable(v) for k, v in value.items()}
+    raise ValueError(f"{type(value).__name__} is not a JSON value")
+
+
+# A quoted string, double or single, with backslash escapes.
+_QUOTED: Final = re.compile(r'"(?:[^"\\]|\\.)*+"|\'(?:[^\'\\]|\\.)*+\'', re.DOTALL)
+_TRAILING_COMMA: Final = re.compile(r",(\s*[}\]])")
+_JSON_WORD: Final = re.compile(r"\b(true|false|null)\b")
+_PYTHON_WORDS: Final = {"true": "True", "false": "False", "null": "None"}
+
+
+def _map_outside_strings(text: str, repair: Callable[[str], str]) -> str:
+    """Apply ``repair`` to the parts of ``text`` outside quoted strings, so values stay intact."""
+    out: list[str] = []
+    pos = 0
+    for match in _QUOTED.finditer(text):
+        out.append(repair(text[pos : match.start()]))
+        out.append(match.group())
+        pos = match.end()
+    out.append(repair(text[pos:]))
+    return "".join(out)
+
+
+def _drop_trailing_commas(code: str) -> str:
+    return _TRAILING_COMMA.sub(r"\1", code)
+
+
+def _json_words_to_python(code: str) -> str:
+    return _JSON_WORD.sub(lambda m: _PYTHON_WORDS[m.group()], code)

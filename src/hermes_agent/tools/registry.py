@@ -1,0 +1,239 @@
+"""Tools and the registry that holds them.
+
+A ``Tool`` is a Python callable plus what the model must know about it (name, description,
+strict JSON Schema of its parameters). Tools are made three ways, all ending in the same object:
+
+    @agent.tool                                  # schema from type hints + docstring
+    def add(a: int, b: int) -> int: ...
+
+    @agent.register_tool(name="get_weather", description="...", parameters={"city": {...}})
+    def get_weather(city: str) -> dict: ...      # schema given explicitly
+
+    agent.add_tool(Tool.from_function(fn, toolset="finance"))
+
+Every tool belongs to one named toolset ("default" unless said otherwise); an agent or a single
+run can be limited to some toolsets.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ValidationError
+
+from hermes_agent.errors import ToolDefinitionError
+from hermes_agent.protocol.prompts import openai_tool
+from hermes_agent.tools.schema import (
+    arguments_model,
+    describe_function,
+    schema_from_function,
+    schema_from_mapping,
+)
+from hermes_agent.tools.validation import argument_errors, make_validator
+
+DEFAULT_TOOLSET = "default"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+
+
+@dataclass(eq=False)
+class Tool:
+    """A callable the model may call, with its name, description and parameters schema.
+
+    ``timeout`` (seconds) overrides the agent's ``default_timeout``; ``check_fn`` returning
+    false marks the tool unavailable for now.
+    """
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any]
+    toolset: str = DEFAULT_TOOLSET
+    timeout: float | None = None
+    check_fn: Callable[[], bool] | None = None
+    _validator: Draft202012Validator = field(init=False, repr=False)
+    _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
+    _is_async: bool = field(init=False, repr=False, default=False)
+    _spec: dict[str, Any] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ToolDefinitionError(
+                f"invalid tool name {self.name!r}: use letters, digits, '_', '.', '-' "
+                "(at most 64 characters, not starting with a digit)"
+            )
+        try:
+            self._validator = make_validator(self.parameters)
+        except SchemaError as exc:
+            raise ToolDefinitionError(
+                f"tool {self.name!r} has an invalid parameters schema: {exc.message}"
+            ) from exc
+        self._is_async = inspect.iscoroutinefunction(self.function)
+        self._coercer = _coercion_model(self.function)
+        self._spec = openai_tool(self.name, self.description, self.parameters)
+
+    @classmethod
+    def from_function(
+        cls,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        toolset: str = DEFAULT_TOOLSET,
+        timeout: float | None = None,
+        check_fn: Callable[[], bool] | None = None,
+    ) -> Tool:
+        """Build a tool from a function; name, description and schema default to what the
+        function's name, docstring and type hints say."""
+        summary, _ = describe_function(function)
+        schema = (
+            schema_from_mapping(parameters, function)
+            if parameters is not None
+            else schema_from_function(function)
+        )
+        return cls(
+            name=name or function.__name__,
+            description=description if description is not None else summary,
+            parameters=schema,
+            function=function,
+            toolset=toolset,
+            timeout=timeout,
+            check_fn=check_fn,
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (a decorated tool stays usable in code)."""
+        return self.function(*args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        return self._is_async
+
+    def spec(self) -> dict[str, Any]:
+        """The tool in OpenAI function format (what prompts and native APIs carry)."""
+        return self._spec
+
+    def available(self) -> bool:
+        return self.check_fn is None or bool(self.check_fn())
+
+    def validate(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Check ``arguments``; return (arguments to call with, errors).
+
+        When the schema rejects them and the function has type hints, pydantic's lax mode gets
+        one chance to coerce obvious cases ("5" → 5 for an ``int``); the coerced arguments must
+        then pass the schema too, otherwise the original errors are reported.
+        """
+        errors = argument_errors(self._validator, arguments)
+        if not errors or self._coercer is None:
+            return arguments, errors
+        try:
+            coerced = self._coercer.model_validate(arguments).model_dump(
+                mode="json", exclude_unset=True
+            )
+        except ValidationError:
+            return arguments, errors
+        if argument_errors(self._validator, coerced):
+            return arguments, errors
+        return coerced, []
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    toolset: str = DEFAULT_TOOLSET,
+    timeout: float | None = None,
+) -> Any:
+    """Turn a function into a ``Tool`` outside any agent (for tool modules the CLI loads with
+    ``--tools`` and for ``Agent(tools=[...])``). The result is still callable as the function.
+
+        from hermes_agent import tool
+
+        @tool
+        def add(a: int, b: int) -> int:
+            \"\"\"Add two integers.\"\"\"
+            return a + b
+    """
+
+    def make(fn: Callable[..., Any]) -> Tool:
+        return Tool.from_function(
+            fn,
+            name=name,
+            description=description,
+            parameters=parameters,
+            toolset=toolset,
+            timeout=timeout,
+        )
+
+    return make(function) if function is not None else make
+
+
+def _coercion_model(function: Callable[..., Any]) -> type[BaseModel] | None:
+    """A pydantic model of the signature, when it has type hints worth coercing to."""
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if not any(p.annotation is not inspect.Parameter.empty for p in params):
+        return None
+    try:
+        return arguments_model(function)
+    except ToolDefinitionError:
+        return None
+
+
+class ToolRegistry:
+    """The tools an agent knows, by name, grouped into named toolsets."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, Tool] = {}
+
+    def add(self, tool: Tool, *, replace: bool = False) -> Tool:
+        if tool.name in self._tools and not replace:
+            raise ToolDefinitionError(
+                f"a tool named {tool.name!r} is already registered; "
+                "pick another name or pass replace=True"
+            )
+        self._tools[tool.name] = tool
+        return tool
+
+    def remove(self, name: str) -> None:
+        self._tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def toolsets(self) -> dict[str, list[str]]:
+        """Toolset name → the names of its tools."""
+        groups: dict[str, list[str]] = {}
+        for tool in self._tools.values():
+            groups.setdefault(tool.toolset, []).append(tool.name)
+        return groups
+
+    def visible(self, toolsets: Iterable[str] | None = None) -> list[Tool]:
+        """The tools in ``toolsets`` (all tools when ``None``)."""
+        if toolsets is None:
+            return list(self._tools.values())
+        wanted = set(toolsets)
+        return [tool for tool in self._tools.values() if tool.toolset in wanted]

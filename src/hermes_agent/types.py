@@ -1,0 +1,178 @@
+"""The few data types shared by every layer of Hermes Agent.
+
+Internal records are plain dataclasses (cheap to build on the hot path); anything parsed from the
+outside world (config files) is pydantic and lives in ``config.py``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+ToolChoice = str
+"""``"auto"`` (text or calls), ``"required"`` (at least one call), ``"none"`` (text only),
+or the name of one tool that must be called."""
+
+
+def new_call_id() -> str:
+    """A short unique id for a tool call, in the style OpenAI-compatible servers use."""
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One call of one tool, as the model asked for it."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str = field(default_factory=new_call_id)
+
+
+@dataclass(slots=True)
+class ParseError:
+    """A block of model output that could not be turned into a tool call.
+
+    ``block`` is the raw text of the block (what sat between the tags), ``message`` says what was
+    wrong in words the model can act on when it is fed back.
+    """
+
+    block: str
+    message: str
+
+
+@dataclass(slots=True)
+class Completion:
+    """A model turn after parsing: free text, tool calls, scratch pad, and what failed to parse."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    scratch_pad: str | None = None
+    errors: list[ParseError] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """The outcome of one tool call, as fed back to the model inside ``<tool_response>``."""
+
+    call_id: str
+    name: str
+    content: Any
+    status_code: int = 200
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(slots=True)
+class Message:
+    """One turn of a conversation, protocol-neutral.
+
+    An assistant message may carry ``tool_calls``; a ``tool`` message carries the ``tool_results``
+    of one assistant turn (the Hermes protocol sends all results of a turn in one message).
+    """
+
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_results: list[ToolResult] = field(default_factory=list)
+    scratch_pad: str | None = None
+    raw: str | None = None
+    """For an assistant turn that did not parse cleanly: the model's text verbatim. Hermes
+    rendering replays it as is, so the model sees exactly what it wrote before the error."""
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts; ``requests`` counts model calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.requests += other.requests
+
+
+@dataclass(slots=True)
+class ModelResponse:
+    """What a model returns from one ``complete`` call.
+
+    ``text`` is the raw completion as the model produced it (for native tool calls, the calls
+    rendered as Hermes ``<tool_call>`` text), so that what reached us is always inspectable.
+    """
+
+    completion: Completion
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    model_name: str = ""
+
+
+@dataclass(slots=True)
+class StreamChunk:
+    """One piece of a streamed completion: raw Hermes-format text, and usage on the last piece."""
+
+    text: str
+    usage: Usage | None = None
+
+
+@dataclass(slots=True)
+class ToolCallRecord:
+    """A tool call the run made, with its validated arguments and its result."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: Any
+    status_code: int = 200
+    error: str | None = None
+    id: str = ""
+
+
+@dataclass(slots=True)
+class Step:
+    """One iteration of the loop: what the model said and what the tools returned."""
+
+    index: int
+    completion_text: str
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    parse_errors: list[str] = field(default_factory=list)
+    status_code: int = 200
+    duration_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class RunResult:
+    """The answer to one ``Agent.run``: output, status and everything that happened on the way."""
+
+    output: str
+    status: int
+    request_id: str
+    session_id: str
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    steps: list[Step] = field(default_factory=list)
+    duration_ms: float = 0.0
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (``hermes-agent run --json`` prints this)."""
+        data = asdict(self)
+        data["usage"]["total_tokens"] = self.usage.total_tokens
+        return data
+
+
+@dataclass(slots=True)
+class Event:
+    """A notification for streaming consumers: ``kind`` names it, ``data`` carries the details."""
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,205 @@
+"""A scripted OpenAI-compatible server for tests: real HTTP over a real socket, no model.
+
+It records every request body it receives and answers each one with the next reply a test pushed
+(or ``default`` when none is queued), as JSON or as an SSE stream in OpenAI's chunk format.
+
+    with running_server() as server:
+        server.push(text("Hello"), tool_calls(call("get_weather", {"city": "Paris"})))
+        model = OpenAICompatible("test-model", base_url=server.base_url)
+        ...
+        assert server.requests[0]["messages"][0]["role"] == "system"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+MODEL = "scripted-model"
+PIECE = 4  # characters per streamed delta: small, so boundaries fall inside tags and JSON
+
+
+@dataclass
+class Reply:
+    """One scripted answer; ``tool_calls`` hold raw ``arguments`` strings (maybe malformed)."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    status: int = 200
+    prompt_tokens: int = 11
+    completion_tokens: int = 7
+    stream_usage: bool = True  # False: ignore stream_options, like some servers do
+    delay: float = 0.0  # seconds to wait before answering (for timeout tests)
+
+
+def text(content: str, **kwargs: Any) -> Reply:
+    return Reply(content=content, **kwargs)
+
+
+def call(name: str, arguments: dict[str, Any] | str, call_id: str = "") -> dict[str, str]:
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id or f"call_{name}", "name": name, "arguments": raw}
+
+
+def tool_calls(*calls: dict[str, str], content: str | None = None, **kwargs: Any) -> Reply:
+    return Reply(content=content, tool_calls=list(calls), **kwargs)
+
+
+def error(status: int, message: str = "scripted failure") -> Reply:
+    return Reply(content=message, status=status)
+
+
+class ScriptedServer:
+    """State shared between a test and the app: the reply queue and the requests received."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.default = text("ok")
+        self.base_url = ""
+        self.app = self._build_app()
+
+    def push(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def reset(self) -> None:
+        self.replies.clear()
+        self.requests.clear()
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.requests[-1]
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat_completions(request: Request) -> Response:
+            body = await request.json()
+            self.requests.append(body)
+            reply = self.replies.popleft() if self.replies else self.default
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            if reply.status != 200:
+                failure = {"error": {"message": reply.content, "type": "server_error"}}
+                return JSONResponse(failure, status_code=reply.status)
+            if body.get("stream"):
+                usage = reply.stream_usage and (body.get("stream_options") or {}).get(
+                    "include_usage"
+                )
+                return StreamingResponse(_sse(reply, bool(usage)), media_type="text/event-stream")
+            return JSONResponse(_completion(reply))
+
+        return app
+
+
+def _usage(reply: Reply) -> dict[str, int]:
+    total = reply.prompt_tokens + reply.completion_tokens
+    return {
+        "prompt_tokens": reply.prompt_tokens,
+        "completion_tokens": reply.completion_tokens,
+        "total_tokens": total,
+    }
+
+
+def _completion(reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {k: c[k] for k in ("name", "arguments")},
+            }
+            for c in reply.tool_calls
+        ]
+    return {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+            }
+        ],
+        "usage": _usage(reply),
+    }
+
+
+def _pieces(value: str) -> list[str]:
+    return [value[i : i + PIECE] for i in range(0, len(value), PIECE)]
+
+
+async def _sse(reply: Reply, include_usage: bool) -> AsyncIterator[str]:
+    def event(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        choices = [{"index": 0, "delta": delta, "finish_reason": finish}] if delta or finish else []
+        chunk = {
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": MODEL,
+            "choices": choices,
+            **extra,
+        }
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    yield event({"role": "assistant", "content": ""})
+    for piece in _pieces(reply.content or ""):
+        yield event({"content": piece})
+    for index, c in enumerate(reply.tool_calls):
+        head = {"index": index, "id": c["id"], "type": "function"}
+        yield event({"tool_calls": [{**head, "function": {"name": c["name"], "arguments": ""}}]})
+        for piece in _pieces(c["arguments"]):
+            yield event({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+    yield event({}, "tool_calls" if reply.tool_calls else "stop")
+    if include_usage:
+        yield event({}, usage=_usage(reply))
+    yield "data: [DONE]\n\n"
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (for connection-refused tests)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def running_server() -> Iterator[ScriptedServer]:
+    """Serve a fresh ``ScriptedServer`` with uvicorn on 127.0.0.1 in a background thread."""
+    scripted = ScriptedServer()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(scripted.app, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the scripted OpenAI server did not start")
+        time.sleep(0.01)
+    scripted.base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        yield scripted
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
