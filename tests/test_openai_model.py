@@ -8,6 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from openai import AsyncOpenAI
+
+from hermes_agent.errors import ConfigError, ModelError
+from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.models.openai import OpenAICompatible
+from hermes_agent.protocol.parser import parse_completion
+from hermes_agent.types import Completion, Message, ModelResponse, StreamChunk, ToolCall, ToolResult
 from openai_server import (
     ScriptedServer,
     call,
@@ -17,12 +24,6 @@ from openai_server import (
     text,
     tool_calls,
 )
-
-from hermes_agent.errors import ConfigError, ModelError
-from hermes_agent.models.base import Model, ModelSettings
-from hermes_agent.models.openai import OpenAICompatible
-from hermes_agent.protocol.parser import parse_completion
-from hermes_agent.types import Completion, Message, ModelResponse, StreamChunk, ToolCall, ToolResult
 
 WEATHER = {
     "type": "function",
@@ -130,6 +131,14 @@ def test_is_a_model_and_validates_its_arguments(server: ScriptedServer) -> None:
         OpenAICompatible("m", mode="chat")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="chat_format"):
         OpenAICompatible("m", chat_format="llama")
+
+
+def test_a_given_client_is_used_as_is(server: ScriptedServer) -> None:
+    client = AsyncOpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+    model = OpenAICompatible("test-model", base_url="http://unused.invalid/v1", client=client)
+    server.push(text("via the given client"))
+    assert complete(model).text == "via the given client"
+    assert model.base_url.startswith(server.base_url)
 
 
 # -- hermes mode ------------------------------------------------------------------------------
@@ -388,7 +397,7 @@ def test_native_stream_parses_like_complete(server: ScriptedServer, reply: Any) 
 def test_native_stream_opens_a_call_as_soon_as_its_name_arrives(server: ScriptedServer) -> None:
     server.push(tool_calls(call("get_weather", {"city": "Paris"})))
     texts = [c.text for c in stream(make(server, mode="native"))]
-    assert texts[0] == '<tool_call>\n{"name": "get_weather", "arguments": '
+    assert texts[0] == '<tool_call>\n{"id": "call_get_weather", "name": "get_weather", "arguments": '
     assert texts[-2] == "}\n</tool_call>"
 
 

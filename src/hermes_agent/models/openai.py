@@ -77,6 +77,10 @@ class OpenAICompatible:
     ``max_retries`` are then ignored). In ``native`` mode ``chat_format`` and the scratch-pad
     setting do not apply: the server's own chat template renders the conversation.
 
+    The model keeps one SDK client per event loop, so one instance serves both a long-lived
+    async server and a sync facade that calls ``asyncio.run`` per turn; ``aclose()`` releases
+    the current loop's connections early.
+
     Example::
 
         model = OpenAICompatible("qwen2.5:7b", base_url="http://localhost:11434/v1", mode="native")
@@ -241,16 +245,19 @@ class OpenAICompatible:
     # -- errors ---------------------------------------------------------------------------------
 
     def _model_error(self, exc: APIError) -> ModelError:
-        where = f"the model endpoint at {self.base_url} (model {self.name!r})"
+        url = self.base_url.rstrip("/")
+        where = f"The model endpoint at {url} (model {self.name!r})"
         if isinstance(exc, APITimeoutError):
             return ModelError(
                 f"{where} did not answer within {self.timeout:g} s "
-                f"(tried {self.max_retries + 1} times). Is the server running and not overloaded? "
+                f"({_attempts(self.max_retries + 1)}). Is the server running and not overloaded? "
                 "Raise `timeout` for slow models."
             )
         if isinstance(exc, APIConnectionError):
+            reason = _excerpt(str(exc.__cause__ or exc)).rstrip(".") or type(exc).__name__
             return ModelError(
-                f"Could not connect to {where}: {exc}. Is the server running at {self.base_url}? "
+                f"Could not connect to the model endpoint at {url} ({reason}, "
+                f"{_attempts(self.max_retries + 1)}). Is the server running at {url}? "
                 "Check `base_url` (it usually ends in /v1)."
             )
         if isinstance(exc, APIStatusError):
@@ -338,8 +345,11 @@ def _decode_arguments(name: str, raw: str) -> tuple[dict[str, Any] | None, str]:
     return value, ""
 
 
-def _call_head(name: str) -> str:
-    return '{"name": ' + to_json(name) + ', "arguments": '
+def _call_head(name: str, call_id: str | None = None) -> str:
+    # The server's call id travels inside the JSON so the parsed call keeps it (native servers
+    # expect tool results to quote the id they issued).
+    head = '{"id": ' + to_json(call_id) + ", " if call_id else "{"
+    return head + '"name": ' + to_json(name) + ', "arguments": '
 
 
 class _StreamedCalls:
@@ -352,6 +362,7 @@ class _StreamedCalls:
     def __init__(self) -> None:
         self._index: int | None = None
         self._name: str | None = None
+        self._id: str | None = None
         self._pending = ""  # argument text that arrived before the name
         self._has_arguments = False
         self._open = False
@@ -365,6 +376,9 @@ class _StreamedCalls:
         if delta.index != self._index:
             out += self.finish()
             self._index, self._name, self._pending = delta.index, None, ""
+            self._id = None
+        if getattr(delta, "id", None):
+            self._id = delta.id
         function = delta.function
         if function is not None and function.name and self._name is None:
             self._name = function.name
@@ -374,7 +388,7 @@ class _StreamedCalls:
             return out
         if not self._open:
             self._open, self._has_arguments = True, False
-            out += ("\n" if self._written else "") + "<tool_call>\n" + _call_head(self._name)
+            out += ("\n" if self._written else "") + "<tool_call>\n" + _call_head(self._name, self._id)
             arguments = self._pending + arguments
             self._pending = ""
         if arguments.strip():
@@ -402,6 +416,10 @@ def _usage(usage: Any) -> Usage:
         completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
         requests=1,
     )
+
+
+def _attempts(count: int) -> str:
+    return f"{count} attempt" + ("" if count == 1 else "s")
 
 
 def _excerpt(body: Any) -> str:

@@ -17,10 +17,11 @@ How a completion is split:
   scan is JSON-aware: tags inside a quoted string (double or single quotes) do not end a block.
   A quote opens a string only where a JSON value or key can start (after ``{ [ , : (`` or at the
   start of the block), so an apostrophe in prose inside a broken block does not.
-- Recovery, at most once per completion: if the text ends inside a block whose string never
-  closed, the block is cut at the first tag after that string's opening quote and the rest is
-  read again; an unclosed scratch pad is cut likewise at its first ``<tool_call>`` or special
-  token. (Once is enough to keep the cost linear; a second such block runs to the end.)
+- Recovery, at most once per completion: a block that yields no call although a tag sits inside
+  one of its strings most likely holds a string that never closed and swallowed what followed.
+  It is cut at that tag, reported as an error, and the text after the cut is read again. An
+  unclosed scratch pad is likewise cut at its first ``<tool_call>`` or special token. (Once
+  keeps the cost linear; a second such block is reported whole.)
 
 What a block may hold (lenient in what it accepts):
 
@@ -69,7 +70,13 @@ __all__ = [
     "parse_completion",
 ]
 
-SPECIAL_TOKENS: Final = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>")
+SPECIAL_TOKENS: Final = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|eom_id|>",
+)
 """End-of-turn tokens that a server may leave in the text; they never reach ``content``."""
 
 _TOOL_OPEN: Final = "<tool_call>"
@@ -144,7 +151,10 @@ class ToolCallFinished:
     error: ParseError | None = None
 
 
-StreamEvent = TextDelta | ScratchPadDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallFinished
+StreamEvent = (
+    TextDelta | ScratchPadDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallFinished
+)
+"""What ``StreamParser.feed`` and ``flush`` return, in stream order."""
 
 
 # --- public entry points ---------------------------------------------------------------------
@@ -167,8 +177,8 @@ class StreamParser:
     Chunk boundaries may fall anywhere, even inside a tag: text that may still turn out to be a
     tag is held back until the next chunk (or ``flush``) decides. The work is linear in the
     length of the stream: each character is scanned once, plus at most one tag's length held
-    back per chunk, plus one re-read of the tail in the rare recovery case (see the module
-    docstring).
+    back per chunk, plus one re-read of a cut-off block in the rare recovery case (see the
+    module docstring).
 
     ``close()`` returns a ``Completion`` equal to ``parse_completion(whole_text)`` for any
     chunking, ids included when both use the same ``new_id`` sequence (ids are drawn in block
@@ -186,8 +196,8 @@ class StreamParser:
         completion = parser.close()
 
     If recovery cuts a block or scratch pad short (a string that never closed), the deltas
-    already sent for it ran past the cut; the events from ``flush()`` then report the cut
-    block's result and the text after it, and ``close()`` is authoritative.
+    already sent for it ran past the cut; its ``ToolCallFinished`` carries the cut block, and
+    the events that follow it describe the text after the cut, read again.
     """
 
     def __init__(self, *, new_id: Callable[[], str] = new_call_id) -> None:
@@ -206,11 +216,9 @@ class StreamParser:
         # The block or scratch pad being read.
         self._parts: list[str] = []
         self._blocks = 0  # blocks opened so far; the current block is number _blocks - 1
-        self._block_len = 0
         self._quote: str | None = None  # the quote of the JSON string we are in, if any
         self._escape = False  # the previous character was a backslash inside a string
         self._prev = ""  # last non-blank character outside strings in this block
-        self._string_start = 0  # where the current string opened, relative to the block
         # Characters handed to the scanner, held-back ones counted again (tests check O(n)).
         self._chars_scanned = 0
 
@@ -230,8 +238,11 @@ class StreamParser:
             return []
         events: list[StreamEvent] = []
         self._run(events, final=True)
+        while self._mode != _TEXT:  # the text ended inside an element
+            self._buf, self._pos = "", 0
+            self._finish_unclosed(events)  # may put text back to read again
+            self._run(events, final=True)
         self._buf, self._pos = "", 0
-        self._finish_unclosed(events)
         self._flushed = True
         return events
 
@@ -250,15 +261,16 @@ class StreamParser:
     # --- the scanner: one method per mode, each returns (new position, stalled) ---------------
 
     def _run(self, events: list[StreamEvent], *, final: bool) -> None:
-        buf, pos = self._buf, self._pos
-        self._chars_scanned += len(buf) - pos
-        while pos < len(buf):
+        pos = self._pos
+        self._chars_scanned += len(self._buf) - pos
+        while pos < len(self._buf):
+            # A scan may replace self._buf (recovery puts cut-off text back in front of it).
             if self._mode == _TEXT:
-                pos, stalled = self._scan_text(buf, pos, events, final)
+                pos, stalled = self._scan_text(self._buf, pos, events, final)
             elif self._mode == _BLOCK:
-                pos, stalled = self._scan_block(buf, pos, events, final)
+                pos, stalled = self._scan_block(self._buf, pos, events, final)
             else:
-                pos, stalled = self._scan_pad(buf, pos, events, final)
+                pos, stalled = self._scan_pad(self._buf, pos, events, final)
             if stalled:
                 break
         self._pos = pos
@@ -323,7 +335,6 @@ class StreamParser:
             if buf[j] != "<":  # a quote
                 if self._prev in _VALUE_START:
                     self._quote = buf[j]
-                    self._string_start = self._block_len + (j - start)
                 else:
                     self._prev = buf[j]
                 pos = j + 1
@@ -336,7 +347,11 @@ class StreamParser:
             self._emit_block_text(buf[start:j], events)
             if tag == _PARTIAL:
                 return j, True
-            self._finish_block("".join(self._parts), events)
+            rest = self._finish_block("".join(self._parts), events)
+            if rest is not None:
+                # Read the cut-off text again, then the tag that ended the block, then on.
+                self._reread(rest + buf[j:])
+                return 0, False
             return (j + len(tag) if tag == _TOOL_CLOSE else j), False
         self._emit_block_text(buf[start:pos], events)
         return pos, False
@@ -376,65 +391,64 @@ class StreamParser:
     def _emit_block_text(self, text: str, events: list[StreamEvent]) -> None:
         if text:
             self._parts.append(text)
-            self._block_len += len(text)
             events.append(ToolCallArgumentsDelta(self._blocks - 1, text))
 
     def _open_block(self, events: list[StreamEvent]) -> None:
         self._mode = _BLOCK
         self._parts = []
-        self._block_len = 0
         self._quote, self._escape, self._prev = None, False, ""
         events.append(ToolCallStarted(self._blocks))
         self._blocks += 1
 
-    def _finish_block(self, block: str, events: list[StreamEvent]) -> None:
+    def _finish_block(self, block: str, events: list[StreamEvent]) -> str | None:
+        """Parse the block and report it; return text to read again if it had to be cut."""
+        self._parts = []
+        self._mode = _TEXT
+        results = _parse_block(block, self._new_id)
+        cut = None
+        if self._may_recover and not any(isinstance(r, ToolCall) for r in results):
+            # Any tag left inside the block sat inside a string (outside one it would have
+            # ended the block). The block failed to parse, so that string most likely never
+            # closed and swallowed what came after it: cut at the tag instead.
+            cut = _first_tag(block, 0, _BLOCK_END_TAGS)
+        if cut is not None:
+            self._may_recover = False
+            i, tag = cut
+            results = _parse_block(block[:i], self._new_id)
         index = self._blocks - 1
-        for result in _parse_block(block, self._new_id):
+        for result in results:
             if isinstance(result, ToolCall):
                 self._calls.append(result)
                 events.append(ToolCallFinished(index, call=result))
             else:
                 self._errors.append(result)
                 events.append(ToolCallFinished(index, error=result))
-        self._parts = []
-        self._mode = _TEXT
+        if cut is None:
+            return None
+        return block[i + len(tag) :] if tag == _TOOL_CLOSE else block[i:]
 
     def _finish_unclosed(self, events: list[StreamEvent]) -> None:
         """The text ended inside a block or scratch pad: close it, recovering if it ran on."""
         text = "".join(self._parts)
         if self._mode == _BLOCK:
-            cut = None
-            if self._quote is not None and self._may_recover:
-                cut = _first_tag(text, self._string_start, _BLOCK_END_TAGS)
-            if cut is None:
-                self._finish_block(text, events)
-                return
-            i, tag = cut
-            self._finish_block(text[:i], events)
-            self._recover(text[i + len(tag) :] if tag == _TOOL_CLOSE else text[i:], events)
-        elif self._mode == _PAD:
-            self._parts = []
-            self._mode = _TEXT
-            cut = _first_tag(text, 0, _PAD_CUT_TAGS) if self._may_recover else None
-            if cut is None:
-                self._pads.append(_strip_special_suffix(text).strip())
-                return
-            self._pads.append(text[: cut[0]].strip())
-            self._recover(text[cut[0] :], events)
+            rest = self._finish_block(text, events)
+            if rest is not None:
+                self._reread(rest)
+            return
+        self._parts = []
+        self._mode = _TEXT
+        cut = _first_tag(text, 0, _PAD_CUT_TAGS) if self._may_recover else None
+        if cut is None:
+            self._pads.append(_strip_special_suffix(text).strip())
+            return
+        self._may_recover = False
+        self._pads.append(text[: cut[0]].strip())
+        self._reread(text[cut[0] :])
 
-    def _recover(self, rest: str, events: list[StreamEvent]) -> None:
-        """Read ``rest`` again as fresh text, continuing the block numbering, without recovery."""
-        child = StreamParser(new_id=self._new_id)
-        child._may_recover = False
-        child._blocks = self._blocks
-        events.extend(child.feed(rest))
-        events.extend(child.flush())
-        self._content += child._content
-        self._calls += child._calls
-        self._errors += child._errors
-        self._pads += child._pads
-        self._blocks = child._blocks
-        self._chars_scanned += child._chars_scanned
+    def _reread(self, text: str) -> None:
+        """Put ``text`` in front of the unread input (recovery; at most once per stream)."""
+        self._buf = text
+        self._chars_scanned += len(text)
 
 
 def _tag_at(buf: str, i: int, tags: tuple[str, ...], final: bool) -> str | None:
@@ -489,7 +503,9 @@ def _parse_block(block: str, new_id: Callable[[], str]) -> list[ToolCall | Parse
     ]
 
 
-def _call_from(item: Any, block: str, new_id: Callable[[], str], where: str) -> ToolCall | ParseError:
+def _call_from(
+    item: Any, block: str, new_id: Callable[[], str], where: str
+) -> ToolCall | ParseError:
     if not isinstance(item, dict):
         return ParseError(block, f"{where}expected a JSON object, got {_kind(item)}; {_HINT}")
     function = item.get("function")
@@ -550,9 +566,8 @@ def _strip_fence(text: str) -> str:
     """``json ... `` → ``...``; an unclosed fence is stripped too."""
     if not text.startswith("```"):
         return text
-    text = text[3:]
-    text = text[_FENCE_LANGUAGE.match(text).end() :]  # type: ignore[union-attr]
-    text = text.strip()
+    language = _FENCE_LANGUAGE.match(text, 3)
+    text = text[language.end() if language else 3 :].strip()
     if text.endswith("```"):
         text = text[:-3]
     return text.strip()
@@ -572,7 +587,8 @@ def _loads_lenient(text: str) -> Any:
             return attempt(repaired)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             continue
-    raise _InvalidJSON(f"{first.msg} at char {first.pos}") from None
+    where = "char" if first.msg.endswith(" at") else "at char"  # "Unterminated string starting at"
+    raise _InvalidJSON(f"{first.msg} {where} {first.pos}") from None
 
 
 def _json_sequence(text: str) -> Any:
