@@ -1,6 +1,6 @@
 """Ask the embedded model (offline) a question it answers with a tool.
 
-    python examples/embedded_calculator.py "What is 12 * 12?"
+python examples/embedded_calculator.py "What is 12 * 12?"
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ def test_invalid_arguments_are_fed_back_and_retried() -> None:
     assert result.tool_calls[0].status_code == 400
     assert "missing required argument 'b'" in (result.tool_calls[0].error or "")
     assert result.tool_calls[1].result == 5
+    assert "missing required argument 'b'" in model.requests[1].messages[-1].tool_results[0].error
 
 
 def test_malformed_json_is_fed_back_then_the_retry_is_bounded() -> None:
@@ -132,7 +133,7 @@ def test_max_iterations_reached_gives_an_honest_206() -> None:
     result = agent.run("loop forever")
     assert result.status == 206
     assert result.output.startswith("I stopped after 3 steps (max_iterations=3)")
-    assert "add({\"a\": 1, \"b\": 1}) → 2" in result.output
+    assert 'add({"a": 1, "b": 1}) → 2' in result.output
 
 
 def test_several_calls_in_one_turn_run_concurrently() -> None:
@@ -246,4 +247,4 @@ def test_astream_yields_deltas_calls_and_the_result() -> None:
     text = "".join(e.data["text"] for e in events if e.kind == "text_delta")
     assert text == "The answer is 5."
     assert events[-1].data["result"].output == "The answer is 5."
-    assert Status.OK == events[-1].data["result"].status
+    assert events[-1].data["result"].status == Status.OK

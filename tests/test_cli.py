@@ -15,7 +15,9 @@ from hermes_agent.demo_tools import calculator, convert_units, current_datetime
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "17 * 23"}}\n</tool_call>'
 
 
-def hermes(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def hermes(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hermes_agent", *args],
         capture_output=True,
@@ -99,7 +101,9 @@ def test_user_tools_file_is_loaded(tmp_path: Path) -> None:
         (["run", "--tools", "absent.py", "hi"], "--tools absent.py: no such file"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_code_2(args: list[str], message: str, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_and_exit_code_2(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
     done = hermes(*args)
     assert done.returncode == 2
     assert message in done.stderr

@@ -41,7 +41,14 @@ def test_cli_required_tool_choice_runs_the_calculator() -> None:
 
 def test_debug_run_prints_five_stage_lines() -> None:
     done = subprocess.run(
-        [*hermes_agent_command(), "run", "--debug", "--tool-choice", "required", "What is 17 * 23?"],
+        [
+            *hermes_agent_command(),
+            "run",
+            "--debug",
+            "--tool-choice",
+            "required",
+            "What is 17 * 23?",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -52,7 +59,13 @@ def test_debug_run_prints_five_stage_lines() -> None:
         for line in done.stderr.splitlines()
         if line.startswith("[INFO] ")
     }
-    assert stages == {"InputParser", "ThoughtGenerator", "ToolSelector", "ToolExecutor", "OutputRenderer"}
+    assert stages == {
+        "InputParser",
+        "ThoughtGenerator",
+        "ToolSelector",
+        "ToolExecutor",
+        "OutputRenderer",
+    }
     assert "status=200" in done.stderr
 
 

@@ -12,7 +12,9 @@ from openai_server import running_server, text
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_example(
+    name: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(EXAMPLES / name), *args],
         capture_output=True,
@@ -25,7 +27,9 @@ def run_example(name: str, *args: str, env: dict[str, str] | None = None) -> sub
 def test_openai_endpoint_example() -> None:
     with running_server() as server:
         server.push(
-            text('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+            text(
+                '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+            ),
             text("It is 21 degrees and clear in Paris."),
         )
         done = run_example(

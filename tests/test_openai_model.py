@@ -397,7 +397,9 @@ def test_native_stream_parses_like_complete(server: ScriptedServer, reply: Any) 
 def test_native_stream_opens_a_call_as_soon_as_its_name_arrives(server: ScriptedServer) -> None:
     server.push(tool_calls(call("get_weather", {"city": "Paris"})))
     texts = [c.text for c in stream(make(server, mode="native"))]
-    assert texts[0] == '<tool_call>\n{"id": "call_get_weather", "name": "get_weather", "arguments": '
+    assert (
+        texts[0] == '<tool_call>\n{"id": "call_get_weather", "name": "get_weather", "arguments": '
+    )
     assert texts[-2] == "}\n</tool_call>"
 
 

@@ -5,6 +5,7 @@ The table ``CASES`` and the strategy ``completions`` are reused by tests/test_st
 
 from __future__ import annotations
 
+import doctest
 import itertools
 import json
 import string
@@ -15,9 +16,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hermes_agent.protocol import parser as parser_module
 from hermes_agent.protocol.chatml import render_tool_call
 from hermes_agent.protocol.parser import SPECIAL_TOKENS, parse_completion
 from hermes_agent.types import Completion, ToolCall
+
+# Parsing model output must never warn (e.g. about escapes in a Python-style literal).
+# Warnings the parser itself could raise (escape sequences in literal_eval, deprecations) are
+# errors; ResourceWarnings from other tests' sockets collected meanwhile are not ours.
+pytestmark = [
+    pytest.mark.filterwarnings("error::SyntaxWarning"),
+    pytest.mark.filterwarnings("error::DeprecationWarning"),
+]
 
 CallSpec = tuple[str, dict[str, Any]] | tuple[str, dict[str, Any], str]
 
@@ -184,6 +194,11 @@ CASES = [
         calls=[("f", {"xy": [1, 2]})],
     ),
     case(
+        "python_string_with_backslash",
+        "<tool_call>{'name': 'ls', 'arguments': {'path': 'C:\\data'}}</tool_call>",
+        calls=[("ls", {"path": "C:\\data"})],
+    ),
+    case(
         "trailing_commas",
         '<tool_call>{"name": "f", "arguments": {"a": [1, 2,], "b": "x,}",},}</tool_call>',
         calls=[("f", {"a": [1, 2], "b": "x,}"})],
@@ -336,6 +351,12 @@ CASES = [
         errors=(INVALID,),
     ),
     case(
+        "escaped_quotes_outside_strings",
+        '<tool_call>\\"\\"\\"</tool_call> after',
+        "after",
+        errors=(INVALID,),
+    ),
+    case(
         "truncated_json",
         '<tool_call>{"name": "get_weather", "arguments": {"city": "Tok',
         errors=(INVALID,),
@@ -395,6 +416,10 @@ def test_parse_completion(
     text: str, content: str, calls: list[CallSpec], pad: str | None, errors: tuple[str, ...]
 ) -> None:
     check(parse_completion(text), content, calls, pad, errors)
+
+
+def test_module_docstring_example_runs() -> None:
+    assert doctest.testmod(parser_module).failed == 0
 
 
 def test_case_table_is_large_enough() -> None:

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from openai_server import ScriptedServer, call, running_server, text, tool_calls
 
 from hermes_agent import Agent, OpenAICompatible
+from openai_server import ScriptedServer, call, running_server, text, tool_calls
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 WEATHER_CALL = (
@@ -36,7 +36,10 @@ def readme_block(language: str, containing: str) -> str:
 
 
 def test_readme_example_runs_as_written(
-    server: ScriptedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    server: ScriptedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = readme_block("yaml", "provider: openai").replace(
         "http://localhost:8000/v1", server.base_url

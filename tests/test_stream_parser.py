@@ -30,6 +30,13 @@ try:
 except ImportError:  # pragma: no cover - tests/ is a package
     from tests.test_parser import CASES, completions, counter_ids, soup
 
+# Warnings the parser itself could raise (escape sequences in literal_eval, deprecations) are
+# errors; ResourceWarnings from other tests' sockets collected meanwhile are not ours.
+pytestmark = [
+    pytest.mark.filterwarnings("error::SyntaxWarning"),
+    pytest.mark.filterwarnings("error::DeprecationWarning"),
+]
+
 TAGS = ("<tool_call>", "</tool_call>", "<scratch_pad>", "</scratch_pad>", *SPECIAL_TOKENS)
 CASE_TEXTS = [pytest.param(c.values[0], id=c.id) for c in CASES]
 
@@ -77,9 +84,6 @@ def assert_any_chunking_agrees(text: str, cuts: list[int]) -> None:
     got, events = stream(split(text, cuts))
     assert got == expected  # ids too: both draw them from a fresh counter in block order
     check_events(got, events)
-
-
-cut_lists = st.lists(st.integers(min_value=0, max_value=10_000), max_size=60)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])

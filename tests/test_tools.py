@@ -12,7 +12,9 @@ from hermes_agent import Agent, ScriptedModel, Tool, ToolDefinitionError, tool
 from hermes_agent.tools.registry import ToolRegistry
 
 
-def get_weather(city: str, unit: Literal["celsius", "fahrenheit"] = "celsius", days: int = 1) -> dict:
+def get_weather(
+    city: str, unit: Literal["celsius", "fahrenheit"] = "celsius", days: int = 1
+) -> dict:
     """Get the weather forecast for a city.
 
     Args:
@@ -140,7 +142,9 @@ def test_bad_tool_definitions_are_clear_errors() -> None:
     with pytest.raises(ToolDefinitionError, match="must map to a JSON Schema dict"):
         Tool.from_function(get_weather, parameters={"city": "string"})
     with pytest.raises(ToolDefinitionError, match="invalid parameters schema"):
-        Tool.from_function(get_weather, parameters={"type": "object", "properties": {"a": {"type": "nope"}}})
+        Tool.from_function(
+            get_weather, parameters={"type": "object", "properties": {"a": {"type": "nope"}}}
+        )
     registry = ToolRegistry()
     registry.add(Tool.from_function(get_weather))
     with pytest.raises(ToolDefinitionError, match="already registered"):

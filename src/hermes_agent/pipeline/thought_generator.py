@@ -16,6 +16,7 @@ from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.parser import (
     ScratchPadDelta,
+    StreamEvent,
     StreamParser,
     TextDelta,
     ToolCallArgumentsDelta,
@@ -93,25 +94,29 @@ async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
     async for chunk in ctx.model.stream(ctx.messages, ctx.tool_specs, settings):
         if chunk.usage is not None:
             usage = chunk.usage
-        if not chunk.text:
-            continue
-        pieces.append(chunk.text)
-        for event in parser.feed(chunk.text):
-            if isinstance(event, TextDelta):
-                ctx.emit("text_delta", text=event.text)
-            elif isinstance(event, ScratchPadDelta):
-                ctx.emit("scratch_pad_delta", text=event.text)
-            elif isinstance(event, ToolCallStarted):
-                ctx.emit("tool_call_started", index=event.index)
-            elif isinstance(event, ToolCallArgumentsDelta):
-                ctx.emit("tool_call_delta", index=event.index, delta=event.delta)
-            elif isinstance(event, ToolCallFinished):
-                ctx.emit(
-                    "tool_call_parsed",
-                    index=event.index,
-                    name=event.call.name if event.call else None,
-                    arguments=event.call.arguments if event.call else None,
-                    error=event.error.message if event.error else None,
-                )
+        if chunk.text:
+            pieces.append(chunk.text)
+            _forward(ctx, parser.feed(chunk.text))
+    _forward(ctx, parser.flush())  # held-back text, an unclosed final block
     completion = parser.close()
     return ModelResponse(completion, "".join(pieces), usage, ctx.model.name)
+
+
+def _forward(ctx: RunContext, events: list[StreamEvent]) -> None:
+    for event in events:
+        if isinstance(event, TextDelta):
+            ctx.emit("text_delta", text=event.text)
+        elif isinstance(event, ScratchPadDelta):
+            ctx.emit("scratch_pad_delta", text=event.text)
+        elif isinstance(event, ToolCallStarted):
+            ctx.emit("tool_call_started", index=event.index)
+        elif isinstance(event, ToolCallArgumentsDelta):
+            ctx.emit("tool_call_delta", index=event.index, delta=event.delta)
+        elif isinstance(event, ToolCallFinished):
+            ctx.emit(
+                "tool_call_parsed",
+                index=event.index,
+                name=event.call.name if event.call else None,
+                arguments=event.call.arguments if event.call else None,
+                error=event.error.message if event.error else None,
+            )

@@ -18,7 +18,6 @@ from hermes_agent.pipeline.context import PlannedCall, RunContext
 from hermes_agent.pipeline.status import Status
 from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
-
 _SPIN_YIELDS = 64
 
 

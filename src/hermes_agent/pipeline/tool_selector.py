@@ -45,7 +45,9 @@ class ToolSelector:
             "selection",
             status=int(status),
             planned=[{"name": p.call.name, "arguments": p.arguments} for p in ctx.planned],
-            rejected=[{"name": r.name, "status": r.status_code, "error": r.error} for _, r in ctx.rejected],
+            rejected=[
+                {"name": r.name, "status": r.status_code, "error": r.error} for _, r in ctx.rejected
+            ],
         )
         return ctx
 
@@ -77,7 +79,9 @@ class ToolSelector:
                 call.id,
                 call.name,
                 Status.INVALID,
-                "invalid arguments: " + "; ".join(errors) + ". Call the tool again with fixed arguments.",
+                "invalid arguments: "
+                + "; ".join(errors)
+                + ". Call the tool again with fixed arguments.",
             )
         ctx.planned.append(PlannedCall(call, tool, arguments))
         return None

@@ -21,7 +21,7 @@ WireMessage = dict[str, str]
 
 
 def to_json(value: Any) -> str:
-    """JSON the way the protocol wants it: real UTF-8, ``None`` → ``null``, anything else → ``str``."""
+    """JSON as the protocol wants it: real UTF-8, ``None`` → ``null``, the rest → ``str``."""
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
@@ -87,7 +87,9 @@ def render_conversation(
         if message.role == "assistant":
             wire.append({"role": "assistant", "content": render_assistant(message)})
         elif message.role == "tool":
-            wire.append({"role": results_role, "content": render_tool_results(message.tool_results)})
+            wire.append(
+                {"role": results_role, "content": render_tool_results(message.tool_results)}
+            )
         else:
             wire.append({"role": message.role, "content": message.content})
     return wire

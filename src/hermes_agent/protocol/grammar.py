@@ -1,4 +1,4 @@
-"""Tool schemas → a GBNF grammar that only admits "plain text" or "valid tool calls".
+r"""Tool schemas → a GBNF grammar that only admits "plain text" or "valid tool calls".
 
 An embedded model decodes under this grammar (llama.cpp's GBNF dialect), so every tool call it
 writes is well-formed JSON, names a known tool and carries arguments that match that tool's
@@ -7,14 +7,13 @@ This module is pure text generation: it does not import llama.cpp and does no I/
 
 The language, for ``tool_choice="auto"`` (rule names as they appear in the output)::
 
-    root       ::= text | calls
-    text       ::= text-start text-char{0,N-1}        # plain prose, N = max_text_chars
-    calls      ::= scratch-pad? call ("\\n" call){0,max_calls-1}
-    scratch-pad::= "<scratch_pad>\\n" scratch-char{1,N} "\\n</scratch_pad>\\n"   # scratch_pad=True only
-    call       ::= "<tool_call>\\n" (call-<tool-1> | call-<tool-2> | ...) "\\n</tool_call>"
-    call-<t>   ::= "{" "\\"name\\":" sp "\\"<t>\\"" "," sp "\\"arguments\\":" sp <t's arguments>
-                   "}"
-    sp         ::= " "?
+    root        ::= text | calls
+    text        ::= text-start text-char{0,N-1}          # plain prose; N = max_text_chars
+    calls       ::= scratch-pad? call ("\n" call){0,M-1}  # M = max_calls
+    scratch-pad ::= "<scratch_pad>\n" text-char{1,N} "\n</scratch_pad>\n"   # if scratch_pad
+    call        ::= "<tool_call>\n" (call-<tool> | call-<other-tool> | ...) "\n</tool_call>"
+    call-<tool> ::= "{\"name\":" sp "\"<tool>\"" "," sp "\"arguments\":" sp <arguments> "}"
+    sp          ::= " "?
 
 ``tool_choice`` picks the branch: ``"auto"`` → ``text | calls``; ``"required"`` → ``calls``;
 ``"none"`` → ``text``; the name of a tool → ``calls`` whose ``call`` admits only that tool.
@@ -150,7 +149,8 @@ def build_grammar(
         g.define("text-char", _TEXT_CHAR)
     if tool_choice != "none":
         chosen = [
-            tool for tool, name in zip(tools, names, strict=True)
+            tool
+            for tool, name in zip(tools, names, strict=True)
             if tool_choice in ("auto", "required") or name == tool_choice
         ]
         call_rules = [_call_rule(g, tool) for tool in chosen]
@@ -298,7 +298,9 @@ class _SchemaConverter:
         if kind == "array":
             return self._array(schema, hint)
         if kind == "string":
-            return self.string(_int(schema.get("minLength"), 0), _int(schema.get("maxLength"), None))
+            return self.string(
+                _int(schema.get("minLength"), 0), _int(schema.get("maxLength"), None)
+            )
         if kind == "integer":
             return self._number(integer=True, unsigned=_non_negative(schema))
         if kind == "number":
@@ -350,18 +352,19 @@ class _SchemaConverter:
         digits = f'("0" | [1-9] [0-9]{_bounds(0, _MAX_INT_DIGITS - 1)})'
         body = ("" if unsigned else '"-"? ') + digits
         if not integer:
-            body += (
-                f' ("." [0-9]{_bounds(1, _MAX_FRACTION_DIGITS)})?'
-                ' ([eE] [-+]? [0-9]{1,3})?'
-            )
+            body += f' ("." [0-9]{_bounds(1, _MAX_FRACTION_DIGITS)})? ([eE] [-+]? [0-9]{{1,3}})?'
         name = ("unsigned-" if unsigned else "") + ("integer" if integer else "number")
         self.define(name, body)
         return name
 
     def generic(self, depth: int) -> str:
         """Any JSON value, nested at most ``depth`` levels, bounded in size."""
-        scalars = [self.string(), self._number(integer=False, unsigned=False),
-                   self.add("boolean", '"true" | "false"'), '"null"']
+        scalars = [
+            self.string(),
+            self._number(integer=False, unsigned=False),
+            self.add("boolean", '"true" | "false"'),
+            '"null"',
+        ]
         if depth <= 0:
             return self.add("value-0", " | ".join(scalars))
         alts = [*scalars, self.generic_object(depth), self._generic_array(depth)]
@@ -417,8 +420,10 @@ def _members(members: list[tuple[str, bool]]) -> str:
 
 
 def _int(value: Any, default: int | None) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else (
-        default
+    return (
+        value
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        else (default)
     )
 
 

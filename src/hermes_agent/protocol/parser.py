@@ -1,8 +1,9 @@
 """Model output → ``Completion``: free text, ``<tool_call>`` blocks and ``<scratch_pad>``.
 
 ``parse_completion(text)`` reads a whole completion; ``StreamParser`` reads the same text chunk by
-chunk and emits events as it goes. Both run the same scanner, so for any chunking
-``StreamParser.close()`` returns what ``parse_completion`` returns for the whole text.
+chunk and emits events as it goes. ``parse_completion`` *is* a ``StreamParser`` fed one chunk, so
+for any chunking ``StreamParser.close()`` returns what ``parse_completion`` returns for the whole
+text (ids drawn from ``new_id`` included, when both get the same sequence).
 
 How a completion is split:
 
@@ -52,6 +53,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -92,6 +94,9 @@ _BLOCK_END_TAGS: Final = (_TOOL_CLOSE, _TOOL_OPEN, *SPECIAL_TOKENS)
 # Where an unclosed scratch pad is cut: the model evidently moved on to calling or stopped.
 _PAD_CUT_TAGS: Final = (_TOOL_OPEN, *SPECIAL_TOKENS)
 
+_LONGEST_TAG: Final = max(len(tag) for tag in _TEXT_TAGS)
+_TAG_SECOND_CHARS: Final = frozenset(tag[1] for tag in _TEXT_TAGS)  # every tag is in _TEXT_TAGS
+
 # Returned by _tag_at when the buffer ends inside what may still become a tag.
 _PARTIAL: Final = "<partial>"
 
@@ -103,6 +108,12 @@ _WHITESPACE: Final = " \t\r\n"
 _VALUE_START: Final = frozenset(("", "{", "[", ",", ":", "("))
 _OUTSIDE_STRING_STOP: Final = re.compile(r"[\"'<]")
 _IN_STRING_STOP: Final = {'"': re.compile(r'[\\"]'), "'": re.compile(r"[\\']")}
+
+# Chunks up to this long may take StreamParser's per-character fast path (token-sized ones).
+_FAST_CHUNK: Final = 32
+
+# strict=False lets raw newlines and tabs stand inside strings, as models often write them.
+_DECODER: Final = json.JSONDecoder(strict=False)
 
 _HINT: Final = 'write {"name": ..., "arguments": {...}}'
 
@@ -202,8 +213,7 @@ class StreamParser:
 
     def __init__(self, *, new_id: Callable[[], str] = new_call_id) -> None:
         self._new_id = new_id
-        self._buf = ""  # unread input: the held-back tail of earlier chunks plus the new chunk
-        self._pos = 0
+        self._buf = ""  # unread input: what the last chunk left undecided, plus the new chunk
         self._mode = _TEXT
         self._may_recover = True
         self._flushed = False
@@ -226,11 +236,72 @@ class StreamParser:
         """Read one more chunk; return the events it completes."""
         if self._flushed:
             raise RuntimeError("StreamParser.feed() after flush() or close()")
+        if not self._buf:  # nothing held back from the last chunk
+            fast = self._feed_fast(chunk)
+            if fast is not None:
+                return fast
         events: list[StreamEvent] = []
-        self._buf = self._buf[self._pos :] + chunk
-        self._pos = 0
+        self._buf += chunk
         self._run(events, final=False)
         return events
+
+    def _feed_fast(self, chunk: str) -> list[StreamEvent] | None:
+        """Events for a chunk that cannot end or start anything, or None to take the long way.
+
+        Most token-sized chunks are plain text, or JSON that neither opens nor closes a tag:
+        for them the scanner would only append and track quotes. Doing that here, without
+        the buffer and regex machinery, saves about a quarter of the cost of streaming
+        4-character chunks; the property tests check that both ways agree for any chunking.
+        """
+        if not chunk:
+            return []
+        mode = self._mode
+        if mode == _TEXT:
+            if "<" in chunk:
+                return None
+            self._content.append(chunk)
+            event: StreamEvent = TextDelta(chunk)
+        elif mode == _BLOCK and len(chunk) <= _FAST_CHUNK:
+            quote, escape = self._quote, self._escape
+            if quote is not None and not escape and quote not in chunk and "\\" not in chunk:
+                pass  # inside a string that goes on
+            elif quote is None and '"' not in chunk and "'" not in chunk and "<" not in chunk:
+                blank_free = chunk.rstrip(_WHITESPACE)
+                if blank_free:
+                    self._prev = blank_free[-1]
+            elif not self._scan_quotes(chunk):
+                return None
+            self._parts.append(chunk)
+            event = ToolCallArgumentsDelta(self._blocks - 1, chunk)
+        else:
+            return None
+        self._chars_scanned += len(chunk)
+        return [event]
+
+    def _scan_quotes(self, chunk: str) -> bool:
+        """``_scan_block``'s string rules, one character at a time, for a short chunk.
+
+        Returns False, changing nothing, at a "<" outside a string: that may start a tag.
+        """
+        quote, prev, escape = self._quote, self._prev, self._escape
+        for char in chunk:
+            if quote is not None:
+                if escape:
+                    escape = False
+                elif char == "\\":
+                    escape = True
+                elif char == quote:
+                    quote, prev = None, char
+            elif char in _WHITESPACE:
+                continue
+            elif char == "<":
+                return False
+            elif (char == '"' or char == "'") and prev in _VALUE_START:
+                quote = char
+            else:
+                prev = char
+        self._quote, self._prev, self._escape = quote, prev, escape
+        return True
 
     def flush(self) -> list[StreamEvent]:
         """Mark the end of the stream; return the last events. Later calls return ``[]``."""
@@ -239,10 +310,8 @@ class StreamParser:
         events: list[StreamEvent] = []
         self._run(events, final=True)
         while self._mode != _TEXT:  # the text ended inside an element
-            self._buf, self._pos = "", 0
             self._finish_unclosed(events)  # may put text back to read again
             self._run(events, final=True)
-        self._buf, self._pos = "", 0
         self._flushed = True
         return events
 
@@ -261,8 +330,8 @@ class StreamParser:
     # --- the scanner: one method per mode, each returns (new position, stalled) ---------------
 
     def _run(self, events: list[StreamEvent], *, final: bool) -> None:
-        pos = self._pos
-        self._chars_scanned += len(self._buf) - pos
+        pos = 0
+        self._chars_scanned += len(self._buf)
         while pos < len(self._buf):
             # A scan may replace self._buf (recovery puts cut-off text back in front of it).
             if self._mode == _TEXT:
@@ -273,7 +342,7 @@ class StreamParser:
                 pos, stalled = self._scan_pad(self._buf, pos, events, final)
             if stalled:
                 break
-        self._pos = pos
+        self._buf = self._buf[pos:]  # a possible tag, held back until the next chunk decides
 
     def _scan_text(
         self, buf: str, pos: int, events: list[StreamEvent], final: bool
@@ -350,6 +419,7 @@ class StreamParser:
             rest = self._finish_block("".join(self._parts), events)
             if rest is not None:
                 # Read the cut-off text again, then the tag that ended the block, then on.
+                self._chars_scanned += len(rest)
                 self._reread(rest + buf[j:])
                 return 0, False
             return (j + len(tag) if tag == _TOOL_CLOSE else j), False
@@ -446,20 +516,21 @@ class StreamParser:
         self._reread(text[cut[0] :])
 
     def _reread(self, text: str) -> None:
-        """Put ``text`` in front of the unread input (recovery; at most once per stream)."""
+        """Make ``text`` the unread input (recovery; at most once per stream)."""
         self._buf = text
-        self._chars_scanned += len(text)
 
 
 def _tag_at(buf: str, i: int, tags: tuple[str, ...], final: bool) -> str | None:
     """The tag among ``tags`` at ``buf[i]``; ``_PARTIAL`` if the buffer ends inside one."""
-    partial = False
+    head = buf[i : i + _LONGEST_TAG]
+    if len(head) > 1 and head[1] not in _TAG_SECOND_CHARS:
+        return None  # the common "<" of prose or code: rejected on one character
     for tag in tags:
-        if buf.startswith(tag, i):
+        if head.startswith(tag):
             return tag
-        if not final and len(buf) - i < len(tag) and tag.startswith(buf[i:]):
-            partial = True
-    return _PARTIAL if partial else None
+    if not final and i + len(head) == len(buf) and any(tag.startswith(head) for tag in tags):
+        return _PARTIAL
+    return None
 
 
 def _first_tag(text: str, start: int, tags: tuple[str, ...]) -> tuple[int, str] | None:
@@ -563,7 +634,7 @@ _FENCE_LANGUAGE: Final = re.compile(r"[A-Za-z0-9_+.-]*")
 
 
 def _strip_fence(text: str) -> str:
-    """``json ... `` → ``...``; an unclosed fence is stripped too."""
+    """Text inside a Markdown code fence (with or without a language); an unclosed one too."""
     if not text.startswith("```"):
         return text
     language = _FENCE_LANGUAGE.match(text, 3)
@@ -576,7 +647,7 @@ def _strip_fence(text: str) -> str:
 def _loads_lenient(text: str) -> Any:
     """JSON, then a few explicit repairs; raises ``_InvalidJSON`` with JSON's own complaint."""
     try:
-        return json.loads(text, strict=False)  # strict=False: raw newlines inside strings
+        return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         first = exc
     except RecursionError:
@@ -593,11 +664,10 @@ def _loads_lenient(text: str) -> Any:
 
 def _json_sequence(text: str) -> Any:
     """JSON with trailing commas removed; several values in a row become a list."""
-    decoder = json.JSONDecoder(strict=False)
     values: list[Any] = []
     pos = 0
     while True:
-        value, pos = decoder.raw_decode(text, pos)
+        value, pos = _DECODER.raw_decode(text, pos)
         values.append(value)
         # Between values: only blanks and at most one comma.
         while pos < len(text) and text[pos] in _WHITESPACE:
@@ -612,7 +682,12 @@ def _json_sequence(text: str) -> Any:
 
 def _python_literal(text: str) -> Any:
     """A Python-style literal (single quotes, True/None, tuples) as plain JSON values."""
-    return _jsonable(ast.literal_eval(_map_outside_strings(text, _json_words_to_python)))
+    source = _map_outside_strings(text, _json_words_to_python)
+    with warnings.catch_warnings():
+        # Model output such as '\d' would make the compiler warn about escapes on every call.
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _jsonable(ast.literal_eval(source))
 
 
 def _jsonable(value: Any) -> Any:
@@ -625,23 +700,38 @@ def _jsonable(value: Any) -> Any:
     raise ValueError(f"{type(value).__name__} is not a JSON value")
 
 
-# A quoted string, double or single, with backslash escapes.
-_QUOTED: Final = re.compile(r'"(?:[^"\\]|\\.)*+"|\'(?:[^\'\\]|\\.)*+\'', re.DOTALL)
+_ANY_QUOTE: Final = re.compile(r"[\"']")
 _TRAILING_COMMA: Final = re.compile(r",(\s*[}\]])")
 _JSON_WORD: Final = re.compile(r"\b(true|false|null)\b")
 _PYTHON_WORDS: Final = {"true": "True", "false": "False", "null": "None"}
 
 
 def _map_outside_strings(text: str, repair: Callable[[str], str]) -> str:
-    """Apply ``repair`` to the parts of ``text`` outside quoted strings, so values stay intact."""
+    """Apply ``repair`` to the parts of ``text`` outside quoted strings, so values stay intact.
+
+    One forward pass (a regex that retried every quote would be quadratic on broken input);
+    a string that never closes runs to the end.
+    """
     out: list[str] = []
-    pos = 0
-    for match in _QUOTED.finditer(text):
-        out.append(repair(text[pos : match.start()]))
-        out.append(match.group())
-        pos = match.end()
-    out.append(repair(text[pos:]))
+    done = 0
+    while (opening := _ANY_QUOTE.search(text, done)) is not None:
+        start = opening.start()
+        end = _string_end(text, start + 1, text[start])
+        out.append(repair(text[done:start]))
+        out.append(text[start:end])
+        done = end
+    out.append(repair(text[done:]))
     return "".join(out)
+
+
+def _string_end(text: str, pos: int, quote: str) -> int:
+    """Index just past the quote that closes a string whose body starts at ``pos``."""
+    stop = _IN_STRING_STOP[quote]
+    while (found := stop.search(text, pos)) is not None:
+        if text[found.start()] == quote:
+            return found.end()
+        pos = found.start() + 2  # a backslash escapes the next character
+    return len(text)
 
 
 def _drop_trailing_commas(code: str) -> str:

@@ -70,7 +70,7 @@ def _describe(error: ValidationError) -> Iterable[str]:
     elif kind == "type":
         expected = error.validator_value
         names = expected if isinstance(expected, list) else [expected]
-        wanted = " or ".join(_TYPE_WORDS.get(n, n) for n in names)
+        wanted = " or ".join(_TYPE_WORDS.get(str(n), str(n)) for n in names)
         yield f"{where} must be {wanted}, got {_short(error.instance)}"
     else:
         yield f"{where}: {error.message}"
