@@ -248,3 +248,24 @@ def test_astream_yields_deltas_calls_and_the_result() -> None:
     assert text == "The answer is 5."
     assert events[-1].data["result"].output == "The answer is 5."
     assert events[-1].data["result"].status == Status.OK
+
+
+def test_dry_run_plans_validated_calls_and_runs_nothing() -> None:
+    ran: list[int] = []
+    agent, _ = make_agent([call("record", n="7") + call("record")])
+
+    @agent.tool
+    def record(n: int) -> int:
+        """Records that it ran."""
+        ran.append(n)
+        return n
+
+    result = agent.run("go", dry_run=True)
+    assert ran == []
+    assert result.loop_status == "dry_run_complete" and result.status == 200
+    assert [(c.name, c.arguments, c.result, c.status_code) for c in result.tool_calls] == [
+        ("record", {"n": 7}, None, 200),
+        ("record", {}, result.tool_calls[1].result, 400),
+    ]
+    # A dry run leaves no trace in the session.
+    assert agent.sessions.load(result.session_id) == []

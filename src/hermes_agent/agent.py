@@ -217,11 +217,18 @@ class Agent:
         session_id: str | None = None,
         tool_choice: str | None = None,
         toolsets: Iterable[str] | None = None,
+        dry_run: bool = False,
     ) -> RunResult:
         """Answer ``message`` (sync). Works with no event loop in sight; inside a running
-        loop, prefer ``await agent.arun(...)``."""
+        loop, prefer ``await agent.arun(...)``. ``dry_run=True`` stops after the ToolSelector
+        and returns the planned calls (validated arguments, ``result=None``) without running
+        any tool."""
         coroutine = self.arun(
-            message, session_id=session_id, tool_choice=tool_choice, toolsets=toolsets
+            message,
+            session_id=session_id,
+            tool_choice=tool_choice,
+            toolsets=toolsets,
+            dry_run=dry_run,
         )
         try:
             asyncio.get_running_loop()
@@ -241,6 +248,7 @@ class Agent:
         toolsets: Iterable[str] | None = None,
         listener: EventListener | None = None,
         stream: bool = False,
+        dry_run: bool = False,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
         delta when ``stream`` is true)."""
@@ -250,8 +258,9 @@ class Agent:
             await asyncio.to_thread(lock.acquire)
         try:
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
+            ctx.dry_run = dry_run
             result = await run_turn(ctx)
-            if ctx.new_messages:
+            if ctx.new_messages and not dry_run:
                 self.sessions.append(session_id, ctx.new_messages)
             return result
         finally:

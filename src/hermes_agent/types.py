@@ -162,6 +162,9 @@ class RunResult:
     steps: list[Step] = field(default_factory=list)
     duration_ms: float = 0.0
     error: str | None = None
+    loop_status: str = "completed"
+    """How the loop ended: ``completed`` (the model answered), ``max_iterations``,
+    ``dry_run_complete`` (stopped after the ToolSelector; nothing ran) or ``failed``."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""

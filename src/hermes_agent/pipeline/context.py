@@ -72,6 +72,7 @@ class RunContext:
     history: list[Message] = field(default_factory=list)
     listener: EventListener | None = None
     stream: bool = False
+    dry_run: bool = False
 
     messages: list[Message] = field(default_factory=list)
     """The conversation as the model sees it: system, history, this run's turns."""
@@ -93,6 +94,7 @@ class RunContext:
     error: str | None = None
     finished: bool = False
     """True once the model answered without calling a tool (or the run failed)."""
+    loop_status: str = "completed"
     started_ns: int = field(default_factory=time.perf_counter_ns)
 
     def emit(self, kind: str, **data: Any) -> None:
@@ -114,6 +116,7 @@ class RunContext:
         self.status = status
         self.error = error
         self.finished = True
+        self.loop_status = "failed"
 
     def result(self) -> RunResult:
         return RunResult(
@@ -126,4 +129,5 @@ class RunContext:
             steps=self.steps,
             duration_ms=(time.perf_counter_ns() - self.started_ns) / 1e6,
             error=self.error,
+            loop_status=self.loop_status,
         )

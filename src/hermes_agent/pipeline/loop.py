@@ -8,6 +8,8 @@
     └
     5 OutputRenderer    the answer, or an honest account of why there is none
 
+A dry run stops after the ToolSelector and returns the planned calls; no tool runs.
+
 No stage calls another; everything they share lives in the RunContext.
 """
 
@@ -20,7 +22,7 @@ from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.thought_generator import ThoughtGenerator
 from hermes_agent.pipeline.tool_executor import ToolExecutor
 from hermes_agent.pipeline.tool_selector import ToolSelector
-from hermes_agent.types import RunResult
+from hermes_agent.types import RunResult, ToolCallRecord
 
 _input_parser = InputParser()
 _thought_generator = ThoughtGenerator()
@@ -38,6 +40,9 @@ async def run_turn(ctx: RunContext) -> RunResult:
         if ctx.finished:
             break
         _tool_selector.run(ctx)
+        if ctx.dry_run:
+            _plan_only(ctx)
+            break
         await _tool_executor.run(ctx)
         if ctx.unusable_turns > ctx.limits.max_retries:
             ctx.fail(
@@ -50,3 +55,25 @@ async def run_turn(ctx: RunContext) -> RunResult:
 
     _output_renderer.run(ctx)
     return ctx.result()
+
+
+def _plan_only(ctx: RunContext) -> None:
+    """A dry run ends here: report the planned calls, validated, without running any."""
+    for plan in ctx.planned:
+        ctx.tool_calls.append(
+            ToolCallRecord(plan.call.name, plan.arguments, None, 200, None, plan.call.id)
+        )
+    for _, refused in ctx.rejected:
+        ctx.tool_calls.append(
+            ToolCallRecord(
+                refused.name,
+                {},
+                refused.content,
+                refused.status_code,
+                refused.error,
+                refused.call_id,
+            )
+        )
+    ctx.steps[-1].tool_calls = list(ctx.tool_calls)
+    ctx.loop_status = "dry_run_complete"
+    ctx.finished = True

@@ -20,8 +20,11 @@ class OutputRenderer:
     name = "OutputRenderer"
 
     def run(self, ctx: RunContext) -> RunContext:
-        if ctx.error is None:
+        if ctx.loop_status == "dry_run_complete":
+            ctx.output = ctx.completion.content.strip()
+        elif ctx.error is None:
             if not ctx.finished:
+                ctx.loop_status = "max_iterations"
                 ctx.status = Status.PARTIAL
                 ctx.output = (
                     f"I stopped after {ctx.limits.max_iterations} steps "
