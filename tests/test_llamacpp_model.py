@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hermes_agent.errors import ConfigError, MissingDependencyError
+from hermes_agent.errors import ConfigError, MissingDependencyError, ModelError
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.llamacpp import BUNDLED_MODEL_FILE, LlamaCpp, bundled_model_path
 from hermes_agent.protocol.prompts import openai_tool
@@ -220,6 +220,14 @@ def test_concurrent_requests_are_serialised(model: LlamaCpp) -> None:
 
     first, second = asyncio.run(both())
     assert first.text == second.text
+
+
+@pytest.mark.embedded
+@needs_local
+def test_prompt_longer_than_the_context_is_a_model_error() -> None:
+    small = LlamaCpp(n_ctx=128)
+    with pytest.raises(ModelError, match="context window"):
+        _complete(small, REQUIRED, [CALCULATOR])
 
 
 def test_source_has_no_machine_paths() -> None:

@@ -57,10 +57,9 @@ def test_readme_example_runs_as_written(
     assert "<tools>" in first["messages"][0]["content"] and "tools" not in first
     assert '"name": "get_weather"' in first["messages"][0]["content"]
     result = json.loads(second["messages"][-1]["content"].split("\n")[1])
-    assert result == {
-        "name": "get_weather",
-        "content": {"city": "Beijing", "temperature": 23, "unit": "celsius"},
-    }
+    assert result["name"] == "get_weather"
+    assert result["content"]["status"] == "success"
+    assert result["content"]["data"] == {"city": "Beijing", "temperature": 23, "unit": "celsius"}
 
 
 def weather_agent(server: ScriptedServer, mode: str) -> Agent:

@@ -27,12 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, overload
 
 from hermes_agent.config import HermesConfig, ModelConfig, load_config
-from hermes_agent.errors import HermesAgentError
+from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.memory.session import InMemorySessionStore, SessionStore, window
 from hermes_agent.models.base import Model, ModelSettings
-from hermes_agent.pipeline.context import EventListener, LoopLimits, RunContext
+from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, RunContext
+from hermes_agent.pipeline.hooks import HOOK_POINTS, Hook, Hooks, load_hook
 from hermes_agent.pipeline.loop import run_turn
+from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
+from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import Event, RunResult
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,6 +70,10 @@ class Agent:
         summary_max_chars: int = 200,
         toolsets: Iterable[str] | None = None,
         session_store: SessionStore | None = None,
+        approver: Approver | None = None,
+        output_format: str = "text",
+        channels: Mapping[str, str] | None = None,
+        tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
@@ -87,6 +94,13 @@ class Agent:
         self.toolsets = list(toolsets) if toolsets is not None else None
         self.sessions: SessionStore = session_store or InMemorySessionStore()
         self.registry = ToolRegistry()
+        self.hooks = Hooks()
+        self.runtime = ToolRuntime()
+        self.approver = approver
+        self.renderers: dict[str, Renderer] = dict(BUILTIN_RENDERERS)
+        self.output_format = output_format
+        self.channels = {**DEFAULT_CHANNELS, **(channels or {})}
+        self.tool_settings = {name: dict(values) for name, values in (tool_settings or {}).items()}
         self._executor: ThreadPoolExecutor | None = None
         for item in tools:
             self.add_tool(item if isinstance(item, Tool) else Tool.from_function(item))
@@ -116,9 +130,29 @@ class Agent:
             "history_window": a.history_window,
             "summary_max_chars": a.summary_max_chars,
         }
+        options["output_format"] = config.output.format
+        options["channels"] = config.output.channels
+        options["tool_settings"] = {name: t.settings() for name, t in config.tools.items()}
         options.update(overrides)
         model = options.pop("model", None) or build_model(config.model)
-        return cls(model, **options)
+        agent = cls(model, **options)
+        for point, specs in config.hooks.items():
+            if point not in HOOK_POINTS:
+                raise ConfigError(
+                    f"{config.source}: hooks.{point}: unknown hook point; "
+                    f"use one of: {', '.join(HOOK_POINTS)}"
+                )
+            for spec in specs:
+                hook = load_hook(spec.model_dump(by_alias=True), source=config.source, point=point)
+                if hook is not None:
+                    agent.add_hook(point, hook)
+        for name, spec in config.renderers.items():
+            renderer = load_hook(
+                spec.model_dump(by_alias=True), source=config.source, point=f"renderers.{name}"
+            )
+            if renderer is not None:
+                agent.add_renderer(name, renderer)
+        return agent
 
     @property
     def model(self) -> Model:
@@ -142,6 +176,7 @@ class Agent:
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
+        **settings: Any,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -152,16 +187,23 @@ class Agent:
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
+        **settings: Any,
     ) -> Any:
         """Register a function as a tool; its schema comes from type hints and docstring.
 
-        Use bare (``@agent.tool``) or with options (``@agent.tool(timeout=5)``).
+        Use bare (``@agent.tool``) or with options (``@agent.tool(timeout=5,
+        execution_mode="subprocess")``; see ``Tool`` for every setting).
         """
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             self.add_tool(
                 Tool.from_function(
-                    fn, name=name, toolset=toolset, timeout=timeout, check_fn=check_fn
+                    fn,
+                    name=name,
+                    toolset=toolset,
+                    timeout=timeout,
+                    check_fn=check_fn,
+                    **settings,
                 )
             )
             return fn
@@ -177,6 +219,7 @@ class Agent:
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
+        **settings: Any,
     ) -> Callable[[F], F]:
         """Register a tool with an explicit name, description and parameters schema.
 
@@ -194,6 +237,7 @@ class Agent:
                     toolset=toolset,
                     timeout=timeout,
                     check_fn=check_fn,
+                    **settings,
                 )
             )
             return fn
@@ -201,8 +245,22 @@ class Agent:
         return decorate
 
     def add_tool(self, tool: Tool, *, replace: bool = False) -> Tool:
-        """Register a ``Tool`` object."""
+        """Register a ``Tool`` object (settings from the config's ``tools:`` section apply)."""
+        settings = self.tool_settings.get(tool.name)
+        if settings:
+            tool.configure(**settings)
         return self.registry.add(tool, replace=replace)
+
+    def add_hook(self, point: str, hook: Hook) -> Hook:
+        """Run ``hook(ctx)`` at ``point`` (``pre_thought``, ``post_execution``, ...); see
+        ``hermes_agent.pipeline.hooks`` for what a hook may do."""
+        return self.hooks.add(point, hook)
+
+    def add_renderer(self, name: str, renderer: Renderer) -> None:
+        """Register an output format: ``renderer(RenderInput) -> str``."""
+        if not callable(renderer):
+            raise HermesAgentError(f"renderer {name!r} must be callable")
+        self.renderers[name] = renderer
 
     @property
     def tools(self) -> list[Tool]:
@@ -218,6 +276,8 @@ class Agent:
         tool_choice: str | None = None,
         toolsets: Iterable[str] | None = None,
         dry_run: bool = False,
+        output_format: str | None = None,
+        channel: str | None = None,
     ) -> RunResult:
         """Answer ``message`` (sync). Works with no event loop in sight; inside a running
         loop, prefer ``await agent.arun(...)``. ``dry_run=True`` stops after the ToolSelector
@@ -229,6 +289,8 @@ class Agent:
             tool_choice=tool_choice,
             toolsets=toolsets,
             dry_run=dry_run,
+            output_format=output_format,
+            channel=channel,
         )
         try:
             asyncio.get_running_loop()
@@ -249,9 +311,13 @@ class Agent:
         listener: EventListener | None = None,
         stream: bool = False,
         dry_run: bool = False,
+        output_format: str | None = None,
+        channel: str | None = None,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
-        delta when ``stream`` is true)."""
+        delta when ``stream`` is true). ``output_format`` (text, markdown, json, table, or a
+        registered renderer) or ``channel`` (cli, web, api, or one from the config) picks how
+        ``RunResult.rendered`` is made."""
         session_id = session_id or uuid.uuid4().hex
         lock = self.sessions.lock(session_id)
         if not lock.acquire(blocking=False):
@@ -259,6 +325,8 @@ class Agent:
         try:
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
             ctx.dry_run = dry_run
+            ctx.renderer_name = self._format_for(output_format, channel)
+            ctx.renderer = self.renderers[ctx.renderer_name]
             result = await run_turn(ctx)
             if ctx.new_messages and not dry_run:
                 self.sessions.append(session_id, ctx.new_messages)
@@ -338,7 +406,26 @@ class Agent:
             history=history,
             listener=listener,
             stream=stream,
+            hooks=self.hooks,
+            runtime=self.runtime,
+            approver=self.approver,
         )
+
+    def _format_for(self, output_format: str | None, channel: str | None) -> str:
+        name = output_format
+        if name is None and channel is not None:
+            if channel not in self.channels:
+                raise HermesAgentError(
+                    f"unknown channel {channel!r}; known: {', '.join(self.channels)} "
+                    "(add one under output.channels in the config)"
+                )
+            name = self.channels[channel]
+        name = name or self.output_format
+        if name not in self.renderers:
+            raise HermesAgentError(
+                f"unknown output format {name!r}; use one of: {', '.join(self.renderers)}"
+            )
+        return name
 
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -349,7 +436,9 @@ class Agent:
         return self._executor
 
     def close(self) -> None:
-        """Release the tool thread pool (the agent stays usable; a new pool starts on demand)."""
+        """Release the tool thread pool and worker processes (the agent stays usable; they
+        start again on demand)."""
+        self.runtime.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -384,6 +473,7 @@ def build_model(config: ModelConfig) -> Model:
         max_tokens=config.max_tokens or 256,
         chat_format=config.chat_format,
         use_grammar=config.use_grammar,
+        max_calls=config.max_calls,
     )
 
 

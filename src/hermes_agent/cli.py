@@ -30,6 +30,7 @@ from hermes_agent.agent import Agent
 from hermes_agent.demo_tools import demo_tools
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.tools.registry import Tool
+from hermes_agent.types import ToolCall
 
 app = typer.Typer(
     name="hermes-agent",
@@ -72,6 +73,13 @@ def run(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the RunResult as JSON.")] = False,
     session: Annotated[str | None, typer.Option("--session", help="Session id.")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Plan and validate the calls; run no tool.")
+    ] = False,
+    output_format: Annotated[
+        str | None,
+        typer.Option("--format", help="text | markdown | json | table | a custom renderer."),
+    ] = None,
     no_demo_tools: NoDemoOption = False,
     debug: DebugOption = False,
 ) -> None:
@@ -79,7 +87,13 @@ def run(
     _setup_logging(debug)
     agent = _build_agent(config, tools, no_demo_tools)
     try:
-        result = agent.run(question, session_id=session, tool_choice=tool_choice)
+        result = agent.run(
+            question,
+            session_id=session,
+            tool_choice=tool_choice,
+            dry_run=dry_run,
+            output_format=output_format,
+        )
     except HermesAgentError as exc:
         _fail(str(exc))
     if as_json:
@@ -92,7 +106,10 @@ def run(
                 f" → {json.dumps(call.result, ensure_ascii=False, default=str)[:200]}[/dim]",
                 highlight=False,
             )
-        console.print(result.output, highlight=False, markup=False)
+        if result.loop_status == "dry_run_complete":
+            errors.print("[dim]dry run: no tool was called[/dim]")
+        shown = result.rendered.content if result.rendered is not None else result.output
+        console.print(shown, highlight=False, markup=False)
     raise typer.Exit(0 if result.status < 400 else 1)
 
 
@@ -176,9 +193,28 @@ def list_tools(
     console.print(table)
 
 
+def ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:
+    """The CLI's approver: show the call and ask y/N on a terminal; deny when no one can answer."""
+    if not sys.stdin.isatty():
+        return False, "no terminal to ask for approval (non-interactive run)"
+    arguments = json.dumps(call.arguments, ensure_ascii=False)
+    errors.print(f"[bold yellow]{tool.name}[/bold yellow]({arguments}) needs approval.")
+    answer = errors.input("Allow this call? [y/N] ").strip().lower()
+    return (
+        (True, "approved at the terminal")
+        if answer in ("y", "yes")
+        else (
+            False,
+            "denied at the terminal",
+        )
+    )
+
+
 def _build_agent(config: Path | None, tool_files: list[Path] | None, no_demo: bool) -> Agent:
     try:
         agent = Agent.from_config(config) if config else Agent()
+        if agent.approver is None:
+            agent.approver = ask_approval
         if not no_demo:
             for tool in demo_tools():
                 agent.add_tool(tool)
@@ -236,3 +272,8 @@ def _setup_logging(debug: bool) -> None:
 def _fail(message: str) -> Any:
     errors.print(f"[red]error:[/red] {message}", highlight=False)
     raise typer.Exit(2)
+
+
+from hermes_agent.evals.cli import eval_command  # noqa: E402  (registered after the app exists)
+
+app.command("eval")(eval_command)

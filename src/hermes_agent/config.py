@@ -54,6 +54,8 @@ class ModelConfig(_Strict):
     model_path: str | None = None
     n_ctx: int = Field(default=4096, gt=0)
     use_grammar: bool = True
+    max_calls: int = Field(default=1, ge=1)
+    """llamacpp: how many tool calls the grammar allows in one turn."""
     responses: list[str] = Field(default_factory=list)
     """For ``provider: scripted``: the completions to answer with, in order."""
 
@@ -72,11 +74,55 @@ class AgentConfig(_Strict):
     scratch_pad: bool = False
 
 
+class ToolConfig(_Strict):
+    """Per-tool settings, applied to the registered tool of the same name."""
+
+    execution_mode: Literal["in_process", "subprocess"] | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    memory_limit_mb: int | None = Field(default=None, gt=0)
+    cpu_time_limit_s: int | None = Field(default=None, gt=0)
+    cache_ttl: float | None = Field(default=None, ge=0)
+    max_result_chars: int | None = Field(default=None, gt=0)
+    requires_approval: bool | None = None
+    fallback: str | None = None
+    aliases: list[str] | None = None
+    rate_limit: int | None = Field(default=None, gt=0)
+    toolset: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """Only what the file sets."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class HookSpec(BaseModel):
+    """A hook to load: ``module`` and ``class`` (called with ``options`` as keyword args)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    module: str
+    class_: str = Field(alias="class")
+    enabled: bool = True
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class OutputConfig(_Strict):
+    """How answers are rendered: a default format, and formats per channel."""
+
+    format: str = "text"
+    channels: dict[str, str] = Field(default_factory=dict)
+
+
 class HermesConfig(_Strict):
     """The whole configuration file."""
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    tools: dict[str, ToolConfig] = Field(default_factory=dict)
+    hooks: dict[str, list[HookSpec]] = Field(default_factory=dict)
+    renderers: dict[str, HookSpec] = Field(default_factory=dict)
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    source: str = Field(default="<config>", exclude=True)
+    """Where the config came from (for error messages); set by the loader."""
 
 
 def load_config(path: str | os.PathLike[str]) -> HermesConfig:
@@ -103,7 +149,9 @@ def parse_config(data: dict[str, Any], *, source: str = "<config>") -> HermesCon
     """Validate an already-loaded config mapping (``source`` names it in errors)."""
     interpolated = _interpolate(data, source, ())
     try:
-        return HermesConfig.model_validate(interpolated)
+        config = HermesConfig.model_validate(interpolated)
+        config.source = source
+        return config
     except ValidationError as exc:
         raise ConfigError(_explain(exc, source)) from None
 
@@ -148,13 +196,16 @@ def _explain(exc: ValidationError, source: str) -> str:
 
 def _suggestion(location: tuple[int | str, ...]) -> str:
     model: type[BaseModel] = HermesConfig
-    for part in location[:-1]:
+    parts = list(location[:-1])
+    if parts[:1] == ["tools"] and len(parts) == 2:
+        model, parts = ToolConfig, []
+    for part in parts:
         field = model.model_fields.get(str(part))
         annotation = field.annotation if field else None
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return ""
         model = annotation
-    allowed = list(model.model_fields)
+    allowed = [name for name in model.model_fields if name != "source"]
     close = difflib.get_close_matches(str(location[-1]), allowed, n=1)
     hint = f"; did you mean '{close[0]}'?" if close else ""
     return f"{hint} (allowed keys: {', '.join(allowed)})"

@@ -135,6 +135,8 @@ class ToolCallRecord:
     status_code: int = 200
     error: str | None = None
     id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """execution_time_ms, cache_hit, truncated, fallback_for, ..."""
 
 
 @dataclass(slots=True)
@@ -165,6 +167,10 @@ class RunResult:
     loop_status: str = "completed"
     """How the loop ended: ``completed`` (the model answered), ``max_iterations``,
     ``dry_run_complete`` (stopped after the ToolSelector; nothing ran) or ``failed``."""
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    """Each approval decision: tool, arguments, approved, reason."""
+    rendered: Any = None
+    """The answer rendered for its channel (a ``RenderedMessage``)."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""

@@ -227,7 +227,9 @@ class LlamaCpp:
     calls per turn and the length of each JSON string in them: a small model that repeats
     itself spends its ``max_tokens`` there (SmolLM2 writes one token per digit, and fills a
     string with ``000...`` when it has nothing better), and a call cut off by ``max_tokens``
-    is not valid. The default 128 characters leave room in the default ``max_tokens`` (256)
+    is not valid. ``max_calls`` defaults to 1 because SmolLM2 repeats the same call until the
+    bound allows no more; the model can still call again after it reads the result. The
+    default 128 characters leave room in the default ``max_tokens`` (256)
     for a call whose string runs to its bound. ``n_threads`` defaults to the CPUs this process may
     use less one (1 to 8). ``repack_weights`` lets llama.cpp repack the weights for the CPU's
     fastest kernels (AMX, ...); it is off because that path crashed on AMX machines (see
@@ -249,7 +251,7 @@ class LlamaCpp:
         seed: int = 0,
         chat_format: str = "hermes",
         use_grammar: bool = True,
-        max_calls: int = 4,
+        max_calls: int = 1,
         max_string_chars: int = 128,
         repack_weights: bool = False,
     ) -> None:

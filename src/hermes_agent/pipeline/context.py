@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.pipeline.hooks import Hooks
+from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool
+from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import (
     Completion,
     Event,
@@ -31,6 +34,9 @@ from hermes_agent.types import (
 logger = logging.getLogger("hermes_agent")
 
 EventListener = Callable[[Event], None]
+Approver = Callable[[ToolCall, Tool], Any]
+"""Decides whether a call of a ``requires_approval`` tool may run: returns (or awaits to) a
+bool, or a ``(bool, reason)`` pair."""
 
 
 @dataclass(slots=True)
@@ -52,6 +58,8 @@ class PlannedCall:
     call: ToolCall
     tool: Tool
     arguments: dict[str, Any]
+    fallback_for: str | None = None
+    """The tool the model asked for, when this call goes to its fallback instead."""
 
 
 @dataclass(slots=True)
@@ -73,6 +81,13 @@ class RunContext:
     listener: EventListener | None = None
     stream: bool = False
     dry_run: bool = False
+    hooks: Hooks = field(default_factory=Hooks)
+    runtime: ToolRuntime = field(default_factory=ToolRuntime)
+    approver: Approver | None = None
+    renderer_name: str = "text"
+    renderer: Renderer | None = None
+    variables: dict[str, Any] = field(default_factory=dict)
+    """Values for ``{{ name }}`` placeholders in the system prompt (hooks fill them)."""
 
     messages: list[Message] = field(default_factory=list)
     """The conversation as the model sees it: system, history, this run's turns."""
@@ -87,6 +102,10 @@ class RunContext:
     rejected: list[tuple[int, ToolResult]] = field(default_factory=list)
     """Calls refused by the ToolSelector, with their position in the model's turn."""
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    last_results: list[ToolResult] = field(default_factory=list)
+    """The results of the latest ToolExecutor step, in call order (post_execution hooks)."""
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    rendered: RenderedMessage | None = None
     unusable_turns: int = 0
     usage: Usage = field(default_factory=Usage)
     output: str = ""
@@ -112,6 +131,27 @@ class RunContext:
         self.messages.append(message)
         self.new_messages.append(message)
 
+    def veto(self, plan: PlannedCall, reason: str) -> None:
+        """Refuse a planned call (from a ``pre_execution`` hook): the model gets a 403 result."""
+        position = self.completion.tool_calls.index(plan.call)
+        self.planned.remove(plan)
+        message = f"call to '{plan.call.name}' was refused: {reason}"
+        self.rejected.append(
+            (position, error_result(plan.call.id, plan.call.name, Status.DENIED, message))
+        )
+
+    def rewrite_result(self, call_id: str, content: Any) -> None:
+        """Replace what a tool returned (from a ``post_execution`` hook), everywhere it shows."""
+        for result in self.last_results:
+            if result.call_id == call_id:
+                if isinstance(result.content, dict) and "data" in result.content:
+                    result.content["data"] = content
+                else:
+                    result.content = content
+        for record in self.tool_calls:
+            if record.id == call_id:
+                record.result = content
+
     def fail(self, status: int, error: str) -> None:
         self.status = status
         self.error = error
@@ -130,4 +170,22 @@ class RunContext:
             duration_ms=(time.perf_counter_ns() - self.started_ns) / 1e6,
             error=self.error,
             loop_status=self.loop_status,
+            approvals=self.approvals,
+            rendered=self.rendered,
         )
+
+
+def error_result(call_id: str, name: str, status: Status, message: str) -> ToolResult:
+    """A refused or failed call, in the normalised result shape the model reads."""
+    return ToolResult(
+        call_id=call_id,
+        name=name,
+        content={
+            "status": "error",
+            "data": None,
+            "error": message,
+            "metadata": {"tool_name": name, "status_code": int(status)},
+        },
+        status_code=int(status),
+        error=message,
+    )

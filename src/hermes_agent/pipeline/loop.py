@@ -8,14 +8,18 @@
     └
     5 OutputRenderer    the answer, or an honest account of why there is none
 
-A dry run stops after the ToolSelector and returns the planned calls; no tool runs.
-
-No stage calls another; everything they share lives in the RunContext.
+Each stage runs between its ``pre_`` and ``post_`` hooks. A dry run stops after the ToolSelector
+and returns the planned calls; no tool runs. No stage calls another; everything they share lives
+in the RunContext.
 """
 
 from __future__ import annotations
 
+import inspect
+from typing import Any, Protocol
+
 from hermes_agent.pipeline.context import RunContext
+from hermes_agent.pipeline.hooks import call_hook, hook_name
 from hermes_agent.pipeline.input_parser import InputParser
 from hermes_agent.pipeline.output_renderer import OutputRenderer
 from hermes_agent.pipeline.status import Status
@@ -23,6 +27,13 @@ from hermes_agent.pipeline.thought_generator import ThoughtGenerator
 from hermes_agent.pipeline.tool_executor import ToolExecutor
 from hermes_agent.pipeline.tool_selector import ToolSelector
 from hermes_agent.types import RunResult, ToolCallRecord
+
+
+class Stage(Protocol):
+    name: str
+
+    def run(self, ctx: RunContext) -> Any: ...
+
 
 _input_parser = InputParser()
 _thought_generator = ThoughtGenerator()
@@ -33,17 +44,19 @@ _output_renderer = OutputRenderer()
 
 async def run_turn(ctx: RunContext) -> RunResult:
     """Run one user message through the pipeline and return the result."""
-    _input_parser.run(ctx)
+    await _run_stage(ctx, "input", _input_parser)
 
     while not ctx.finished and ctx.step < ctx.limits.max_iterations:
-        await _thought_generator.run(ctx)
+        await _run_stage(ctx, "thought", _thought_generator)
         if ctx.finished:
             break
-        _tool_selector.run(ctx)
+        await _run_stage(ctx, "selection", _tool_selector)
+        if ctx.finished:
+            break
         if ctx.dry_run:
             _plan_only(ctx)
             break
-        await _tool_executor.run(ctx)
+        await _run_stage(ctx, "execution", _tool_executor)
         if ctx.unusable_turns > ctx.limits.max_retries:
             ctx.fail(
                 Status.MODEL_ERROR,
@@ -53,25 +66,43 @@ async def run_turn(ctx: RunContext) -> RunResult:
             ctx.output = f"I could not complete the request: {ctx.error}."
         ctx.step += 1
 
-    _output_renderer.run(ctx)
+    await _run_stage(ctx, "output", _output_renderer)
     return ctx.result()
+
+
+async def _run_stage(ctx: RunContext, stage: str, runner: Stage) -> None:
+    """One stage between its hooks. A failing hook fails the run with 500 — cleanly."""
+    if not await _hooks(ctx, f"pre_{stage}", runner.name):
+        return
+    outcome = runner.run(ctx)
+    if inspect.isawaitable(outcome):
+        await outcome
+    await _hooks(ctx, f"post_{stage}", runner.name)
+
+
+async def _hooks(ctx: RunContext, point: str, stage_name: str) -> bool:
+    for hook in ctx.hooks.at(point):
+        try:
+            await call_hook(hook, ctx)
+        except Exception as exc:
+            message = f"hook {hook_name(hook)} ({point}) failed: {type(exc).__name__}: {exc}"
+            ctx.fail(Status.TOOL_ERROR, message)
+            ctx.output = f"The request could not be completed: {message}"
+            ctx.log_stage(stage_name, Status.TOOL_ERROR, error=message)
+            return False
+    return True
 
 
 def _plan_only(ctx: RunContext) -> None:
     """A dry run ends here: report the planned calls, validated, without running any."""
     for plan in ctx.planned:
         ctx.tool_calls.append(
-            ToolCallRecord(plan.call.name, plan.arguments, None, 200, None, plan.call.id)
+            ToolCallRecord(plan.tool.name, plan.arguments, None, 200, None, plan.call.id)
         )
     for _, refused in ctx.rejected:
         ctx.tool_calls.append(
             ToolCallRecord(
-                refused.name,
-                {},
-                refused.content,
-                refused.status_code,
-                refused.error,
-                refused.call_id,
+                refused.name, {}, None, refused.status_code, refused.error, refused.call_id
             )
         )
     ctx.steps[-1].tool_calls = list(ctx.tool_calls)

@@ -9,6 +9,7 @@ output then reports the last tool results verbatim, with status 206.
 from __future__ import annotations
 
 from hermes_agent.pipeline.context import RunContext
+from hermes_agent.pipeline.renderers import RenderInput, rendered
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.chatml import to_json
 from hermes_agent.types import Message, ToolCallRecord
@@ -43,6 +44,9 @@ class OutputRenderer:
             if ctx.new_messages and ctx.new_messages[-1].role != "assistant":
                 # Keep the conversation well-formed for the next turn of this session.
                 ctx.new_messages.append(Message("assistant", ctx.output))
+        if ctx.renderer is not None:
+            view = RenderInput(ctx.output, int(ctx.status), ctx.tool_calls)
+            ctx.rendered = rendered(view, ctx.renderer_name, ctx.renderer)
         ctx.log_stage(self.name, ctx.status, output_chars=len(ctx.output))
         ctx.emit("output", status=int(ctx.status), output=ctx.output, error=ctx.error)
         return ctx
@@ -54,7 +58,7 @@ def _last_results(records: list[ToolCallRecord]) -> str:
     last_step = records[-3:]
     lines = []
     for record in last_step:
-        text = to_json(record.result)
+        text = to_json(record.result) if record.error is None else f"error: {record.error}"
         if len(text) > _MAX_RESULT_CHARS:
             text = text[:_MAX_RESULT_CHARS] + "…"
         lines.append(f"- {record.name}({to_json(record.arguments)}) → {text}")

@@ -8,7 +8,9 @@ consumers see text and tool calls as they arrive.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
+from typing import Any
 
 from hermes_agent.errors import ModelError
 from hermes_agent.models.base import ModelSettings
@@ -32,6 +34,9 @@ class ThoughtGenerator:
     async def run(self, ctx: RunContext) -> RunContext:
         started = time.perf_counter_ns()
         settings = ctx.settings
+        if ctx.system_prompt and "{{" in ctx.system_prompt and ctx.messages:
+            # Hooks may have set variables since the last turn; render the template afresh.
+            ctx.messages[0] = Message("system", render_template(ctx.system_prompt, ctx.variables))
         if ctx.step > 0 and settings.tool_choice not in ("auto", "none"):
             # A forced call applies to the first turn only; afterwards the model must be free
             # to answer in text, or it could never finish.
@@ -85,6 +90,19 @@ class ThoughtGenerator:
             parse_errors=[error.message for error in completion.errors],
         )
         return ctx
+
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+def render_template(template: str, variables: dict[str, Any]) -> str:
+    """Fill ``{{ name }}`` placeholders; a name with no value is left as written."""
+
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return str(variables[name]) if name in variables else match.group(0)
+
+    return _PLACEHOLDER.sub(fill, template)
 
 
 async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:

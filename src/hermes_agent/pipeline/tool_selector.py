@@ -1,34 +1,38 @@
 """Stage 3 — ToolSelector: decide which of the model's calls may run, and with what arguments.
 
-A call runs only if its tool exists, is visible to this run, is available, and its arguments
-pass the schema. Every refused call gets a result that tells the model what to fix — the list of
-real tool names for an unknown one, the exact argument errors for an invalid one — and a block
-that could not be parsed at all is reported the same way.
+For each call, in order: does the tool exist (404, with the real names) and is it visible to this
+run (404)? Is it available — if not, is there a ``fallback`` tool to call instead (404 if
+neither)? Do the arguments pass the schema (400, with the exact errors)? Is the tool within its
+rate limit (429)? Does it need approval, and was it given (403)? A block that could not be parsed
+at all is refused the same way (400). Every refusal is a result the model reads.
 """
 
 from __future__ import annotations
 
-from hermes_agent.pipeline.context import PlannedCall, RunContext
+import inspect
+from typing import Any
+
+from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.status import Status
+from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall, ToolResult
 
 
 class ToolSelector:
     name = "ToolSelector"
 
-    def run(self, ctx: RunContext) -> RunContext:
+    async def run(self, ctx: RunContext) -> RunContext:
         ctx.planned = []
         ctx.rejected = []
         for position, call in enumerate(ctx.completion.tool_calls):
-            refusal = self._refusal(ctx, call)
+            refusal = await self._select(ctx, call)
             if refusal is not None:
                 ctx.rejected.append((position, refusal))
         offset = len(ctx.completion.tool_calls)
         for position, error in enumerate(ctx.completion.errors, start=offset):
             message = f"could not parse your tool call: {error.message}"
-            ctx.rejected.append(
-                (position, _error_result("", "invalid_tool_call", Status.INVALID, message))
-            )
+            refused = error_result("", "invalid_tool_call", Status.INVALID, message)
+            ctx.rejected.append((position, refused))
 
         if ctx.planned:
             ctx.unusable_turns = 0
@@ -44,15 +48,15 @@ class ToolSelector:
         ctx.emit(
             "selection",
             status=int(status),
-            planned=[{"name": p.call.name, "arguments": p.arguments} for p in ctx.planned],
+            planned=[{"name": p.tool.name, "arguments": p.arguments} for p in ctx.planned],
             rejected=[
                 {"name": r.name, "status": r.status_code, "error": r.error} for _, r in ctx.rejected
             ],
         )
         return ctx
 
-    def _refusal(self, ctx: RunContext, call: ToolCall) -> ToolResult | None:
-        tool = ctx.tools.get(call.name)
+    async def _select(self, ctx: RunContext, call: ToolCall) -> ToolResult | None:
+        tool = _lookup(ctx, call.name)
         if tool is None:
             available = ", ".join(ctx.tools) or "(none)"
             where = (
@@ -60,41 +64,76 @@ class ToolSelector:
                 if call.name in ctx.all_tool_names
                 else "does not exist"
             )
-            return _error_result(
-                call.id,
-                call.name,
-                Status.UNKNOWN_TOOL,
-                f"tool '{call.name}' {where}; available tools: {available}",
-            )
+            message = f"tool '{call.name}' {where}; available tools: {available}"
+            return error_result(call.id, call.name, Status.UNKNOWN_TOOL, message)
+
+        fallback_for = None
         if not tool.available():
-            return _error_result(
-                call.id,
-                call.name,
-                Status.UNKNOWN_TOOL,
-                f"tool '{call.name}' is unavailable right now; answer without it or try another",
-            )
+            substitute = _lookup(ctx, tool.fallback) if tool.fallback else None
+            if substitute is None or not substitute.available():
+                message = (
+                    f"tool '{tool.name}' is unavailable right now and has no working fallback; "
+                    "answer without it"
+                )
+                return error_result(call.id, call.name, Status.UNKNOWN_TOOL, message)
+            fallback_for, tool = tool.name, substitute
+
         arguments, errors = tool.validate(call.arguments)
         if errors:
-            return _error_result(
-                call.id,
-                call.name,
-                Status.INVALID,
+            message = (
                 "invalid arguments: "
                 + "; ".join(errors)
-                + ". Call the tool again with fixed arguments.",
+                + ". Call the tool again with fixed arguments."
             )
-        ctx.planned.append(PlannedCall(call, tool, arguments))
+            return error_result(call.id, tool.name, Status.INVALID, message)
+
+        if not ctx.dry_run and not ctx.runtime.admit(tool):
+            message = (
+                f"tool '{tool.name}' is rate-limited ({tool.rate_limit} calls per minute); "
+                "wait before calling it again, or answer without it"
+            )
+            return error_result(call.id, tool.name, Status.RATE_LIMITED, message)
+
+        if tool.requires_approval and not ctx.dry_run:
+            approved, reason = await _ask(ctx, call, tool, arguments)
+            ctx.approvals.append(
+                {"tool": tool.name, "arguments": arguments, "approved": approved, "reason": reason}
+            )
+            if not approved:
+                message = (
+                    f"the call to '{tool.name}' needs approval and was denied ({reason}); "
+                    "tell the user it was not done"
+                )
+                return error_result(call.id, tool.name, Status.DENIED, message)
+
+        ctx.planned.append(PlannedCall(call, tool, arguments, fallback_for))
         return None
 
 
-def _error_result(call_id: str, name: str, status: Status, message: str) -> ToolResult:
-    return ToolResult(
-        call_id=call_id,
-        name=name,
-        content={"error": message, "status": int(status)},
-        status_code=int(status),
-        error=message,
-    )
+def _lookup(ctx: RunContext, name: str | None) -> Tool | None:
+    if name is None:
+        return None
+    found = ctx.tools.get(name)
+    if found is None:
+        found = next((t for t in ctx.tools.values() if name in t.aliases), None)
+    return found
+
+
+async def _ask(
+    ctx: RunContext, call: ToolCall, tool: Tool, arguments: dict[str, Any]
+) -> tuple[bool, str]:
+    if ctx.approver is None:
+        return False, "no approver is configured, so calls that need approval are denied"
+    proposed = ToolCall(name=tool.name, arguments=arguments, id=call.id)
+    try:
+        answer = ctx.approver(proposed, tool)
+        if inspect.isawaitable(answer):
+            answer = await answer
+    except Exception as exc:
+        return False, f"the approver failed: {type(exc).__name__}: {exc}"
+    if isinstance(answer, tuple):
+        return bool(answer[0]), str(answer[1])
+    return bool(answer), "approved" if answer else "denied by the approver"
 
 
 def _stage_status(planned: int, rejected: int) -> Status:

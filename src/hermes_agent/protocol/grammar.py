@@ -156,7 +156,8 @@ def build_grammar(
         call_rules = [_call_rule(g, tool) for tool in chosen]
         more = f' ("\\n" call){_bounds(0, max_calls - 1)}' if max_calls > 1 else ""
         g.define("calls", ("scratch-pad? " if scratch_pad else "") + "call" + more)
-        g.define("call", '"<tool_call>\\n" (' + " | ".join(call_rules) + ') "\\n</tool_call>"')
+        alternatives = " | ".join(dict.fromkeys(call_rules))  # a tool listed twice: once
+        g.define("call", '"<tool_call>\\n" (' + alternatives + ') "\\n</tool_call>"')
         if scratch_pad:
             g.define(
                 "scratch-pad",

@@ -38,6 +38,21 @@ from hermes_agent.tools.schema import (
 from hermes_agent.tools.validation import argument_errors, make_validator
 
 DEFAULT_TOOLSET = "default"
+EXECUTION_MODES = ("in_process", "subprocess")
+SETTINGS = (
+    "timeout",
+    "execution_mode",
+    "memory_limit_mb",
+    "cpu_time_limit_s",
+    "cache_ttl",
+    "max_result_chars",
+    "requires_approval",
+    "fallback",
+    "aliases",
+    "rate_limit",
+    "toolset",
+)
+"""The per-tool settings a config file may set."""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 
 
@@ -46,7 +61,17 @@ class Tool:
     """A callable the model may call, with its name, description and parameters schema.
 
     ``timeout`` (seconds) overrides the agent's ``default_timeout``; ``check_fn`` returning
-    false marks the tool unavailable for now.
+    false marks the tool unavailable for now. The other settings (also settable per tool in
+    the YAML ``tools:`` section) shape how the ToolSelector and ToolExecutor treat it:
+
+    - ``execution_mode``: ``in_process`` (default) or ``subprocess`` (a pooled worker process,
+      killed on timeout, with optional ``memory_limit_mb`` and ``cpu_time_limit_s``);
+    - ``cache_ttl``: seconds a result is reused for identical arguments;
+    - ``max_result_chars``: longer results are cut, with a note the model sees;
+    - ``requires_approval``: the agent's approval callback must allow each call;
+    - ``fallback``: the tool to call instead while this one is unavailable;
+    - ``aliases``: other names the model may use for it;
+    - ``rate_limit``: calls per minute, beyond which calls get a 429 result.
     """
 
     name: str
@@ -56,6 +81,15 @@ class Tool:
     toolset: str = DEFAULT_TOOLSET
     timeout: float | None = None
     check_fn: Callable[[], bool] | None = None
+    execution_mode: str = "in_process"
+    memory_limit_mb: int | None = None
+    cpu_time_limit_s: int | None = None
+    cache_ttl: float | None = None
+    max_result_chars: int | None = None
+    requires_approval: bool = False
+    fallback: str | None = None
+    aliases: list[str] = field(default_factory=list)
+    rate_limit: int | None = None
     _validator: Draft202012Validator = field(init=False, repr=False)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
     _is_async: bool = field(init=False, repr=False, default=False)
@@ -73,7 +107,17 @@ class Tool:
             raise ToolDefinitionError(
                 f"tool {self.name!r} has an invalid parameters schema: {exc.message}"
             ) from exc
+        if self.execution_mode not in EXECUTION_MODES:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: execution_mode must be one of {', '.join(EXECUTION_MODES)}, "
+                f"got {self.execution_mode!r}"
+            )
         self._is_async = inspect.iscoroutinefunction(self.function)
+        if self._is_async and self.execution_mode == "subprocess":
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: an async function cannot run in subprocess mode; "
+                "make it a plain function or use execution_mode: in_process"
+            )
         self._coercer = _coercion_model(self.function)
         self._spec = openai_tool(self.name, self.description, self.parameters)
 
@@ -88,9 +132,11 @@ class Tool:
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
+        **settings: Any,
     ) -> Tool:
         """Build a tool from a function; name, description and schema default to what the
-        function's name, docstring and type hints say."""
+        function's name, docstring and type hints say. ``settings`` are the other fields
+        (``execution_mode``, ``cache_ttl``, ...)."""
         summary, _ = describe_function(function)
         schema = (
             schema_from_mapping(parameters, function)
@@ -105,7 +151,19 @@ class Tool:
             toolset=toolset,
             timeout=timeout,
             check_fn=check_fn,
+            **settings,
         )
+
+    def configure(self, **settings: Any) -> Tool:
+        """Apply per-tool settings (from a config file) in place; unknown names are errors."""
+        for key, value in settings.items():
+            if key not in SETTINGS:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r}: unknown setting {key!r} (known: {', '.join(SETTINGS)})"
+                )
+            setattr(self, key, value)
+        self.__post_init__()
+        return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (a decorated tool stays usable in code)."""
@@ -152,6 +210,7 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     toolset: str = DEFAULT_TOOLSET,
     timeout: float | None = None,
+    **settings: Any,
 ) -> Any:
     """Turn a function into a ``Tool`` outside any agent (for tool modules the CLI loads with
     ``--tools`` and for ``Agent(tools=[...])``). The result is still callable as the function.
@@ -172,6 +231,7 @@ def tool(
             parameters=parameters,
             toolset=toolset,
             timeout=timeout,
+            **settings,
         )
 
     return make(function) if function is not None else make
@@ -210,7 +270,11 @@ class ToolRegistry:
         self._tools.pop(name, None)
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        """The tool called ``name``, or whose ``aliases`` include it."""
+        found = self._tools.get(name)
+        if found is None:
+            found = next((t for t in self._tools.values() if name in t.aliases), None)
+        return found
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

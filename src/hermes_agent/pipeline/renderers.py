@@ -1,0 +1,116 @@
+"""Renderers: the final answer in the format a channel needs.
+
+Built in: ``text`` (the answer as is), ``markdown`` (the answer, plus a table when a tool returned
+a list of records), ``json`` (answer, status and tool data as one JSON object) and ``table`` (a
+markdown table of the latest list-of-records tool data). A renderer is chosen per call
+(``output_format=`` or ``channel=``) or in the config; custom ones are added with
+``agent.add_renderer(name, function)`` — a function of ``RenderInput`` returning a string.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hermes_agent.types import ToolCallRecord
+
+DEFAULT_CHANNELS = {"cli": "text", "terminal": "text", "web": "markdown", "api": "json"}
+
+
+@dataclass(slots=True)
+class RenderInput:
+    """What a renderer sees: the answer, the run's status, and every tool call with its data."""
+
+    output: str
+    status: int
+    tool_calls: list[ToolCallRecord]
+
+    def latest_records(self) -> list[dict[str, Any]] | None:
+        """The most recent successful tool data that is a non-empty list of dicts."""
+        for call in reversed(self.tool_calls):
+            data = call.result
+            ok = call.error is None and isinstance(data, list) and bool(data)
+            if ok and all(isinstance(row, dict) for row in data):
+                return data  # type: ignore[no-any-return]
+        return None
+
+
+@dataclass(slots=True)
+class RenderedMessage:
+    """The answer as rendered for its channel."""
+
+    content: str
+    format: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+Renderer = Callable[[RenderInput], str]
+
+
+def render_text(view: RenderInput) -> str:
+    return view.output
+
+
+def render_table(view: RenderInput) -> str:
+    records = view.latest_records()
+    return markdown_table(records) if records else view.output
+
+
+def render_markdown(view: RenderInput) -> str:
+    records = view.latest_records()
+    if not records:
+        return view.output
+    return f"{view.output}\n\n{markdown_table(records)}"
+
+
+def render_json(view: RenderInput) -> str:
+    document = {
+        "output": view.output,
+        "status": view.status,
+        "tool_results": [
+            {"name": call.name, "data": call.result}
+            for call in view.tool_calls
+            if call.error is None
+        ],
+    }
+    return json.dumps(document, ensure_ascii=False, default=str)
+
+
+BUILTIN_RENDERERS: dict[str, Renderer] = {
+    "text": render_text,
+    "markdown": render_markdown,
+    "json": render_json,
+    "table": render_table,
+}
+
+
+def markdown_table(records: list[dict[str, Any]]) -> str:
+    """A markdown table from a list of dicts; columns in first-seen order."""
+    columns: list[str] = []
+    for row in records:
+        columns.extend(key for key in row if key not in columns)
+    lines = [
+        "| " + " | ".join(_cell(c) for c in columns) + " |",
+        "|" + "|".join("---" for _ in columns) + "|",
+    ]
+    lines.extend(
+        "| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for row in records
+    )
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def rendered(view: RenderInput, name: str, renderer: Renderer) -> RenderedMessage:
+    sources = list(dict.fromkeys(c.name for c in view.tool_calls if c.error is None))
+    return RenderedMessage(
+        content=renderer(view),
+        format=name,
+        metadata={"rendered_at": time.time(), "source_tools": sources},
+    )
