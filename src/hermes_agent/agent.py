@@ -26,9 +26,17 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, overload
 
+from hermes_agent.audit.recorder import Recorder
+from hermes_agent.audit.records import AuditSink, Redactor
 from hermes_agent.config import HermesConfig, ModelConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
-from hermes_agent.memory.session import InMemorySessionStore, SessionStore, window
+from hermes_agent.memory.session import (
+    InMemorySessionStore,
+    SessionStore,
+    split_history,
+    summarize,
+    transcript,
+)
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, RunContext
 from hermes_agent.pipeline.hooks import HOOK_POINTS, Hook, Hooks, load_hook
@@ -36,7 +44,7 @@ from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
 from hermes_agent.tools.runtime import ToolRuntime
-from hermes_agent.types import Event, RunResult
+from hermes_agent.types import Event, Message, RunResult, Usage
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,6 +82,13 @@ class Agent:
         output_format: str = "text",
         channels: Mapping[str, str] | None = None,
         tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
+        storage: Any = None,
+        audit: bool = True,
+        secrets: Iterable[str] = (),
+        redact_patterns: Iterable[str] = (),
+        summarize_with_model: bool | None = None,
+        price_per_1k_prompt: float | None = None,
+        price_per_1k_completion: float | None = None,
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
@@ -92,7 +107,19 @@ class Agent:
         self.history_window = history_window
         self.summary_max_chars = summary_max_chars
         self.toolsets = list(toolsets) if toolsets is not None else None
-        self.sessions: SessionStore = session_store or InMemorySessionStore()
+        if isinstance(storage, str):
+            from hermes_agent.storage import SqlStorage
+
+            storage = SqlStorage(storage)
+        self.storage = storage
+        self.sessions: SessionStore = session_store or (
+            storage.sessions if storage is not None else InMemorySessionStore()
+        )
+        self.audit_sink: AuditSink | None = storage.audit if storage is not None and audit else None
+        self.redactor = Redactor(secrets, redact_patterns)
+        self.summarize_with_model = summarize_with_model
+        self.prices = (price_per_1k_prompt, price_per_1k_completion)
+        self._summaries: dict[tuple[str, int], str] = {}
         self.registry = ToolRegistry()
         self.hooks = Hooks()
         self.runtime = ToolRuntime()
@@ -133,6 +160,13 @@ class Agent:
         options["output_format"] = config.output.format
         options["channels"] = config.output.channels
         options["tool_settings"] = {name: t.settings() for name, t in config.tools.items()}
+        if config.storage is not None:
+            options["storage"] = config.storage.url
+        options["audit"] = config.audit.enabled
+        options["redact_patterns"] = config.audit.redact_patterns
+        options["secrets"] = [config.model.api_key] if config.model.api_key else []
+        options["price_per_1k_prompt"] = config.model.price_per_1k_prompt
+        options["price_per_1k_completion"] = config.model.price_per_1k_completion
         options.update(overrides)
         model = options.pop("model", None) or build_model(config.model)
         agent = cls(model, **options)
@@ -323,16 +357,77 @@ class Agent:
         if not lock.acquire(blocking=False):
             await asyncio.to_thread(lock.acquire)
         try:
+            history, summary_usage = await self._history(session_id)
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
+            ctx.history = history
+            ctx.usage.add(summary_usage)
             ctx.dry_run = dry_run
             ctx.renderer_name = self._format_for(output_format, channel)
             ctx.renderer = self.renderers[ctx.renderer_name]
-            result = await run_turn(ctx)
+            if self.audit_sink is not None and not dry_run:
+                ctx.recorder = Recorder(self.audit_sink, self.redactor)
+            try:
+                result = await run_turn(ctx)
+            finally:
+                if ctx.recorder is not None:
+                    ctx.recorder.commit()  # whatever whole steps a failing run left
             if ctx.new_messages and not dry_run:
                 self.sessions.append(session_id, ctx.new_messages)
+            result.cost = self._cost(result.usage)
             return result
         finally:
             lock.release()
+
+    async def _history(self, session_id: str) -> tuple[list[Message], Usage]:
+        """The session's history as the prompt carries it: a summary of the turns beyond
+        ``history_window`` (made by the model where it can, extractive otherwise), then the
+        recent turns verbatim."""
+        old, kept = split_history(self.sessions.load(session_id), self.history_window)
+        if not old or self.summary_max_chars <= 0:
+            return kept, Usage()
+        key = (session_id, len(old))
+        usage = Usage()
+        summary = self._summaries.get(key)
+        if summary is None:
+            summary, usage = await self._summarize(old)
+            self._summaries = {k: v for k, v in self._summaries.items() if k[0] != session_id}
+            self._summaries[key] = summary
+        return ([Message("system", summary)] if summary else []) + kept, usage
+
+    async def _summarize(self, turns: list[list[Message]]) -> tuple[str, Usage]:
+        use_model = self.summarize_with_model
+        if use_model is None:  # by default only models that can write a useful summary
+            use_model = bool(getattr(self.model, "can_summarize", False))
+        if use_model:
+            limit = self.summary_max_chars
+            request = [
+                Message(
+                    "system",
+                    f"Summarise the conversation below in at most {limit} characters. Keep "
+                    "names, numbers and decisions. Answer with the summary only.",
+                ),
+                Message("user", transcript(turns)),
+            ]
+            try:
+                response = await self.model.complete(
+                    request, [], ModelSettings(tool_choice="none", max_tokens=max(32, limit // 2))
+                )
+                text = " ".join(response.completion.content.split())
+                if text:
+                    return f"Earlier in this conversation: {text}"[:limit], response.usage
+            except HermesAgentError:
+                pass  # the extractive summary below still keeps the gist
+        return summarize(turns, self.summary_max_chars), Usage()
+
+    def _cost(self, usage: Usage) -> float | None:
+        prompt_price, completion_price = self.prices
+        if prompt_price is None and completion_price is None:
+            return None
+        return round(
+            usage.prompt_tokens / 1000 * (prompt_price or 0.0)
+            + usage.completion_tokens / 1000 * (completion_price or 0.0),
+            8,
+        )
 
     async def astream(
         self,
@@ -384,9 +479,6 @@ class Agent:
             )
         if chosen == "required" and not tools:
             raise HermesAgentError("tool_choice 'required' needs at least one registered tool")
-        history = window(
-            self.sessions.load(session_id), self.history_window, self.summary_max_chars
-        )
         return RunContext(
             request_id=str(uuid.uuid4()),
             session_id=session_id,
@@ -403,7 +495,6 @@ class Agent:
             all_tool_names=self.registry.names(),
             executor=self._thread_pool(),
             system_prompt=self.system_prompt,
-            history=history,
             listener=listener,
             stream=stream,
             hooks=self.hooks,

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hermes_agent.errors import ConfigError
 
+DEFAULT_STORAGE_URL = "sqlite:///.hermes/state.db"
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -56,6 +57,10 @@ class ModelConfig(_Strict):
     use_grammar: bool = True
     max_calls: int = Field(default=1, ge=1)
     """llamacpp: how many tool calls the grammar allows in one turn."""
+    context_window: int | None = Field(default=None, gt=0)
+    """openai: the endpoint model's context size in tokens; prompts are fitted to it."""
+    price_per_1k_prompt: float | None = Field(default=None, ge=0)
+    price_per_1k_completion: float | None = Field(default=None, ge=0)
     responses: list[str] = Field(default_factory=list)
     """For ``provider: scripted``: the completions to answer with, in order."""
 
@@ -112,6 +117,19 @@ class OutputConfig(_Strict):
     channels: dict[str, str] = Field(default_factory=dict)
 
 
+class StorageConfig(_Strict):
+    """Where sessions and the audit trail live (SQLAlchemy URL; SQLite or PostgreSQL)."""
+
+    url: str = DEFAULT_STORAGE_URL
+
+
+class AuditConfig(_Strict):
+    """The audit trail: on or off, and what to redact besides the API key."""
+
+    enabled: bool = True
+    redact_patterns: list[str] = Field(default_factory=list)
+
+
 class HermesConfig(_Strict):
     """The whole configuration file."""
 
@@ -121,6 +139,8 @@ class HermesConfig(_Strict):
     hooks: dict[str, list[HookSpec]] = Field(default_factory=dict)
     renderers: dict[str, HookSpec] = Field(default_factory=dict)
     output: OutputConfig = Field(default_factory=OutputConfig)
+    storage: StorageConfig | None = None
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     source: str = Field(default="<config>", exclude=True)
     """Where the config came from (for error messages); set by the loader."""
 

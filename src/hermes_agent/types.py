@@ -149,6 +149,7 @@ class Step:
     parse_errors: list[str] = field(default_factory=list)
     status_code: int = 200
     duration_ms: float = 0.0
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass(slots=True)
@@ -171,6 +172,8 @@ class RunResult:
     """Each approval decision: tool, arguments, approved, reason."""
     rendered: Any = None
     """The answer rendered for its channel (a ``RenderedMessage``)."""
+    cost: float | None = None
+    """In the config's currency, when prices per 1k tokens are set."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""

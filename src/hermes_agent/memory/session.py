@@ -60,17 +60,37 @@ def split_turns(messages: Sequence[Message]) -> list[list[Message]]:
     return turns
 
 
+def split_history(
+    messages: Sequence[Message], history_window: int
+) -> tuple[list[list[Message]], list[Message]]:
+    """(turns to fold into a summary, messages to keep verbatim)."""
+    turns = split_turns(messages)
+    if len(turns) <= history_window:
+        return [], list(messages)
+    cut = len(turns) - history_window
+    return turns[:cut], [message for turn in turns[cut:] for message in turn]
+
+
 def window(
     messages: Sequence[Message], history_window: int, summary_max_chars: int
 ) -> list[Message]:
-    """The history a prompt should carry: a summary of old turns, then the recent ones."""
-    turns = split_turns(messages)
-    if len(turns) <= history_window:
-        return list(messages)
-    old, recent = turns[: len(turns) - history_window], turns[len(turns) - history_window :]
-    kept = [message for turn in recent for message in turn]
-    summary = summarize(old, summary_max_chars)
+    """The history a prompt should carry: an extractive summary of old turns, then the recent
+    ones verbatim."""
+    old, kept = split_history(messages, history_window)
+    summary = summarize(old, summary_max_chars) if old else ""
     return ([Message("system", summary)] if summary else []) + kept
+
+
+def transcript(turns: Sequence[Sequence[Message]]) -> str:
+    """Old turns as plain "User: ... / Assistant: ..." lines, the input of a model summary."""
+    lines = []
+    for turn in turns:
+        for message in turn:
+            if message.role == "user":
+                lines.append(f"User: {message.content}")
+            elif message.role == "assistant" and message.content:
+                lines.append(f"Assistant: {message.content}")
+    return "\n".join(lines)
 
 
 def summarize(turns: Sequence[Sequence[Message]], max_chars: int) -> str:

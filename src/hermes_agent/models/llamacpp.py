@@ -303,6 +303,15 @@ class LlamaCpp:
         with loaded.lock:
             return len(loaded.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
+    def render_prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> str:
+        """The ChatML text as the model receives it (for the audit trail)."""
+        return self.prompt(messages, tools, settings)
+
     def prompt(
         self,
         messages: Sequence[Message],

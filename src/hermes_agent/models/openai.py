@@ -88,6 +88,9 @@ class OpenAICompatible:
         print(response.text)
     """
 
+    can_summarize = True
+    """The agent may ask this model to summarise old turns of a long session."""
+
     def __init__(
         self,
         model_name: str,
@@ -211,6 +214,15 @@ class OpenAICompatible:
         if tail:
             yield StreamChunk(tail)
         yield StreamChunk("", usage=usage)
+
+    def render_prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> str:
+        """The request body as it is sent (JSON), for the audit trail."""
+        return json.dumps(self._request(messages, tools, settings), ensure_ascii=False)
 
     # -- request --------------------------------------------------------------------------------
 

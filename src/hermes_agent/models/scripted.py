@@ -27,6 +27,7 @@ from typing import Any
 
 from hermes_agent.errors import ModelError
 from hermes_agent.models.base import ModelSettings
+from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Message, ModelResponse, StreamChunk, Usage
 
@@ -45,7 +46,9 @@ class ScriptedRequest:
 class ScriptedModel:
     """A model that answers from a script: a list of completions, or a function.
 
-    ``chunk_size`` sets how ``stream`` splits each completion (characters per chunk).
+    ``chunk_size`` sets how ``stream`` splits each completion (characters per chunk);
+    ``context_window`` (tokens, estimated) makes the agent fit prompts to it, as it does for a
+    real model.
     Usage counts are rough (characters / 4), enough to see them move in a test.
     """
 
@@ -55,8 +58,10 @@ class ScriptedModel:
         *,
         name: str = "scripted",
         chunk_size: int = 4,
+        context_window: int | None = None,
     ) -> None:
         self.name = name
+        self.context_window = context_window
         self.chunk_size = max(1, chunk_size)
         self._function: ScriptFunction | None = None
         self._responses: list[str] = []
@@ -84,6 +89,18 @@ class ScriptedModel:
         text = self._responses[self._next]
         self._next += 1
         return text
+
+    def render_prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> str:
+        """What a Hermes model would be sent (ChatML), for the audit trail and replay."""
+        wire = render_conversation(
+            messages, tools, scratch_pad=settings.scratch_pad, tool_choice=settings.tool_choice
+        )
+        return to_chatml(wire)
 
     async def complete(
         self,

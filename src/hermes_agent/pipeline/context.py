@@ -13,6 +13,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_agent.audit.recorder import Recorder
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.hooks import Hooks
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
@@ -88,6 +89,8 @@ class RunContext:
     renderer: Renderer | None = None
     variables: dict[str, Any] = field(default_factory=dict)
     """Values for ``{{ name }}`` placeholders in the system prompt (hooks fill them)."""
+    recorder: Recorder | None = None
+    """The audit trail of this run (``None``: auditing off, and free)."""
 
     messages: list[Message] = field(default_factory=list)
     """The conversation as the model sees it: system, history, this run's turns."""
@@ -96,6 +99,8 @@ class RunContext:
     tool_specs: list[dict[str, Any]] = field(default_factory=list)
     step: int = 0
     steps: list[Step] = field(default_factory=list)
+    turn_settings: ModelSettings | None = None
+    """The settings of the latest model request (tool_choice relaxes after the first turn)."""
     completion: Completion = field(default_factory=Completion)
     completion_text: str = ""
     planned: list[PlannedCall] = field(default_factory=list)
@@ -110,6 +115,8 @@ class RunContext:
     usage: Usage = field(default_factory=Usage)
     output: str = ""
     status: int = Status.OK
+    stage_status: int = Status.OK
+    """The status of the stage that ran last."""
     error: str | None = None
     finished: bool = False
     """True once the model answered without calling a tool (or the run failed)."""
@@ -123,6 +130,7 @@ class RunContext:
 
     def log_stage(self, stage: str, status: int, **details: Any) -> None:
         """One debug line per stage, e.g. ``ThoughtGenerator: status=200, selected_tools=[...]``."""
+        self.stage_status = status
         if logger.isEnabledFor(logging.INFO):
             extra = "".join(f", {key}={value!r}" for key, value in details.items())
             logger.info("%s: status=%d%s", stage, status, extra)

@@ -16,6 +16,7 @@ in the RunContext.
 from __future__ import annotations
 
 import inspect
+import time
 from typing import Any, Protocol
 
 from hermes_agent.pipeline.context import RunContext
@@ -71,13 +72,16 @@ async def run_turn(ctx: RunContext) -> RunResult:
 
 
 async def _run_stage(ctx: RunContext, stage: str, runner: Stage) -> None:
-    """One stage between its hooks. A failing hook fails the run with 500 — cleanly."""
-    if not await _hooks(ctx, f"pre_{stage}", runner.name):
-        return
-    outcome = runner.run(ctx)
-    if inspect.isawaitable(outcome):
-        await outcome
-    await _hooks(ctx, f"post_{stage}", runner.name)
+    """One stage between its hooks, then its audit record. A failing hook fails the run with
+    500 — cleanly."""
+    started = time.perf_counter_ns()
+    if await _hooks(ctx, f"pre_{stage}", runner.name):
+        outcome = runner.run(ctx)
+        if inspect.isawaitable(outcome):
+            await outcome
+        await _hooks(ctx, f"post_{stage}", runner.name)
+    if ctx.recorder is not None:
+        ctx.recorder.record(ctx, stage, runner.name, started)
 
 
 async def _hooks(ctx: RunContext, point: str, stage_name: str) -> bool:

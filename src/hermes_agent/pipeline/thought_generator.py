@@ -15,6 +15,7 @@ from typing import Any
 from hermes_agent.errors import ModelError
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.context import RunContext
+from hermes_agent.pipeline.context_window import fit_to_context
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.parser import (
     ScratchPadDelta,
@@ -41,6 +42,8 @@ class ThoughtGenerator:
             # A forced call applies to the first turn only; afterwards the model must be free
             # to answer in text, or it could never finish.
             settings = dataclasses.replace(settings, tool_choice="auto")
+        ctx.turn_settings = settings
+        fit_to_context(ctx)
         try:
             if ctx.stream:
                 response = await _streamed(ctx, settings)
@@ -77,6 +80,7 @@ class ThoughtGenerator:
                 parse_errors=[error.message for error in completion.errors],
                 status_code=int(status),
                 duration_ms=(time.perf_counter_ns() - started) / 1e6,
+                usage=response.usage,
             )
         )
         names = [call.name for call in completion.tool_calls]
