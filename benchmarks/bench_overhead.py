@@ -16,7 +16,7 @@ import json
 import statistics
 import time
 
-from hermes_agent import Agent, ScriptedModel
+from hermes_agent import Agent, ScriptedModel, Tool
 
 CALL = '<tool_call>\n{"name": "echo", "arguments": {"value": 1}}\n</tool_call>'
 
@@ -37,14 +37,15 @@ class Script:
         return CALL if self.remaining >= 0 else "done"
 
 
-def time_runs(steps: int, runs: int) -> list[float]:
+def time_runs(steps: int, runs: int, mode: str = "in_process") -> list[float]:
     """Seconds per step for each of ``runs`` runs of ``steps`` tool-calling steps.
 
     One agent serves every run, as in an application; each run starts a fresh session so the
     history does not grow from run to run.
     """
     script = Script()
-    agent = Agent(model=ScriptedModel(script), tools=[echo], max_iterations=steps + 1)
+    tool = Tool.from_function(echo, execution_mode=mode)
+    agent = Agent(model=ScriptedModel(script), tools=[tool], max_iterations=steps + 1)
     samples = []
     for _ in range(runs):
         script.remaining = steps
@@ -64,19 +65,23 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     options = parser.parse_args()
     time_runs(10, 5)  # warm up imports and the event loop
-    medians: dict[int, float] = {}
-    for steps in (10, 200):
-        runs = options.runs if steps == 10 else max(5, options.runs // 4)
-        medians[steps] = statistics.median(time_runs(steps, runs))
-    ratio = medians[200] / medians[10]
+    results: dict[str, dict[int, float]] = {}
+    for mode in ("in_process", "inline"):
+        medians = results[mode] = {}
+        for steps in (10, 200):
+            runs = options.runs if steps == 10 else max(5, options.runs // 4)
+            medians[steps] = statistics.median(time_runs(steps, runs, mode))
     if options.json:
-        print(json.dumps({"per_step_us": {k: v * 1e6 for k, v in medians.items()}, "ratio": ratio}))
+        print(json.dumps({m: {k: v * 1e6 for k, v in r.items()} for m, r in results.items()}))
         return
-    print("| steps per run | median per-step overhead |")
-    print("|---|---|")
-    for steps, seconds in medians.items():
-        print(f"| {steps} | {seconds * 1e6:.1f} µs |")
-    print(f"\nN=200 / N=10 per-step ratio: {ratio:.2f} (target ≤ 1.5); N=10 target ≤ 120 µs")
+    print("| sync tool mode | N=10 per step | N=200 per step | N=200 / N=10 |")
+    print("|---|---|---|---|")
+    for mode, medians in results.items():
+        ratio = medians[200] / medians[10]
+        print(
+            f"| {mode} | {medians[10] * 1e6:.1f} µs | {medians[200] * 1e6:.1f} µs | {ratio:.2f} |"
+        )
+    print("\nTargets: ≤ 120 µs per step at N=10; N=200 / N=10 ≤ 1.5.")
 
 
 if __name__ == "__main__":

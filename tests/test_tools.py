@@ -6,6 +6,8 @@ from enum import Enum
 from typing import Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from hermes_agent import Agent, ScriptedModel, Tool, ToolDefinitionError, tool
@@ -162,3 +164,31 @@ def test_module_level_tool_decorator_and_toolsets() -> None:
     agent = Agent(model=ScriptedModel([]), tools=[quote, get_weather])
     assert agent.registry.toolsets() == {"finance": ["quote"], "default": ["get_weather"]}
     assert [t.name for t in agent.registry.visible(["finance"])] == ["quote"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["city", "unit", "days", "extra"]),
+        st.one_of(
+            st.integers(),
+            st.floats(allow_nan=False),
+            st.text(max_size=5),
+            st.booleans(),
+            st.none(),
+            st.sampled_from(["celsius", "fahrenheit"]),
+            st.lists(st.integers(), max_size=2),
+        ),
+    )
+)
+def test_fast_check_agrees_with_jsonschema(arguments: dict) -> None:
+    from hermes_agent.tools.validation import argument_errors
+
+    weather = Tool.from_function(get_weather)
+    assert weather._fast_check is not None
+    try:
+        weather._fast_check(arguments)
+        fast_ok = True
+    except Exception:
+        fast_ok = False
+    assert fast_ok == (argument_errors(weather._validator, arguments) == [])

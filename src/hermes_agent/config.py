@@ -82,7 +82,7 @@ class AgentConfig(_Strict):
 class ToolConfig(_Strict):
     """Per-tool settings, applied to the registered tool of the same name."""
 
-    execution_mode: Literal["in_process", "subprocess"] | None = None
+    execution_mode: Literal["in_process", "subprocess", "inline"] | None = None
     timeout: float | None = Field(default=None, gt=0)
     memory_limit_mb: int | None = Field(default=None, gt=0)
     cpu_time_limit_s: int | None = Field(default=None, gt=0)

@@ -6,7 +6,7 @@ outside world (config files) is pydantic and lives in ``config.py``.
 
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -18,7 +18,7 @@ or the name of one tool that must be called."""
 
 def new_call_id() -> str:
     """A short unique id for a tool call, in the style OpenAI-compatible servers use."""
-    return "call_" + uuid.uuid4().hex[:24]
+    return "call_" + os.urandom(12).hex()
 
 
 @dataclass(slots=True)

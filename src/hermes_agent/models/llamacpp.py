@@ -28,6 +28,8 @@ Needs the ``local`` extra (``pip install "hermes-agent-core[local]"``); without 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -144,6 +146,18 @@ class _Loaded:
 
 _LOADED: dict[tuple[str, int], _Loaded] = {}
 _LOAD_LOCK = threading.Lock()
+
+
+@atexit.register
+def _unload_all() -> None:
+    # Free the models while llama_cpp's module globals still exist; left to garbage collection
+    # at interpreter exit, Llama.__del__ runs after they are gone and prints a TypeError.
+    with _LOAD_LOCK:
+        loaded = list(_LOADED.values())
+        _LOADED.clear()
+    for item in loaded:
+        with contextlib.suppress(Exception):
+            item.llm.close()
 
 
 def _load(path: str, n_ctx: int, n_threads: int, seed: int, repack_weights: bool) -> _Loaded:

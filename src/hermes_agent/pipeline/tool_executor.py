@@ -138,6 +138,8 @@ async def _call(ctx: RunContext, plan: PlannedCall, timeout: float) -> Any:
         future = ctx.executor.submit(pool.call, plan.arguments, timeout)
         async with asyncio.timeout(timeout + 5):
             return await _in_thread(future)
+    if tool.execution_mode == "inline":
+        return tool.function(**plan.arguments)  # opted in: fast and pure, no thread hop
     async with asyncio.timeout(timeout):
         if tool.is_async:
             return await tool.function(**plan.arguments)

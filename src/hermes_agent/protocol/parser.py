@@ -177,9 +177,38 @@ def parse_completion(text: str, *, new_id: Callable[[], str] = new_call_id) -> C
     ``new_id`` makes ids for calls whose JSON has no ``"id"`` (pass a counter for
     reproducible ids in tests and replays).
     """
+    fast = _common_case(text, new_id)
+    if fast is not None:
+        return fast
     parser = StreamParser(new_id=new_id)
     parser.feed(text)
     return parser.close()
+
+
+def _common_case(text: str, new_id: Callable[[], str]) -> Completion | None:
+    """The two shapes most turns have — plain text, or exactly one clean
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` — read without the scanner.
+    Only texts with no other ``<`` anywhere qualify, so the answer is the scanner's answer;
+    anything else returns ``None`` and takes the full path."""
+    if "<" not in text:
+        return Completion(content=text.strip())
+    body = text.strip()
+    if not (
+        body.startswith("<tool_call>") and body.endswith("</tool_call>") and body.count("<") == 2
+    ):
+        return None
+    try:
+        item = json.loads(body[len("<tool_call>") : -len("</tool_call>")])
+    except ValueError:
+        return None
+    if not (isinstance(item, dict) and item.keys() <= {"name", "arguments", "id"}):
+        return None
+    name, arguments, call_id = item.get("name"), item.get("arguments"), item.get("id")
+    if not (isinstance(name, str) and name.strip() and isinstance(arguments, dict)):
+        return None
+    if not (isinstance(call_id, str) and call_id):
+        call_id = new_id()
+    return Completion(tool_calls=[ToolCall(name=name.strip(), arguments=arguments, id=call_id)])
 
 
 class StreamParser:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ValidationError
@@ -35,10 +36,10 @@ from hermes_agent.tools.schema import (
     schema_from_function,
     schema_from_mapping,
 )
-from hermes_agent.tools.validation import argument_errors, make_validator
+from hermes_agent.tools.validation import argument_errors, make_fast_check, make_validator
 
 DEFAULT_TOOLSET = "default"
-EXECUTION_MODES = ("in_process", "subprocess")
+EXECUTION_MODES = ("in_process", "subprocess", "inline")
 SETTINGS = (
     "timeout",
     "execution_mode",
@@ -64,8 +65,11 @@ class Tool:
     false marks the tool unavailable for now. The other settings (also settable per tool in
     the YAML ``tools:`` section) shape how the ToolSelector and ToolExecutor treat it:
 
-    - ``execution_mode``: ``in_process`` (default) or ``subprocess`` (a pooled worker process,
-      killed on timeout, with optional ``memory_limit_mb`` and ``cpu_time_limit_s``);
+    - ``execution_mode``: ``in_process`` (default: sync functions run in the agent's thread
+      pool), ``subprocess`` (a pooled worker process, killed on timeout, with optional
+      ``memory_limit_mb`` and ``cpu_time_limit_s``) or ``inline`` (a sync function called
+      right on the event loop: no thread hop, for fast pure functions only — it blocks the
+      loop while it runs and its timeout cannot interrupt it);
     - ``cache_ttl``: seconds a result is reused for identical arguments;
     - ``max_result_chars``: longer results are cut, with a note the model sees;
     - ``requires_approval``: the agent's approval callback must allow each call;
@@ -91,6 +95,7 @@ class Tool:
     aliases: list[str] = field(default_factory=list)
     rate_limit: int | None = None
     _validator: Draft202012Validator = field(init=False, repr=False)
+    _fast_check: Callable[[Any], Any] | None = field(init=False, repr=False, default=None)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
     _is_async: bool = field(init=False, repr=False, default=False)
     _spec: dict[str, Any] = field(init=False, repr=False)
@@ -103,6 +108,7 @@ class Tool:
             )
         try:
             self._validator = make_validator(self.parameters)
+            self._fast_check = make_fast_check(self.parameters)
         except SchemaError as exc:
             raise ToolDefinitionError(
                 f"tool {self.name!r} has an invalid parameters schema: {exc.message}"
@@ -113,10 +119,10 @@ class Tool:
                 f"got {self.execution_mode!r}"
             )
         self._is_async = inspect.iscoroutinefunction(self.function)
-        if self._is_async and self.execution_mode == "subprocess":
+        if self._is_async and self.execution_mode != "in_process":
             raise ToolDefinitionError(
-                f"tool {self.name!r}: an async function cannot run in subprocess mode; "
-                "make it a plain function or use execution_mode: in_process"
+                f"tool {self.name!r}: an async function cannot run in {self.execution_mode} "
+                "mode; make it a plain function or use execution_mode: in_process"
             )
         self._coercer = _coercion_model(self.function)
         self._spec = openai_tool(self.name, self.description, self.parameters)
@@ -187,6 +193,12 @@ class Tool:
         one chance to coerce obvious cases ("5" → 5 for an ``int``); the coerced arguments must
         then pass the schema too, otherwise the original errors are reported.
         """
+        if self._fast_check is not None:
+            try:
+                self._fast_check(arguments)
+                return arguments, []
+            except fastjsonschema.JsonSchemaException:
+                pass  # invalid: let jsonschema say why, in words the model can use
         errors = argument_errors(self._validator, arguments)
         if not errors or self._coercer is None:
             return arguments, errors

@@ -8,9 +8,10 @@ the argument so a small model can fix exactly that one.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
@@ -29,6 +30,16 @@ def make_validator(schema: dict[str, Any]) -> Draft202012Validator:
     """A compiled validator for one tool (built once at registration, reused for every call)."""
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
+
+
+def make_fast_check(schema: dict[str, Any]) -> Callable[[Any], Any] | None:
+    """A yes/no check compiled to Python code (fastjsonschema), ~20× faster than jsonschema
+    on the valid calls that are the common case; jsonschema still words the errors. ``None``
+    when the schema uses something the compiler does not support."""
+    try:
+        return fastjsonschema.compile(schema, use_default=False, use_formats=False)  # type: ignore[no-any-return]
+    except Exception:
+        return None
 
 
 def argument_errors(validator: Draft202012Validator, arguments: dict[str, Any]) -> list[str]:
