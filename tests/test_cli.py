@@ -136,3 +136,18 @@ def test_unit_conversion_and_datetime() -> None:
     assert current_datetime("UTC").endswith("+00:00")
     with pytest.raises(ValueError, match="unknown timezone"):
         current_datetime("Mars/Base")
+
+
+def test_chat_streams_answers_and_shows_calls_as_they_happen(scripted_config: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_agent", "chat", "--config", str(scripted_config)],
+        input="What is 17 * 23?\n/exit\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert '→ calculator({"expression": "17 * 23"})' in out
+    assert "← calculator [200]" in out
+    assert out.index("→ calculator") < out.index("17 * 23 = 391")
