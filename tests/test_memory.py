@@ -161,10 +161,17 @@ def test_every_stage_leaves_a_record_written_in_whole_steps_and_redacted() -> No
         "completion",
         "selection",
         "tool",
-        "prompt",
+        "prompt_added",
         "completion",
         "output",
     ]
+    # The second prompt is recorded as what was added to the first; together they are exactly
+    # the prompt the model received.
+    generation = "<|im_start|>assistant\n"
+    second = agent.model.requests[1]  # type: ignore[attr-defined]
+    sent = agent.model.render_prompt(second.messages, second.tools, second.settings)  # type: ignore[attr-defined]
+    rebuilt = records[1].content.removesuffix(generation) + records[5].content + generation
+    assert rebuilt == agent.redactor(sent)
     assert all(r.latency_ms >= 0 and r.timestamp_ns > 0 for r in records)
     prompt = records[1].content
     assert prompt.startswith("<|im_start|>system\nYou are a function calling AI model.")

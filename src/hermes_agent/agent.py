@@ -108,6 +108,7 @@ class Agent:
         self.history_window = history_window
         self.summary_max_chars = summary_max_chars
         self.toolsets = list(toolsets) if toolsets is not None else None
+        self._owns_storage = isinstance(storage, str)
         if isinstance(storage, str):
             from hermes_agent.storage import SqlStorage
 
@@ -118,6 +119,8 @@ class Agent:
         )
         self.audit_sink: AuditSink | None = storage.audit if storage is not None and audit else None
         self.redactor = Redactor(secrets, redact_patterns)
+        if storage is not None and self.redactor and hasattr(storage.sessions, "redactor"):
+            storage.sessions.redactor = self.redactor  # secrets stay out of stored messages
         self.summarize_with_model = summarize_with_model
         self.prices = (price_per_1k_prompt, price_per_1k_completion)
         self._summaries: dict[tuple[str, int], str] = {}
@@ -503,6 +506,19 @@ class Agent:
             approver=self.approver,
         )
 
+    def replay(self, request_id: str) -> Any:
+        """Re-run a recorded request with its recorded model outputs against the current tools
+        and prompts; the ``ReplayReport`` says per step whether calls, results and the output
+        still match. Needs ``storage`` (where the request was recorded)."""
+        if self.storage is None:
+            raise HermesAgentError(
+                "replay needs the store the request was recorded in; create the agent with "
+                "storage='sqlite:///.hermes/state.db' (or your storage URL)"
+            )
+        from hermes_agent.storage.replay import replay
+
+        return replay(self, request_id, self.storage)
+
     def _format_for(self, output_format: str | None, channel: str | None) -> str:
         name = output_format
         if name is None and channel is not None:
@@ -531,6 +547,13 @@ class Agent:
         """Release the tool thread pool and worker processes (the agent stays usable; they
         start again on demand)."""
         self.runtime.close()
+        if self.audit_sink is not None:
+            self.audit_sink.flush()
+        if self._owns_storage and self.storage is not None:
+            self.storage.close()  # opened from a URL by this agent, so closed by it too
+            self.storage = None
+            self.audit_sink = None
+            self.sessions = InMemorySessionStore()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None

@@ -14,7 +14,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hermes_agent.audit.records import AuditRecord, AuditSink, Redactor
-from hermes_agent.protocol.chatml import render_conversation, render_tool_results
+from hermes_agent.protocol.chatml import render_conversation, render_tool_results, to_chatml
+from hermes_agent.types import Message
 
 if TYPE_CHECKING:
     from hermes_agent.pipeline.context import RunContext
@@ -29,11 +30,14 @@ class Recorder:
         self._pending: list[AuditRecord] = []
         self._seq = 0
         self._system_sha: str | None = None
+        self._prompted: int | None = None  # messages in the last recorded prompt
+        self._rewrites = 0
 
     def record(self, ctx: RunContext, stage: str, stage_name: str, started_ns: int) -> None:
         """Record one stage that has just run (or failed in a hook)."""
         latency_ms = (time.perf_counter_ns() - started_ns) / 1e6
-        for role, content in _contents(ctx, stage):
+        contents = self._prompt_records(ctx) if stage == "thought" else _contents(ctx, stage)
+        for role, content in contents:
             self._add(ctx, stage_name, role, content, latency_ms)
         if stage in ("execution", "output"):
             self.commit()
@@ -67,6 +71,27 @@ class Recorder:
         )
         self._seq += 1
 
+    def _prompt_records(self, ctx: RunContext) -> list[tuple[str, str]]:
+        """The prompt, then the completion. The first request of a run (and any request after
+        the conversation was trimmed to fit the context window) records the whole prompt as
+        sent; later ones record only the turns added since (role ``prompt_added``, ChatML), so
+        a long run's trail grows with what happened, not with the square of it."""
+        sent = _sent(ctx)
+        completion = ("completion", ctx.completion_text or (ctx.error or ""))
+        fresh = (
+            self._prompted is None
+            or ctx.prompt_rewrites != self._rewrites
+            or len(sent) < self._prompted
+        )
+        if fresh:
+            prompt = ("prompt", _prompt(ctx, sent))
+        else:
+            added = sent[self._prompted :]
+            text = to_chatml(render_conversation(added, ()), add_generation_prompt=False)
+            prompt = ("prompt_added", text)
+        self._prompted, self._rewrites = len(sent), ctx.prompt_rewrites
+        return [prompt, completion]
+
     def _system_prompt_sha(self, ctx: RunContext) -> str:
         # The system turn as a Hermes model reads it (tools prompt + instructions); computed
         # once per run, it identifies the prompt version a request ran with.
@@ -80,8 +105,6 @@ class Recorder:
 def _contents(ctx: RunContext, stage: str) -> list[tuple[str, str]]:
     if stage == "input":
         return [("user", ctx.user_message)]
-    if stage == "thought":
-        return [("prompt", _prompt(ctx)), ("completion", ctx.completion_text or (ctx.error or ""))]
     if stage == "selection":
         selection = {
             "planned": [{"name": p.tool.name, "arguments": p.arguments} for p in ctx.planned],
@@ -95,11 +118,14 @@ def _contents(ctx: RunContext, stage: str) -> list[tuple[str, str]]:
     return [("output", ctx.output)]
 
 
-def _prompt(ctx: RunContext) -> str:
-    # The assistant turn this stage added is not part of what was sent.
-    sent = (
-        ctx.messages[:-1] if ctx.messages and ctx.messages[-1].role == "assistant" else ctx.messages
-    )
+def _sent(ctx: RunContext) -> list[Message]:
+    # The assistant turn the ThoughtGenerator added is not part of what was sent.
+    if ctx.messages and ctx.messages[-1].role == "assistant":
+        return ctx.messages[:-1]
+    return ctx.messages
+
+
+def _prompt(ctx: RunContext, sent: list[Message]) -> str:
     render = getattr(ctx.model, "render_prompt", None)
     if render is not None:
         try:

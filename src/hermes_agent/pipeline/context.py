@@ -99,6 +99,8 @@ class RunContext:
     tool_specs: list[dict[str, Any]] = field(default_factory=list)
     step: int = 0
     steps: list[Step] = field(default_factory=list)
+    prompt_rewrites: int = 0
+    """Counts changes to messages already sent (trimming to fit, a changed system prompt)."""
     turn_settings: ModelSettings | None = None
     """The settings of the latest model request (tool_choice relaxes after the first turn)."""
     completion: Completion = field(default_factory=Completion)

@@ -35,6 +35,7 @@ def fit_to_context(ctx: RunContext) -> None:
     measure = _measurer(ctx)
     if measure() <= budget:
         return
+    ctx.prompt_rewrites += 1
     while measure() > budget and _drop_oldest_turn(ctx):
         pass
     while measure() > budget and _cut_largest_result(ctx):

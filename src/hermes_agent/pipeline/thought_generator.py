@@ -35,9 +35,13 @@ class ThoughtGenerator:
     async def run(self, ctx: RunContext) -> RunContext:
         started = time.perf_counter_ns()
         settings = ctx.settings
+        ctx.completion_text = ""  # a failing request must not leave the last turn's text
         if ctx.system_prompt and "{{" in ctx.system_prompt and ctx.messages:
             # Hooks may have set variables since the last turn; render the template afresh.
-            ctx.messages[0] = Message("system", render_template(ctx.system_prompt, ctx.variables))
+            system = render_template(ctx.system_prompt, ctx.variables)
+            if system != ctx.messages[0].content:
+                ctx.messages[0] = Message("system", system)
+                ctx.prompt_rewrites += 1
         if ctx.step > 0 and settings.tool_choice not in ("auto", "none"):
             # A forced call applies to the first turn only; afterwards the model must be free
             # to answer in text, or it could never finish.

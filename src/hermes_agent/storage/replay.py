@@ -1,0 +1,397 @@
+"""Replay: run a recorded request again, with the model's recorded answers, against today's agent.
+
+The model is replaced by a ``ScriptedModel`` that serves the completions of the audit trail in
+order, so whatever differs is the agent's doing — its tools, their schemas, hooks and prompts:
+
+    report = replay(agent, request_id, storage)
+    if not report.matched:
+        print(report.summary())          # which step changed first, and how
+
+Per step it compares the ToolSelector's decision (calls planned, with their validated
+arguments, and calls refused), the ToolExecutor's results (the ``<tool_response>`` text the
+model was fed) and, at the end, the final output. A changed prompt is noted but is not a
+mismatch: the recorded completions answered the old prompt, and the point of a replay is what
+the agent does with them.
+
+The replay runs in a throwaway session seeded with the history the original run saw, rebuilt
+from the session store (the n-th request of a session saw the messages before its n-th user
+message); its audit records are kept in memory for the comparison and never stored.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hermes_agent.audit.records import AuditRecord, Redactor
+from hermes_agent.errors import ModelError
+from hermes_agent.memory.session import InMemorySessionStore
+from hermes_agent.models.scripted import ScriptedModel
+from hermes_agent.storage.sql import SqlStorage, StorageError
+from hermes_agent.tools.registry import Tool
+from hermes_agent.tools.runtime import ToolRuntime
+from hermes_agent.types import Message, RunResult, ToolCall
+
+if TYPE_CHECKING:
+    from hermes_agent.agent import Agent
+
+_MODEL_FAILED = 502
+
+
+@dataclass(slots=True)
+class StepDiff:
+    """What one step did when recorded and when replayed; ``differences`` says how they differ
+    (empty when they match)."""
+
+    step: int
+    matched: bool
+    differences: list[str] = field(default_factory=list)
+    expected_calls: list[dict[str, Any]] = field(default_factory=list)
+    actual_calls: list[dict[str, Any]] = field(default_factory=list)
+    expected_results: str | None = None
+    actual_results: str | None = None
+    expected_output: str | None = None
+    actual_output: str | None = None
+    prompt_changed: bool = False
+    """The prompt sent at this step differs from the recorded one (informational)."""
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    """The outcome of a replay: ``matched`` when every step and the final output agree."""
+
+    request_id: str
+    matched: bool
+    steps: list[StepDiff]
+    first_difference: int | None
+    """The index of the first step that differs, or ``None``."""
+    expected_output: str = ""
+    actual_output: str = ""
+    history_messages: int = 0
+    """How many messages of session history the replay was seeded with."""
+    notes: list[str] = field(default_factory=list)
+    result: RunResult | None = None
+    """The replay run's own result."""
+
+    def summary(self) -> str:
+        """A few human-readable lines: the verdict, then each differing step."""
+        steps = len(self.steps)
+        if self.matched:
+            lines = [f"replay of {self.request_id}: all {steps} steps match"]
+        else:
+            lines = [
+                f"replay of {self.request_id}: differs, first at step {self.first_difference} "
+                f"({sum(1 for s in self.steps if not s.matched)} of {steps} steps differ)"
+            ]
+        for step in self.steps:
+            lines.extend(f"  step {step.step}: {difference}" for difference in step.differences)
+            if step.prompt_changed:
+                lines.append(f"  step {step.step}: (note) the prompt differs from the recorded one")
+        lines.extend(f"  note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+class _MemorySink:
+    """An audit sink that keeps records in a list (the replay's own trail, never stored)."""
+
+    def __init__(self) -> None:
+        self.records: list[AuditRecord] = []
+
+    def write(self, records: Sequence[AuditRecord]) -> None:
+        self.records.extend(records)
+
+    def flush(self) -> None:
+        return None
+
+
+class _RecordedModelTurns:
+    """The script: the recorded completions in order; a recorded model failure fails again."""
+
+    def __init__(self, completions: list[AuditRecord]) -> None:
+        self._completions = completions
+        self._next = 0
+
+    def __call__(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
+        if self._next >= len(self._completions):
+            raise ModelError(
+                f"replay: the recorded request has only {len(self._completions)} model turns; "
+                "the agent asked for another"
+            )
+        record = self._completions[self._next]
+        self._next += 1
+        if record.status_code == _MODEL_FAILED:
+            raise ModelError(record.content)
+        return record.content
+
+
+class _RecordedApprovals:
+    """Approve a call that ran in the recording (same tool, same arguments); refuse others."""
+
+    def __init__(self, recorded: list[AuditRecord]) -> None:
+        self._approved: list[tuple[str, str]] = []
+        for record in recorded:
+            if record.role == "selection":
+                for planned in _selection(record.content)[0]:
+                    self._approved.append((planned["name"], _canonical(planned["arguments"])))
+
+    def __call__(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
+        if (tool.name, _canonical(call.arguments)) in self._approved:
+            return True, "approved in the recorded run"
+        return False, "not approved in the recorded run"
+
+
+def replay(agent: Agent, request_id: str, storage: SqlStorage) -> ReplayReport:
+    """Re-run a recorded request with its recorded model completions against ``agent`` as it is
+    now, and compare step by step. The agent itself is not changed and nothing is stored."""
+    recorded = storage.records(request_id)
+    if not recorded:
+        raise StorageError(
+            f"no audit records for request {request_id!r} in {storage!r}; "
+            "list the recorded requests with `hermes-agent trace list`"
+        )
+    user = next((r for r in recorded if r.role == "user"), None)
+    if user is None:
+        raise StorageError(f"request {request_id!r} has no recorded user message; cannot replay")
+    notes: list[str] = []
+    history, message = _history_before(storage, user, notes)
+
+    sink = _MemorySink()
+    completions = [r for r in recorded if r.role == "completion"]
+    twin = _dry_twin(agent, completions, sink, recorded)
+    twin.sessions.append("replay", history)
+    try:
+        result = twin.run(message, session_id="replay")
+    finally:
+        twin.runtime.close()
+        if twin._executor is not None and twin._executor is not agent._executor:
+            twin._executor.shutdown(wait=False)
+
+    steps = _compare(recorded, sink.records)
+    first = next((s.step for s in steps if not s.matched), None)
+    expected_output = _last_content(recorded, "output")
+    actual_output = _last_content(sink.records, "output")
+    return ReplayReport(
+        request_id=request_id,
+        matched=first is None,
+        steps=steps,
+        first_difference=first,
+        expected_output=expected_output,
+        actual_output=actual_output,
+        history_messages=len(history),
+        notes=notes,
+        result=result,
+    )
+
+
+def _dry_twin(
+    agent: Agent, completions: list[AuditRecord], sink: _MemorySink, recorded: list[AuditRecord]
+) -> Agent:
+    """A shallow copy of ``agent``: the same tools, hooks, prompts and settings, but the
+    recorded model, a throwaway session store, and an audit trail kept in memory."""
+    twin = copy.copy(agent)
+    name = completions[0].model_name if completions else "replay"
+    twin._model = ScriptedModel(_RecordedModelTurns(completions), name=name)
+    twin.sessions = InMemorySessionStore()
+    twin.audit_sink = sink
+    twin.storage = None
+    twin.approver = _RecordedApprovals(recorded)
+    # Fresh caches and rate limits: a result cached by the original run must not stand in
+    # for what the tool returns today.
+    twin.runtime = ToolRuntime()
+    # The recorded model's summary of older turns is not in the trail; an extractive one is
+    # made instead, and the scripted model is kept for the recorded turns only.
+    twin.summarize_with_model = False
+    twin._summaries = {}
+    twin.redactor = agent.redactor if isinstance(agent.redactor, Redactor) else Redactor()
+    return twin
+
+
+def _history_before(
+    storage: SqlStorage, user: AuditRecord, notes: list[str]
+) -> tuple[list[Message], str]:
+    """The session history the recorded run saw, and the user message to send.
+
+    The n-th recorded request of a session saw the messages before the session's n-th user
+    message. The stored message is checked against the recorded one (which may be redacted) and
+    sent as stored, so a replay sees what the original run saw.
+    """
+    messages = storage.sessions.load(user.session_id)
+    positions = [i for i, m in enumerate(messages) if m.role == "user"]
+    matches = [i for i in positions if _same_text(user.content, messages[i].content)]
+    earlier = storage.session_requests(user.session_id)
+    ordinal = earlier.index(user.request_id) if user.request_id in earlier else -1
+    if 0 <= ordinal < len(positions) and positions[ordinal] in matches:
+        index = positions[ordinal]
+    elif len(matches) == 1:
+        index = matches[0]
+    else:
+        if messages:
+            notes.append(
+                "the session history of the recorded run could not be rebuilt from the session "
+                "store; replayed without history"
+            )
+        return [], user.content
+    return messages[:index], messages[index].content
+
+
+def _same_text(recorded: str, stored: str) -> bool:
+    if recorded == stored:
+        return True
+    if Redactor.MASK not in recorded:
+        return False
+    pattern = ".+?".join(re.escape(part) for part in recorded.split(Redactor.MASK))
+    return re.fullmatch(pattern, stored, re.S) is not None
+
+
+# -- comparison --------------------------------------------------------------------------
+
+
+def _compare(expected: list[AuditRecord], actual: list[AuditRecord]) -> list[StepDiff]:
+    indices = sorted({r.step for r in expected} | {r.step for r in actual})
+    return [_compare_step(step, expected, actual) for step in indices]
+
+
+def _compare_step(step: int, expected: list[AuditRecord], actual: list[AuditRecord]) -> StepDiff:
+    old = {r.role: r for r in expected if r.step == step}
+    new = {r.role: r for r in actual if r.step == step}
+    diff = StepDiff(step=step, matched=True)
+
+    old_sel, new_sel = old.get("selection"), new.get("selection")
+    diff.expected_calls = _calls(old_sel)
+    diff.actual_calls = _calls(new_sel)
+    if (old_sel is None) != (new_sel is None):
+        diff.differences.append(_presence("tool selection", old_sel, new_sel))
+    elif diff.expected_calls != diff.actual_calls:
+        diff.differences.append(
+            f"tool calls differ: recorded {_short(diff.expected_calls)}, "
+            f"replayed {_short(diff.actual_calls)}"
+        )
+
+    old_tool, new_tool = old.get("tool"), new.get("tool")
+    diff.expected_results = old_tool.content if old_tool else None
+    diff.actual_results = new_tool.content if new_tool else None
+    if (old_tool is None) != (new_tool is None):
+        diff.differences.append(_presence("tool results", old_tool, new_tool))
+    elif old_tool is not None and new_tool is not None:
+        if _steady(old_tool.content) != _steady(new_tool.content):
+            diff.differences.append(_results_difference(old_tool.content, new_tool.content))
+        elif old_tool.status_code != new_tool.status_code:
+            diff.differences.append(
+                f"tool status differs: recorded {old_tool.status_code}, "
+                f"replayed {new_tool.status_code}"
+            )
+
+    old_out, new_out = old.get("output"), new.get("output")
+    diff.expected_output = old_out.content if old_out else None
+    diff.actual_output = new_out.content if new_out else None
+    if (old_out is None) != (new_out is None):
+        diff.differences.append(_presence("final output", old_out, new_out))
+    elif old_out is not None and new_out is not None:
+        if old_out.content != new_out.content:
+            diff.differences.append(
+                f"final output differs: recorded {_short(old_out.content)}, "
+                f"replayed {_short(new_out.content)}"
+            )
+        elif old_out.status_code != new_out.status_code:
+            diff.differences.append(
+                f"final status differs: recorded {old_out.status_code}, "
+                f"replayed {new_out.status_code}"
+            )
+
+    old_prompt, new_prompt = old.get("prompt"), new.get("prompt")
+    if old_prompt is not None and new_prompt is not None:
+        diff.prompt_changed = _steady(old_prompt.content) != _steady(new_prompt.content)
+    if (old.get("completion") is None) != (new.get("completion") is None):
+        diff.differences.append(
+            _presence("model turn", old.get("completion"), new.get("completion"))
+        )
+    diff.matched = not diff.differences
+    return diff
+
+
+_TIMING = re.compile(r'"execution_time_ms":\s*[-+0-9.eE]+')
+_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
+
+
+def _steady(text: str) -> str:
+    """``text`` without what changes from run to run of the same calls (timings)."""
+    return _TIMING.sub('"execution_time_ms": 0', text)
+
+
+def _results_difference(old: str, new: str) -> str:
+    """Name the first result that differs, showing what the tool returned each time."""
+    old_blocks, new_blocks = _RESPONSE.findall(_steady(old)), _RESPONSE.findall(_steady(new))
+    if len(old_blocks) != len(new_blocks):
+        return (
+            f"tool results differ: recorded {len(old_blocks)} results, replayed {len(new_blocks)}"
+        )
+    for number, (before, after) in enumerate(zip(old_blocks, new_blocks, strict=True), 1):
+        if before != after:
+            name, was = _result_view(before)
+            _, now = _result_view(after)
+            return (
+                f"tool results differ at result {number} ({name}): recorded {_short(was)}, "
+                f"replayed {_short(now)}"
+            )
+    return f"tool results differ: recorded {_short(old)}, replayed {_short(new)}"
+
+
+def _result_view(block: str) -> tuple[str, Any]:
+    # The envelope's data (or error) is what a reader wants to see; its metadata is noise.
+    try:
+        item = json.loads(block)
+    except json.JSONDecodeError:
+        return "?", block
+    if not isinstance(item, dict):
+        return "?", item
+    content = item.get("content")
+    if isinstance(content, dict) and "data" in content:
+        content = {k: v for k, v in content.items() if k in ("status", "data", "error")}
+    return str(item.get("name", "?")), content
+
+
+def _calls(record: AuditRecord | None) -> list[dict[str, Any]]:
+    if record is None:
+        return []
+    planned, rejected = _selection(record.content)
+    return [{"name": p["name"], "arguments": p["arguments"]} for p in planned] + [
+        {"name": r["name"], "refused": r.get("status")} for r in rejected
+    ]
+
+
+def _selection(content: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    try:
+        data = json.loads(content)
+    except json.JSONDecodeError:
+        return [], []
+    if not isinstance(data, dict):
+        return [], []
+    return list(data.get("planned", [])), list(data.get("rejected", []))
+
+
+def _presence(what: str, old: AuditRecord | None, new: AuditRecord | None) -> str:
+    if old is None:
+        return f"{what}: none recorded, but the replay has one"
+    return f"{what}: recorded, but the replay has none"
+
+
+def _last_content(records: list[AuditRecord], role: str) -> str:
+    found = [r.content for r in records if r.role == role]
+    return found[-1] if found else ""
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
