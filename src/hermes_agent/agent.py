@@ -29,7 +29,7 @@ from typing import Any, TypeVar, overload
 
 from hermes_agent.audit.recorder import Recorder
 from hermes_agent.audit.records import AuditSink, Redactor
-from hermes_agent.config import HermesConfig, ModelConfig, load_config
+from hermes_agent.config import DEFAULT_STORAGE_URL, HermesConfig, ModelConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.memory.session import (
     InMemorySessionStore,
@@ -164,8 +164,9 @@ class Agent:
         options["output_format"] = config.output.format
         options["channels"] = config.output.channels
         options["tool_settings"] = {name: t.settings() for name, t in config.tools.items()}
-        if config.storage is not None:
-            options["storage"] = config.storage.url
+        # A configured agent keeps its sessions and trail on disk (SQLite under the working
+        # directory unless storage.url says otherwise), so the CLI's sessions/trace see them.
+        options["storage"] = config.storage.url if config.storage else DEFAULT_STORAGE_URL
         options["audit"] = config.audit.enabled
         options["redact_patterns"] = config.audit.redact_patterns
         options["secrets"] = [config.model.api_key] if config.model.api_key else []
@@ -564,6 +565,11 @@ def build_model(config: ModelConfig) -> Model:
     if config.provider == "openai":
         from hermes_agent.models.openai import OpenAICompatible
 
+        if not config.model_name:
+            raise ConfigError(
+                "model.model_name: required with provider 'openai' (the model id the endpoint "
+                "serves, e.g. hermes-3); add it to the config"
+            )
         return OpenAICompatible(
             config.model_name,
             base_url=config.base_url,
@@ -578,7 +584,7 @@ def build_model(config: ModelConfig) -> Model:
     if config.provider == "scripted":
         from hermes_agent.models.scripted import ScriptedModel
 
-        return ScriptedModel(config.responses, name=config.model_name)
+        return ScriptedModel(config.responses, name=config.model_name or "scripted")
     from hermes_agent.models.llamacpp import LlamaCpp
 
     return LlamaCpp(

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hermes_agent.agent import Agent
+from hermes_agent.config import DEFAULT_STORAGE_URL
 from hermes_agent.demo_tools import demo_tools
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.tools.registry import Tool
@@ -212,7 +213,7 @@ def ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:
 
 def _build_agent(config: Path | None, tool_files: list[Path] | None, no_demo: bool) -> Agent:
     try:
-        agent = Agent.from_config(config) if config else Agent()
+        agent = Agent.from_config(config) if config else Agent(storage=DEFAULT_STORAGE_URL)
         if agent.approver is None:
             agent.approver = ask_approval
         if not no_demo:
@@ -277,3 +278,13 @@ def _fail(message: str) -> Any:
 from hermes_agent.evals.cli import eval_command  # noqa: E402  (registered after the app exists)
 
 app.command("eval")(eval_command)
+
+from hermes_agent.storage.cli import (  # noqa: E402  (registered after the app exists)
+    replay_command,
+    sessions_app,
+    trace_app,
+)
+
+app.add_typer(sessions_app)
+app.add_typer(trace_app)
+app.command("replay")(replay_command)

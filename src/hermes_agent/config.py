@@ -45,7 +45,8 @@ class ModelConfig(_Strict):
     provider: Literal["openai", "llamacpp", "scripted"] = "llamacpp"
     base_url: str | None = None
     api_key: str | None = None
-    model_name: str = "SmolLM2-135M-Instruct"
+    model_name: str | None = None
+    """The endpoint's model id (required for ``openai``); for the others, a display name."""
     mode: Literal["native", "hermes"] = "hermes"
     chat_format: Literal["hermes", "qwen"] = "hermes"
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
