@@ -123,7 +123,7 @@ class Agent:
             storage.sessions.redactor = self.redactor  # secrets stay out of stored messages
         self.summarize_with_model = summarize_with_model
         self.prices = (price_per_1k_prompt, price_per_1k_completion)
-        self._summaries: dict[tuple[str, int], str] = {}
+        self._summaries: dict[str, tuple[int, str]] = {}  # session → (turns folded, summary)
         self.registry = ToolRegistry()
         self.hooks = Hooks()
         self.runtime = ToolRuntime()
@@ -390,13 +390,11 @@ class Agent:
         old, kept = split_history(self.sessions.load(session_id), self.history_window)
         if not old or self.summary_max_chars <= 0:
             return kept, Usage()
-        key = (session_id, len(old))
         usage = Usage()
-        summary = self._summaries.get(key)
-        if summary is None:
+        folded, summary = self._summaries.get(session_id, (0, ""))
+        if folded != len(old):  # one more turn left the window since the last summary
             summary, usage = await self._summarize(old)
-            self._summaries = {k: v for k, v in self._summaries.items() if k[0] != session_id}
-            self._summaries[key] = summary
+            self._summaries[session_id] = (len(old), summary)
         return ([Message("system", summary)] if summary else []) + kept, usage
 
     async def _summarize(self, turns: list[list[Message]]) -> tuple[str, Usage]:
