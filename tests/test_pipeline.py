@@ -491,3 +491,17 @@ def test_custom_renderer() -> None:
     assert agent.run("orders?", output_format="sms").rendered.content == "Two o…"
     with pytest.raises(Exception, match="unknown output format 'fax'"):
         agent.run("orders?", output_format="fax")
+
+
+def test_a_tool_that_mutates_its_arguments_cannot_rewrite_the_record() -> None:
+    agent = Agent(model=scripted(call("grow", items=[1, 2]), "ok"))
+
+    @agent.tool
+    def grow(items: list[int]) -> int:
+        """Appends to the list it was given."""
+        items.append(99)
+        return len(items)
+
+    result = agent.run("go")
+    assert result.tool_calls[0].arguments == {"items": [1, 2]}
+    assert result.tool_calls[0].result == 3

@@ -17,6 +17,7 @@ calls within a tool's ``cache_ttl`` reuse the earlier result (``cache_hit: true`
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -131,19 +132,31 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
 
 async def _call(ctx: RunContext, plan: PlannedCall, timeout: float) -> Any:
     tool = plan.tool
+    arguments = _private_copy(plan.arguments)
     if tool.execution_mode == "subprocess":
         # The worker enforces the timeout itself (and kills the process); the outer bound
         # only guards against a pool that cannot even start a worker.
         pool = ctx.runtime.pool(tool)
-        future = ctx.executor.submit(pool.call, plan.arguments, timeout)
+        future = ctx.executor.submit(pool.call, arguments, timeout)
         async with asyncio.timeout(timeout + 5):
             return await _in_thread(future)
     if tool.execution_mode == "inline":
-        return tool.function(**plan.arguments)  # opted in: fast and pure, no thread hop
+        return tool.function(**arguments)  # opted in: fast and pure, no thread hop
     async with asyncio.timeout(timeout):
         if tool.is_async:
-            return await tool.function(**plan.arguments)
-        return await _in_thread(ctx.executor.submit(tool.function, **plan.arguments))
+            return await tool.function(**arguments)
+        return await _in_thread(ctx.executor.submit(tool.function, **arguments))
+
+
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _private_copy(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The tool gets its own copy, so a tool that mutates a list it was given cannot rewrite
+    the arguments the RunResult and the trail report (deep only when a value is mutable)."""
+    if all(isinstance(value, _IMMUTABLE) for value in arguments.values()):
+        return dict(arguments)
+    return copy.deepcopy(arguments)
 
 
 async def _in_thread(future: Future[Any]) -> Any:
