@@ -93,5 +93,5 @@ def test_scripted_provider_builds_a_working_agent(tmp_path: Path) -> None:
 
 def test_openai_provider_needs_a_model_name(tmp_path: Path) -> None:
     path = write(tmp_path, "model:\n  provider: openai\n  base_url: http://localhost:1/v1\n")
-    with pytest.raises(ConfigError, match="model.model_name: required with provider 'openai'"):
+    with pytest.raises(ConfigError, match=r"model\.model_name: required with provider 'openai'"):
         Agent.from_config(path)

@@ -10,7 +10,9 @@ import pytest
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("page", ["guide.md", "protocol.md", "pipeline.md", "sessions-and-audit.md"])
+@pytest.mark.parametrize(
+    "page", ["guide.md", "protocol.md", "pipeline.md", "sessions-and-audit.md"]
+)
 def test_guide_examples_run(page: str) -> None:
     text = (DOCS / page).read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)

@@ -1,0 +1,144 @@
+"""The one place that imports ``bfcl_eval``: its data files, its checkers, its backend classes.
+
+Why a module of its own: ``bfcl_eval.eval_checker.ast_eval.ast_checker`` imports
+``bfcl_eval.constants.model_config``, which imports a handler for every model BFCL can query —
+and so the SDK of every vendor (anthropic, openai, google, cohere, mistral, ...), several GB
+that ``pip install --no-deps bfcl-eval`` rightly leaves out. The checker needs one thing from
+that module: ``MODEL_CONFIG_MAPPING[model].underscore_to_dot``, asked only for dotted function
+names, to know whether a model's API renamed ``math.factorial`` to ``math_factorial``. We never
+rename (dotted names reach the model as they are), so while the checker is imported a minimal
+stand-in module answers ``underscore_to_dot=False`` for every model name; the stand-in is then
+taken out of ``sys.modules`` again, so nothing else sees it.
+
+The multi-turn checker and the backend classes (GorillaFileSystem, MathAPI, TradingBot, ...)
+import no vendor SDK and are imported as they are. The data (questions, possible answers,
+multi-turn function docs) are read straight from the installed package's ``data`` folder;
+``bfcl_eval.utils`` is not imported because it takes file locks under its install folder.
+
+Install: ``pip install --no-deps bfcl-eval==2026.3.23 mpmath`` (see docs/evaluation.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from hermes_agent.errors import MissingDependencyError
+
+VERSION_PREFIX = "BFCL_v4"
+INSTALL_HINT = (
+    "the BFCL harness needs the bfcl-eval package: "
+    "pip install --no-deps bfcl-eval==2026.3.23 mpmath"
+)
+_MODEL_CONFIG = "bfcl_eval.constants.model_config"
+
+AstChecker = Callable[..., dict[str, Any]]
+MultiTurnChecker = Callable[..., dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class _NoRenaming:
+    """What the AST checker asks of a model's config: are dots in names replaced? Never here."""
+
+    underscore_to_dot: bool = False
+
+
+class _AnyModel(dict[str, _NoRenaming]):
+    """``MODEL_CONFIG_MAPPING`` stand-in: every model name maps to ``_NoRenaming``."""
+
+    def __missing__(self, key: str) -> _NoRenaming:
+        return _NoRenaming()
+
+
+def data_folder() -> Path:
+    """The ``data`` folder of the installed ``bfcl_eval`` package."""
+    spec = importlib.util.find_spec("bfcl_eval")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(INSTALL_HINT)
+    for location in spec.submodule_search_locations:
+        folder = Path(location) / "data"
+        if folder.is_dir():
+            return folder
+    raise MissingDependencyError(f"bfcl_eval is installed without its data folder; {INSTALL_HINT}")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """BFCL data files hold one JSON object per line."""
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+@cache
+def ast_checker() -> AstChecker:
+    """BFCL's ``ast_checker``, imported without the vendor SDKs (see the module docstring)."""
+    if importlib.util.find_spec("bfcl_eval") is None:
+        raise MissingDependencyError(INSTALL_HINT)
+    previous = sys.modules.get(_MODEL_CONFIG)
+    stand_in = types.ModuleType(_MODEL_CONFIG)
+    stand_in.MODEL_CONFIG_MAPPING = _AnyModel()  # type: ignore[attr-defined]
+    sys.modules[_MODEL_CONFIG] = stand_in
+    try:
+        module = importlib.import_module("bfcl_eval.eval_checker.ast_eval.ast_checker")
+    finally:
+        if previous is None:
+            sys.modules.pop(_MODEL_CONFIG, None)
+        else:
+            sys.modules[_MODEL_CONFIG] = previous
+    checker: AstChecker = module.ast_checker
+    return checker
+
+
+def python_language() -> Any:
+    """``bfcl_eval.constants.enums.Language.PYTHON`` (what the AST checker wants)."""
+    return importlib.import_module("bfcl_eval.constants.enums").Language.PYTHON
+
+
+@cache
+def multi_turn_checker() -> MultiTurnChecker:
+    """BFCL's ``multi_turn_checker`` (it imports no vendor SDK)."""
+    module = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
+    checker: MultiTurnChecker = module.multi_turn_checker
+    return checker
+
+
+def forget_checker_instances(key: str) -> int:
+    """Drop the backend instances the multi-turn checker cached for model name ``key``.
+
+    ``execute_multi_turn_func_call`` keeps every instance it makes in its module globals, under
+    a name built from the model name and the test id, and reuses it on the next call with the
+    same name. A run uses a model name of its own (so no two runs share state), and drops its
+    instances once a case is scored (so a long run does not hold 200 file systems).
+    """
+    module = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
+    names = [name for name in vars(module) if name.startswith(key)]
+    for name in names:
+        delattr(module, name)
+    return len(names)
+
+
+def backend_class(class_name: str) -> type[Any]:
+    """A BFCL multi-turn backend class (``GorillaFileSystem``, ``TradingBot``, ...)."""
+    config = importlib.import_module("bfcl_eval.constants.executable_backend_config")
+    module = importlib.import_module(config.CLASS_FILE_PATH_MAPPING[class_name])
+    cls: type[Any] = getattr(module, class_name)
+    return cls
+
+
+def is_stateless(class_name: str) -> bool:
+    config = importlib.import_module("bfcl_eval.constants.executable_backend_config")
+    return class_name in config.STATELESS_CLASSES
+
+
+def function_doc_file(class_name: str) -> Path:
+    """The JSON-lines file of function docs for a multi-turn backend class."""
+    config = importlib.import_module("bfcl_eval.constants.executable_backend_config")
+    name: str = config.MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
+    return data_folder() / "multi_turn_func_doc" / name

@@ -1,0 +1,160 @@
+"""``hermes-agent eval``: run a YAML regression suite, or the BFCL harness.
+
+    hermes-agent eval examples/eval_cases.yaml --report out.json
+    hermes-agent eval bfcl --category simple_python,multiple --limit 20 --model oracle
+    hermes-agent eval bfcl --category simple_python --limit 5 --model embedded --no-grammar
+
+Exit codes: 0 when the accuracy is at least ``--min-accuracy`` (1.0 for a suite: every case
+must pass; 0 for BFCL: report only), 1 below it, 2 for a usage or configuration error.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from hermes_agent.errors import HermesAgentError
+from hermes_agent.evals import bfcl
+from hermes_agent.evals.report import Report, print_summary
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def eval_command(
+    target: Annotated[
+        str, typer.Argument(help="A YAML suite file, or 'bfcl' for the BFCL harness.")
+    ],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML config file (model, agent)."),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", "-r", help="Where to write the JSON report."),
+    ] = None,
+    min_accuracy: Annotated[
+        float | None,
+        typer.Option(
+            "--min-accuracy",
+            min=0.0,
+            max=1.0,
+            help="Exit 1 below this accuracy (default: 1.0 for a suite, 0 for bfcl).",
+        ),
+    ] = None,
+    category: Annotated[
+        str,
+        typer.Option("--category", help="bfcl: comma-separated categories, or 'all'."),
+    ] = "simple_python",
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", "-n", min=1, help="bfcl: the first N cases of each category."),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="bfcl: oracle | embedded | config (the model of --config; the default when "
+            "--config is given, else oracle).",
+        ),
+    ] = None,
+    grammar: Annotated[
+        bool,
+        typer.Option("--grammar/--no-grammar", help="bfcl embedded: constrained decoding."),
+    ] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    """Evaluate tool calling: a YAML suite of expected calls, or BFCL ('bfcl')."""
+    try:
+        if target == "bfcl":
+            chosen = model or ("config" if config is not None else "oracle")
+            result = _run_bfcl(category, limit, chosen, grammar, config, quiet)
+            threshold = 0.0 if min_accuracy is None else min_accuracy
+            default_report = Path("bfcl-report.json")
+        else:
+            result = _run_suite(Path(target), config, quiet)
+            threshold = 1.0 if min_accuracy is None else min_accuracy
+            default_report = Path("eval-report.json")
+    except HermesAgentError as exc:
+        errors.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    print_summary(result, console)
+    written = result.write_json(report or default_report)
+    console.print(f"report: {written}", highlight=False)
+    if result.accuracy < threshold:
+        errors.print(
+            f"[red]accuracy {result.accuracy:.1%} is below --min-accuracy {threshold:.1%}[/red]",
+            highlight=False,
+        )
+        raise typer.Exit(1)
+
+
+def _run_suite(path: Path, config: Path | None, quiet: bool) -> Report:
+    from hermes_agent.evals.cases import load_suite, run_suite, suite_config
+
+    suite = load_suite(path)
+    return run_suite(suite, config=suite_config(suite, config), console=None if quiet else console)
+
+
+def _run_bfcl(
+    categories: str,
+    limit: int | None,
+    model: str,
+    grammar: bool,
+    config: Path | None,
+    quiet: bool,
+) -> Report:
+    names = bfcl.parse_categories(categories)
+    model_for, model_name, tool_choice = _bfcl_model(model, grammar, config)
+    harness = bfcl.BfclHarness(model_for, tool_choice=tool_choice)
+    cases = [case for name in names for case in bfcl.load_cases(name, limit)]
+    settings = {
+        "categories": names,
+        "limit": limit,
+        "model": model_name,
+        "grammar": grammar if model == "embedded" else None,
+        "tool_choice": tool_choice,
+        "run_key": harness.run_key,
+        "bfcl_eval": _version("bfcl-eval"),
+    }
+    return harness.run(
+        cases,
+        console=None if quiet else console,
+        title=f"BFCL · {model_name}",
+        settings=settings,
+    )
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _bfcl_model(
+    model: str, grammar: bool, config: Path | None
+) -> tuple[bfcl.ModelFactory, str, str]:
+    from hermes_agent.agent import build_model
+    from hermes_agent.config import load_config
+
+    if model == "oracle":
+        return bfcl.oracle_model_for, "oracle", "auto"
+    if model == "embedded":
+        from hermes_agent.models.llamacpp import LlamaCpp
+
+        embedded = LlamaCpp(use_grammar=grammar)
+        suffix = "grammar" if grammar else "no grammar"
+        return bfcl.shared_model(embedded), f"{embedded.name} ({suffix})", "auto"
+    if model == "config":
+        if config is None:
+            raise HermesAgentError("--model config needs --config model.yaml")
+        settings = load_config(config)
+        built = build_model(settings.model)
+        return bfcl.shared_model(built), built.name, settings.agent.tool_choice
+    raise HermesAgentError(f"unknown --model {model!r}; use oracle, embedded or config")
