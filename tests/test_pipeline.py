@@ -505,3 +505,56 @@ def test_a_tool_that_mutates_its_arguments_cannot_rewrite_the_record() -> None:
     result = agent.run("go")
     assert result.tool_calls[0].arguments == {"items": [1, 2]}
     assert result.tool_calls[0].result == 3
+
+
+def test_cli_asks_for_approval_on_a_terminal(tmp_path: Path) -> None:
+    import pty
+    import subprocess
+
+    tools_file = tmp_path / "tools.py"
+    tools_file.write_text(
+        "from hermes_agent import tool\n\n"
+        "@tool(requires_approval=True)\n"
+        "def restart(service: str) -> str:\n"
+        '    """Restarts a service."""\n'
+        "    return f'{service} restarted'\n"
+    )
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "model:\n  provider: scripted\n  responses:\n"
+        f"    - {json.dumps(call('restart', service='web'))}\n    - Restarted.\n"
+        f"storage:\n  url: sqlite:///{tmp_path / 'state.db'}\n"
+    )
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hermes_agent",
+            "run",
+            "--json",
+            "--no-demo-tools",
+            "--config",
+            str(config),
+            "--tools",
+            str(tools_file),
+            "restart the web service",
+        ],
+        stdin=terminal,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(terminal)
+    os.write(controller, b"y\n")
+    out, err = process.communicate(timeout=60)
+    os.close(controller)
+    assert "restart" in err and "needs approval" in err
+    result = json.loads(out)
+    assert result["tool_calls"][0]["result"] == "web restarted"
+    assert result["approvals"][0] == {
+        "tool": "restart",
+        "arguments": {"service": "web"},
+        "approved": True,
+        "reason": "approved at the terminal",
+    }
