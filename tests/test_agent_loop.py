@@ -271,3 +271,57 @@ def test_dry_run_plans_validated_calls_and_runs_nothing() -> None:
     ]
     # A dry run leaves no trace in the session.
     assert agent.sessions.load(result.session_id) == []
+
+
+def test_a_run_cancelled_while_waiting_for_its_session_does_not_lock_it_for_good() -> None:
+    agent, _ = make_agent(["first", "second"])
+    lock = agent.sessions.lock("s")
+
+    async def scenario() -> str:
+        lock.acquire()  # another run holds the session
+        waiting = asyncio.create_task(agent.arun("x", session_id="s"))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        lock.release()
+        result = await asyncio.wait_for(agent.arun("hello", session_id="s"), 5)
+        return result.output
+
+    assert asyncio.run(scenario()) == "first"
+
+
+def test_calls_sharing_an_id_are_kept_apart() -> None:
+    twin = '<tool_call>{"id": "c1", "name": "add", "arguments": {"a": %d, "b": %d}}</tool_call>'
+    agent, model = make_agent([twin % (1, 2) + twin % (5, 5), "done"])
+    result = agent.run("two sums")
+    fed_back = model.requests[1].messages[-1].tool_results
+    assert [r.content["data"] for r in fed_back] == [3, 10]
+    assert [(c.arguments, c.result) for c in result.tool_calls] == [
+        ({"a": 1, "b": 2}, 3),
+        ({"a": 5, "b": 5}, 10),
+    ]
+    assert len({c.id for c in result.tool_calls}) == 2
+
+
+def test_a_failed_run_still_closes_its_turn_in_the_session() -> None:
+    def answer(messages: list[Message], tools: object) -> str:
+        if messages[-1].content == "first":
+            raise RuntimeError("endpoint exploded")
+        return "fine"
+
+    model = ScriptedModel(answer)
+    agent = Agent(model=model)
+    failed = agent.run("first", session_id="s")
+    assert failed.status == 502 and failed.error == "RuntimeError: endpoint exploded"
+    agent.run("second", session_id="s")
+    roles = [m.role for m in model.requests[-1].messages]
+    assert roles == ["user", "assistant", "user"]
+
+
+def test_a_failing_custom_renderer_is_a_500_not_a_traceback() -> None:
+    agent, _ = make_agent(["hello"])
+    agent.add_renderer("broken", lambda view: 1 / 0)
+    result = agent.run("hi", output_format="broken")
+    assert result.status == 500
+    assert result.error == "renderer 'broken' failed: ZeroDivisionError: division by zero"

@@ -228,10 +228,3 @@ def test_prompt_longer_than_the_context_is_a_model_error() -> None:
     small = LlamaCpp(n_ctx=128)
     with pytest.raises(ModelError, match="context window"):
         _complete(small, REQUIRED, [CALCULATOR])
-
-
-def test_source_has_no_machine_paths() -> None:
-    import hermes_agent.models.llamacpp as module
-
-    source = Path(module.__file__).read_text(encoding="utf-8")
-    assert "/work/" not in source and "site-packages" not in source

@@ -360,7 +360,7 @@ class Agent:
         session_id = session_id or uuid.uuid4().hex
         lock = self.sessions.lock(session_id)
         if not lock.acquire(blocking=False):
-            await asyncio.to_thread(lock.acquire)
+            await _acquire_elsewhere(lock)
         try:
             history, summary_usage = await self._history(session_id)
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
@@ -556,6 +556,20 @@ class Agent:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+async def _acquire_elsewhere(lock: threading.Lock) -> None:
+    """Wait for a session lock another run holds, without blocking the event loop.
+
+    If this run is cancelled while it waits, the lock is released as soon as the waiting thread
+    gets it — otherwise the session would stay locked for good.
+    """
+    waiter = asyncio.get_running_loop().run_in_executor(None, lock.acquire)
+    try:
+        await asyncio.shield(waiter)
+    except asyncio.CancelledError:
+        waiter.add_done_callback(lambda done: lock.release() if done.result() else None)
+        raise
 
 
 def build_model(config: ModelConfig) -> Model:

@@ -175,7 +175,7 @@ def list_tools(
     as_json: Annotated[bool, typer.Option("--json", help="Print the schemas as JSON.")] = False,
 ) -> None:
     """List the tools the agent would offer the model, with their schemas."""
-    agent = _build_agent(config, tools, no_demo_tools)
+    agent = _build_agent(config, tools, no_demo_tools, storage=False)
     if as_json:
         console.print_json(json.dumps([tool.spec() for tool in agent.tools], ensure_ascii=False))
         return
@@ -211,9 +211,18 @@ def ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:
     )
 
 
-def _build_agent(config: Path | None, tool_files: list[Path] | None, no_demo: bool) -> Agent:
+def _build_agent(
+    config: Path | None, tool_files: list[Path] | None, no_demo: bool, *, storage: bool = True
+) -> Agent:
+    """The agent the command describes; ``storage=False`` for commands that only need its
+    tools (no database is opened or created)."""
     try:
-        agent = Agent.from_config(config) if config else Agent(storage=DEFAULT_STORAGE_URL)
+        if config:
+            agent = (
+                Agent.from_config(config) if storage else Agent.from_config(config, storage=None)
+            )
+        else:
+            agent = Agent(storage=DEFAULT_STORAGE_URL if storage else None)
         if agent.approver is None:
             agent.approver = ask_approval
         if not no_demo:

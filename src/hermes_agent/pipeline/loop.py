@@ -76,9 +76,15 @@ async def _run_stage(ctx: RunContext, stage: str, runner: Stage) -> None:
     500 — cleanly."""
     started = time.perf_counter_ns()
     if await _hooks(ctx, f"pre_{stage}", runner.name):
-        outcome = runner.run(ctx)
-        if inspect.isawaitable(outcome):
-            await outcome
+        try:
+            outcome = runner.run(ctx)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:  # a defect must end the run with a message, not a traceback
+            message = f"{runner.name} failed unexpectedly: {type(exc).__name__}: {exc}"
+            ctx.fail(Status.TOOL_ERROR, message)
+            ctx.output = ctx.output or f"The request could not be completed: {message}"
+            ctx.log_stage(runner.name, Status.TOOL_ERROR, error=message)
         await _hooks(ctx, f"post_{stage}", runner.name)
     if ctx.recorder is not None:
         ctx.recorder.record(ctx, stage, runner.name, started)

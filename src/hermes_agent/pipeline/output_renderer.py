@@ -41,12 +41,17 @@ class OutputRenderer:
                     ctx.output = "The model gave no final answer." + _last_results(ctx.tool_calls)
                 else:
                     ctx.output = answer
-            if ctx.new_messages and ctx.new_messages[-1].role != "assistant":
-                # Keep the conversation well-formed for the next turn of this session.
-                ctx.new_messages.append(Message("assistant", ctx.output))
+        if ctx.new_messages and ctx.new_messages[-1].role != "assistant":
+            # Close the turn, failed or not: the next request of this session must not start
+            # with two user messages in a row (many chat templates reject that).
+            ctx.new_messages.append(Message("assistant", ctx.output))
         if ctx.renderer is not None:
             view = RenderInput(ctx.output, int(ctx.status), ctx.tool_calls)
-            ctx.rendered = rendered(view, ctx.renderer_name, ctx.renderer)
+            try:
+                ctx.rendered = rendered(view, ctx.renderer_name, ctx.renderer)
+            except Exception as exc:
+                message = f"renderer {ctx.renderer_name!r} failed: {type(exc).__name__}: {exc}"
+                ctx.fail(Status.TOOL_ERROR, message)
         ctx.log_stage(self.name, ctx.status, output_chars=len(ctx.output))
         ctx.emit("output", status=int(ctx.status), output=ctx.output, error=ctx.error)
         return ctx

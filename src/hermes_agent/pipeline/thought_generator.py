@@ -26,7 +26,7 @@ from hermes_agent.protocol.parser import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from hermes_agent.types import Message, ModelResponse, Step, Usage
+from hermes_agent.types import Message, ModelResponse, Step, ToolCall, Usage, new_call_id
 
 
 class ThoughtGenerator:
@@ -53,14 +53,16 @@ class ThoughtGenerator:
                 response = await _streamed(ctx, settings)
             else:
                 response = await ctx.model.complete(ctx.messages, ctx.tool_specs, settings)
-        except ModelError as exc:
-            ctx.fail(Status.MODEL_ERROR, str(exc))
-            ctx.output = f"The model failed: {exc}"
-            ctx.log_stage(self.name, Status.MODEL_ERROR, error=str(exc))
-            ctx.emit("thought", status=int(Status.MODEL_ERROR), error=str(exc))
+        except Exception as exc:  # ModelError, or anything a custom model lets escape
+            message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+            ctx.fail(Status.MODEL_ERROR, message)
+            ctx.output = f"The model failed: {message}"
+            ctx.log_stage(self.name, Status.MODEL_ERROR, error=message)
+            ctx.emit("thought", status=int(Status.MODEL_ERROR), error=message)
             return ctx
 
         completion = response.completion
+        _unique_ids(completion.tool_calls)
         ctx.completion = completion
         ctx.completion_text = response.text
         ctx.usage.add(response.usage)
@@ -98,6 +100,15 @@ class ThoughtGenerator:
             parse_errors=[error.message for error in completion.errors],
         )
         return ctx
+
+
+def _unique_ids(calls: list[ToolCall]) -> None:
+    """Models copy example ids; two calls with one id would be confused with each other."""
+    seen: set[str] = set()
+    for call in calls:
+        if call.id in seen:
+            call.id = new_call_id()
+        seen.add(call.id)
 
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")

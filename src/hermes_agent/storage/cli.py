@@ -248,7 +248,7 @@ def replay_command(
     prompts; exit 0 when every step matches, 1 when one differs (the first is printed)."""
     from hermes_agent.cli import _build_agent  # the same agent `run` would build
 
-    agent = _build_agent(config, tools, no_demo_tools)
+    agent = _build_agent(config, tools, no_demo_tools, storage=False)
     try:
         with open_storage(db, config) as storage:
             try:
