@@ -558,3 +558,25 @@ def test_cli_asks_for_approval_on_a_terminal(tmp_path: Path) -> None:
         "approved": True,
         "reason": "approved at the terminal",
     }
+
+
+def test_a_worker_busy_when_the_agent_closes_is_killed_when_its_call_returns() -> None:
+    import threading
+
+    from hermes_agent.tools.sandbox import Limits, SubprocessPool
+
+    def slow_pid() -> int:
+        time.sleep(0.5)
+        return os.getpid()
+
+    pool = SubprocessPool(slow_pid, Limits())
+    box: list[int] = []
+    worker = threading.Thread(target=lambda: box.append(pool.call({}, 10)))
+    worker.start()
+    time.sleep(0.2)
+    pool.close()  # the worker is busy: nothing idle to kill yet
+    worker.join(10)
+    assert box and box[0] != os.getpid()
+    time.sleep(0.2)
+    assert not alive(box[0])
+    assert pool.pids() == []

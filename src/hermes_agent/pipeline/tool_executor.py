@@ -28,8 +28,6 @@ from hermes_agent.protocol.chatml import to_json
 from hermes_agent.tools.sandbox import ToolProcessError
 from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
-_SPIN_YIELDS = 64
-
 
 class ToolExecutor:
     name = "ToolExecutor"
@@ -160,17 +158,7 @@ def _private_copy(arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _in_thread(future: Future[Any]) -> Any:
-    """Wait for work running in the thread pool.
-
-    Most tools return within microseconds, and waking the event loop from another thread costs
-    far more than that on some machines (the self-pipe round trip measured 50-120 µs). So the
-    loop first yields a few times — other tasks keep running — and only then sleeps until the
-    thread wakes it.
-    """
-    for _ in range(_SPIN_YIELDS):
-        if future.done():
-            return future.result()
-        await asyncio.sleep(0)
+    """Wait for work running in the thread pool without blocking the event loop."""
     return await asyncio.wrap_future(future)
 
 

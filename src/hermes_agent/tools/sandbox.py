@@ -89,6 +89,7 @@ class SubprocessPool:
         self.limits = limits
         self.size = max(1, size)
         self._idle: list[_Worker] = []
+        self._closed = False
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.size)
 
@@ -107,6 +108,7 @@ class SubprocessPool:
 
     def _borrow(self) -> _Worker:
         with self._lock:
+            self._closed = False  # a closed pool used again starts workers again
             while self._idle:
                 worker = self._idle.pop()
                 if worker.alive():
@@ -116,11 +118,15 @@ class SubprocessPool:
 
     def _give_back(self, worker: _Worker) -> None:
         with self._lock:
-            self._idle.append(worker)
+            if not self._closed:
+                self._idle.append(worker)
+                return
+        worker.kill()  # the pool closed while this worker was busy
 
     def close(self) -> None:
-        """Kill every idle worker."""
+        """Kill every idle worker; a busy one is killed when its call returns."""
         with self._lock:
+            self._closed = True
             workers, self._idle = self._idle, []
         for worker in workers:
             worker.kill()
