@@ -24,27 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
+# The scripted agent of the overhead benchmark (this folder is on sys.path when run as a script).
+from bench_overhead import Script, echo
+
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.storage import SqlStorage
 from hermes_agent.types import Message
-
-CALL = '<tool_call>\n{"name": "echo", "arguments": {"value": 1}}\n</tool_call>'
-
-
-def echo(value: int) -> int:
-    """Return the value."""
-    return value
-
-
-class Script:
-    """Answers ``steps`` tool calls, then a final text; set ``remaining`` before each run."""
-
-    def __init__(self) -> None:
-        self.remaining = 0
-
-    def __call__(self, messages: object, tools: object) -> str:
-        self.remaining -= 1
-        return CALL if self.remaining >= 0 else "done"
 
 
 def per_step(steps: int, runs: int, storage: SqlStorage | None) -> float:

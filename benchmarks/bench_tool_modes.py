@@ -13,24 +13,12 @@ import gc
 import statistics
 import time
 
+# The scripted agent of the overhead benchmark (this folder is on sys.path when run as a script).
+from bench_overhead import Script, echo
+
 from hermes_agent import Agent, ScriptedModel, Tool
 
-CALL = '<tool_call>\n{"name": "echo", "arguments": {"value": 1}}\n</tool_call>'
 STEPS = 50
-
-
-def echo(value: int) -> int:
-    """Return the value."""
-    return value
-
-
-class Script:
-    def __init__(self) -> None:
-        self.remaining = 0
-
-    def __call__(self, messages: object, tools: object) -> str:
-        self.remaining -= 1
-        return CALL if self.remaining >= 0 else "done"
 
 
 def per_step(mode: str, runs: int) -> float:
