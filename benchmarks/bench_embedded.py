@@ -61,7 +61,7 @@ async def main(repeats: int, max_tokens: int, threads: int | None) -> None:
     guided = LlamaCpp(max_tokens=max_tokens, n_threads=threads)
     settings = ModelSettings(tool_choice="required")
     tools = [CALCULATOR]
-    prompt = plain.prompt(MESSAGES, tools, settings)
+    prompt = plain.render_prompt(MESSAGES, tools, settings)
     grammar_text = guided.grammar(tools, settings)
     assert grammar_text is not None
     llm = plain.llama

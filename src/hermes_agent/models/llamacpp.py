@@ -323,16 +323,7 @@ class LlamaCpp:
         tools: Sequence[dict[str, Any]],
         settings: ModelSettings,
     ) -> str:
-        """The ChatML text as the model receives it (for the audit trail)."""
-        return self.prompt(messages, tools, settings)
-
-    def prompt(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[dict[str, Any]],
-        settings: ModelSettings,
-    ) -> str:
-        """The ChatML text the model completes for this request."""
+        """The ChatML text the model completes for this request (the audit trail records it)."""
         wire = render_conversation(
             messages,
             tools,
@@ -413,7 +404,7 @@ class LlamaCpp:
         settings: ModelSettings,
     ) -> _Request:
         return _Request(
-            prompt=self.prompt(messages, tools, settings),
+            prompt=self.render_prompt(messages, tools, settings),
             grammar=self.grammar(tools, settings),
             max_tokens=self.max_tokens if settings.max_tokens is None else settings.max_tokens,
             temperature=self.temperature if settings.temperature is None else settings.temperature,
