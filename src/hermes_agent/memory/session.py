@@ -1,9 +1,10 @@
 """Session history: a store per conversation and the window a prompt sees.
 
 A *turn* is a user message and everything that answered it (tool calls, results, the final
-answer). The prompt carries the last ``history_window`` turns verbatim; older turns are folded
-into a short extractive summary (their questions and answers, clipped to ``summary_max_chars``)
-so the model keeps the gist without the prompt growing with the conversation.
+answer). The prompt carries the last ``history_window`` turns verbatim (``split_history``); the
+agent folds older turns into a short summary — written by the model where it can, else the
+extractive ``summarize`` (their questions and answers, clipped to ``summary_max_chars``) — so the
+model keeps the gist without the prompt growing with the conversation.
 """
 
 from __future__ import annotations
@@ -69,16 +70,6 @@ def split_history(
         return [], list(messages)
     cut = len(turns) - history_window
     return turns[:cut], [message for turn in turns[cut:] for message in turn]
-
-
-def window(
-    messages: Sequence[Message], history_window: int, summary_max_chars: int
-) -> list[Message]:
-    """The history a prompt should carry: an extractive summary of old turns, then the recent
-    ones verbatim."""
-    old, kept = split_history(messages, history_window)
-    summary = summarize(old, summary_max_chars) if old else ""
-    return ([Message("system", summary)] if summary else []) + kept
 
 
 def transcript(turns: Sequence[Sequence[Message]]) -> str:
