@@ -40,6 +40,7 @@ def test_example_config_loads_with_env_interpolation(
     assert config.agent.default_timeout == 30
     agent = Agent.from_config(write(tmp_path, EXAMPLE))
     assert agent.model.name == "hermes-3"
+    assert agent.model.context_window is None  # unknown unless the config says
     assert agent.limits.max_iterations == 5
 
 
@@ -95,3 +96,9 @@ def test_openai_provider_needs_a_model_name(tmp_path: Path) -> None:
     path = write(tmp_path, "model:\n  provider: openai\n  base_url: http://localhost:1/v1\n")
     with pytest.raises(ConfigError, match=r"model\.model_name: required with provider 'openai'"):
         Agent.from_config(path)
+
+
+def test_context_window_reaches_the_endpoint_model(tmp_path: Path) -> None:
+    text = "model:\n  provider: openai\n  model_name: m\n  context_window: 4096\n"
+    agent = Agent.from_config(write(tmp_path, text), storage=None)
+    assert agent.model.context_window == 4096

@@ -592,6 +592,7 @@ def build_model(config: ModelConfig) -> Model:
             max_tokens=config.max_tokens,
             timeout=config.timeout,
             max_retries=config.max_retries,
+            context_window=config.context_window,
         )
     if config.provider == "scripted":
         from hermes_agent.models.scripted import ScriptedModel

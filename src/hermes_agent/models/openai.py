@@ -104,6 +104,7 @@ class OpenAICompatible:
         timeout: float = 60.0,
         max_retries: int = 2,
         client: AsyncOpenAI | None = None,
+        context_window: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
@@ -116,6 +117,8 @@ class OpenAICompatible:
         self.max_tokens = max_tokens
         self.timeout = timeout
         self.max_retries = max_retries
+        self.context_window = context_window
+        """The endpoint model's context size in tokens; when set, prompts are fitted to it."""
         self._given_client = client
         self._client_options: dict[str, Any] = {
             "base_url": base_url,
