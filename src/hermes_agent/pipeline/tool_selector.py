@@ -14,7 +14,7 @@ from typing import Any
 
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.status import Status
-from hermes_agent.tools.registry import Tool
+from hermes_agent.tools.registry import Tool, find_tool
 from hermes_agent.types import ToolCall, ToolResult
 
 
@@ -56,7 +56,7 @@ class ToolSelector:
         return ctx
 
     async def _select(self, ctx: RunContext, call: ToolCall) -> ToolResult | None:
-        tool = _lookup(ctx, call.name)
+        tool = find_tool(ctx.tools, call.name)
         if tool is None:
             available = ", ".join(ctx.tools) or "(none)"
             where = (
@@ -69,7 +69,7 @@ class ToolSelector:
 
         fallback_for = None
         if not tool.available():
-            substitute = _lookup(ctx, tool.fallback) if tool.fallback else None
+            substitute = find_tool(ctx.tools, tool.fallback) if tool.fallback else None
             if substitute is None or not substitute.available():
                 message = (
                     f"tool '{tool.name}' is unavailable right now and has no working fallback; "
@@ -108,15 +108,6 @@ class ToolSelector:
 
         ctx.planned.append(PlannedCall(call, tool, arguments, fallback_for))
         return None
-
-
-def _lookup(ctx: RunContext, name: str | None) -> Tool | None:
-    if name is None:
-        return None
-    found = ctx.tools.get(name)
-    if found is None:
-        found = next((t for t in ctx.tools.values() if name in t.aliases), None)
-    return found
 
 
 async def _ask(

@@ -263,6 +263,14 @@ def _coercion_model(function: Callable[..., Any]) -> type[BaseModel] | None:
         return None
 
 
+def find_tool(tools: Mapping[str, Tool], name: str) -> Tool | None:
+    """The tool in ``tools`` (by name) called ``name``, or whose ``aliases`` include it."""
+    found = tools.get(name)
+    if found is None:
+        found = next((t for t in tools.values() if name in t.aliases), None)
+    return found
+
+
 class ToolRegistry:
     """The tools an agent knows, by name, grouped into named toolsets."""
 
@@ -283,10 +291,7 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         """The tool called ``name``, or whose ``aliases`` include it."""
-        found = self._tools.get(name)
-        if found is None:
-            found = next((t for t in self._tools.values() if name in t.aliases), None)
-        return found
+        return find_tool(self._tools, name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
