@@ -75,6 +75,7 @@ class Agent:
         max_retries: int = 2,
         default_timeout: float = 30.0,
         max_concurrency: int = 8,
+        max_calls_per_turn: int = 32,
         history_window: int = 10,
         summary_max_chars: int = 200,
         toolsets: Iterable[str] | None = None,
@@ -104,6 +105,7 @@ class Agent:
             max_retries=max_retries,
             default_timeout=default_timeout,
             max_concurrency=max_concurrency,
+            max_calls_per_turn=max_calls_per_turn,
         )
         self.history_window = history_window
         self.summary_max_chars = summary_max_chars
@@ -158,6 +160,7 @@ class Agent:
             "max_retries": a.max_retries,
             "default_timeout": a.default_timeout,
             "max_concurrency": a.max_concurrency,
+            "max_calls_per_turn": a.max_calls_per_turn,
             "history_window": a.history_window,
             "summary_max_chars": a.summary_max_chars,
         }

@@ -76,6 +76,7 @@ class AgentConfig(_Strict):
     summary_max_chars: int = Field(default=200, ge=0)
     default_timeout: float = Field(default=30.0, gt=0)
     max_concurrency: int = Field(default=8, ge=1)
+    max_calls_per_turn: int = Field(default=32, ge=1)
     tool_choice: str = "auto"
     scratch_pad: bool = False
 

@@ -50,6 +50,9 @@ class LoopLimits:
     before the run stops with status 502."""
     default_timeout: float = 30.0
     max_concurrency: int = 8
+    max_calls_per_turn: int = 32
+    """How many tool calls of one model turn may run; the excess is refused (429) with a
+    message the model can act on."""
 
 
 @dataclass(slots=True)
