@@ -58,7 +58,9 @@ def test_missing_variable_names_file_key_and_fix(
 
 def test_default_value_syntax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HERMES_TEST_URL", raising=False)
-    config = load_config(write(tmp_path, "model:\n  base_url: ${HERMES_TEST_URL:-http://x/v1}\n"))
+    config = load_config(
+        write(tmp_path, "model:\n  provider: openai\n  base_url: ${HERMES_TEST_URL:-http://x/v1}\n")
+    )
     assert config.model.base_url == "http://x/v1"
 
 

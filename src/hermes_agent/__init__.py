@@ -14,8 +14,16 @@
 Everything public is importable from here; submodules are implementation detail.
 """
 
-from hermes_agent.agent import Agent, build_model
-from hermes_agent.config import AgentConfig, HermesConfig, ModelConfig, load_config
+from hermes_agent.agent import Agent
+from hermes_agent.config import (
+    AgentConfig,
+    HermesConfig,
+    LlamaCppConfig,
+    ModelConfig,
+    OpenAIConfig,
+    ScriptedConfig,
+    load_config,
+)
 from hermes_agent.errors import (
     ConfigError,
     HermesAgentError,
@@ -23,15 +31,32 @@ from hermes_agent.errors import (
     ModelError,
     ToolDefinitionError,
 )
-from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.events import (
+    EVENT_KINDS,
+    Event,
+    InputEvent,
+    OutputEvent,
+    ResultEvent,
+    ScratchPadDeltaEvent,
+    SelectionEvent,
+    TextDeltaEvent,
+    ThoughtEvent,
+    ToolCallDeltaEvent,
+    ToolCallParsedEvent,
+    ToolCallStartedEvent,
+    ToolResultsEvent,
+)
+from hermes_agent.loading import build_agent, load_tools_file
+from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettings
+from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
+from hermes_agent.pipeline.hooks import Hook, HookContext
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.parser import StreamParser, parse_completion
 from hermes_agent.tools.registry import Tool, ToolRegistry, tool
 from hermes_agent.types import (
     Completion,
-    Event,
     Message,
     ModelResponse,
     ParseError,
@@ -61,6 +86,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "EVENT_KINDS",
     "Agent",
     "AgentConfig",
     "Completion",
@@ -68,34 +94,55 @@ __all__ = [
     "Event",
     "HermesAgentError",
     "HermesConfig",
+    "Hook",
+    "HookContext",
+    "InputEvent",
     "LlamaCpp",
+    "LlamaCppConfig",
     "Message",
     "MissingDependencyError",
     "Model",
+    "ModelBase",
     "ModelConfig",
     "ModelError",
+    "ModelProfile",
     "ModelResponse",
     "ModelSettings",
     "OpenAICompatible",
+    "OpenAIConfig",
+    "OutputEvent",
     "ParseError",
+    "ResultEvent",
     "RunResult",
+    "ScratchPadDeltaEvent",
+    "ScriptedConfig",
     "ScriptedModel",
     "ScriptedRequest",
+    "SelectionEvent",
     "Status",
     "Step",
     "StreamChunk",
     "StreamParser",
+    "TextDeltaEvent",
+    "ThoughtEvent",
     "Tool",
     "ToolCall",
+    "ToolCallDeltaEvent",
+    "ToolCallParsedEvent",
     "ToolCallRecord",
+    "ToolCallStartedEvent",
     "ToolDefinitionError",
     "ToolRegistry",
     "ToolResult",
+    "ToolResultsEvent",
     "Usage",
     "__version__",
+    "build_agent",
     "build_model",
     "load_config",
+    "load_tools_file",
     "parse_completion",
+    "register_model",
     "render_conversation",
     "to_chatml",
     "tool",

@@ -29,23 +29,20 @@ from typing import Any, TypeVar, overload
 
 from hermes_agent.audit.recorder import Recorder
 from hermes_agent.audit.records import AuditSink, Redactor
-from hermes_agent.config import DEFAULT_STORAGE_URL, HermesConfig, ModelConfig, load_config
+from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
-from hermes_agent.memory.session import (
-    InMemorySessionStore,
-    SessionStore,
-    split_history,
-    summarize,
-    transcript,
-)
+from hermes_agent.events import Event, ResultEvent
+from hermes_agent.memory.history import HistoryLoader, LoadedHistory
+from hermes_agent.memory.session import InMemorySessionStore, SessionStore
 from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.models.registry import build_model
 from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, RunContext
 from hermes_agent.pipeline.hooks import HOOK_POINTS, Hook, Hooks, load_hook
 from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
 from hermes_agent.tools.runtime import ToolRuntime
-from hermes_agent.types import Event, Message, RunResult, Usage
+from hermes_agent.types import TOOL_CHOICE_MODES, RunResult, ToolChoice, Usage
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,7 +64,7 @@ class Agent:
         *,
         system_prompt: str | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
-        tool_choice: str = "auto",
+        tool_choice: ToolChoice = "auto",
         scratch_pad: bool = False,
         temperature: float | None = None,
         max_tokens: int | None = None,
@@ -123,9 +120,12 @@ class Agent:
         self.redactor = Redactor(secrets, redact_patterns)
         if storage is not None and self.redactor and hasattr(storage.sessions, "redactor"):
             storage.sessions.redactor = self.redactor  # secrets stay out of stored messages
-        self.summarize_with_model = summarize_with_model
+        self.history = HistoryLoader(
+            history_window=history_window,
+            summary_max_chars=summary_max_chars,
+            summarize_with_model=summarize_with_model,
+        )
         self.prices = (price_per_1k_prompt, price_per_1k_completion)
-        self._summaries: dict[str, tuple[int, str]] = {}  # session → (turns folded, summary)
         self.registry = ToolRegistry()
         self.hooks = Hooks()
         self.runtime = ToolRuntime()
@@ -167,12 +167,12 @@ class Agent:
         options["output_format"] = config.output.format
         options["channels"] = config.output.channels
         options["tool_settings"] = {name: t.settings() for name, t in config.tools.items()}
-        # A configured agent keeps its sessions and trail on disk (SQLite under the working
-        # directory unless storage.url says otherwise), so the CLI's sessions/trace see them.
-        options["storage"] = config.storage.url if config.storage else DEFAULT_STORAGE_URL
+        # Stored only where the config's storage section says: a library keeps nothing on disk
+        # unless told (the CLI passes its documented default when the section is absent).
+        options["storage"] = config.storage.url if config.storage else None
         options["audit"] = config.audit.enabled
         options["redact_patterns"] = config.audit.redact_patterns
-        options["secrets"] = [config.model.api_key] if config.model.api_key else []
+        options["secrets"] = config.model.secrets()
         options["price_per_1k_prompt"] = config.model.price_per_1k_prompt
         options["price_per_1k_completion"] = config.model.price_per_1k_completion
         options.update(overrides)
@@ -315,7 +315,7 @@ class Agent:
         message: str,
         *,
         session_id: str | None = None,
-        tool_choice: str | None = None,
+        tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
         dry_run: bool = False,
         output_format: str | None = None,
@@ -348,7 +348,7 @@ class Agent:
         message: str,
         *,
         session_id: str | None = None,
-        tool_choice: str | None = None,
+        tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
         listener: EventListener | None = None,
         stream: bool = False,
@@ -365,17 +365,15 @@ class Agent:
         if not lock.acquire(blocking=False):
             await _acquire_elsewhere(lock)
         try:
-            history, summary_usage = await self._history(session_id)
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
-            ctx.history = history
-            ctx.usage.add(summary_usage)
+            ctx.load_history = lambda: self._load_history(ctx)
             ctx.dry_run = dry_run
             ctx.renderer_name = self._format_for(output_format, channel)
             ctx.renderer = self.renderers[ctx.renderer_name]
             if self.audit_sink is not None and not dry_run:
                 ctx.recorder = Recorder(self.audit_sink, self.redactor)
             try:
-                result = await run_turn(ctx)
+                result = await run_turn(ctx, self.hooks)
             finally:
                 if ctx.recorder is not None:
                     ctx.recorder.commit()  # whatever whole steps a failing run left
@@ -386,44 +384,11 @@ class Agent:
         finally:
             lock.release()
 
-    async def _history(self, session_id: str) -> tuple[list[Message], Usage]:
-        """The session's history as the prompt carries it: a summary of the turns beyond
-        ``history_window`` (made by the model where it can, extractive otherwise), then the
-        recent turns verbatim."""
-        old, kept = split_history(self.sessions.load(session_id), self.history_window)
-        if not old or self.summary_max_chars <= 0:
-            return kept, Usage()
-        usage = Usage()
-        folded, summary = self._summaries.get(session_id, (0, ""))
-        if folded != len(old):  # one more turn left the window since the last summary
-            summary, usage = await self._summarize(old)
-            self._summaries[session_id] = (len(old), summary)
-        return ([Message("system", summary)] if summary else []) + kept, usage
-
-    async def _summarize(self, turns: list[list[Message]]) -> tuple[str, Usage]:
-        use_model = self.summarize_with_model
-        if use_model is None:  # by default only models that can write a useful summary
-            use_model = bool(getattr(self.model, "can_summarize", False))
-        if use_model:
-            limit = self.summary_max_chars
-            request = [
-                Message(
-                    "system",
-                    f"Summarise the conversation below in at most {limit} characters. Keep "
-                    "names, numbers and decisions. Answer with the summary only.",
-                ),
-                Message("user", transcript(turns)),
-            ]
-            try:
-                response = await self.model.complete(
-                    request, [], ModelSettings(tool_choice="none", max_tokens=max(32, limit // 2))
-                )
-                text = " ".join(response.completion.content.split())
-                if text:
-                    return f"Earlier in this conversation: {text}"[:limit], response.usage
-            except HermesAgentError:
-                pass  # the extractive summary below still keeps the gist
-        return summarize(turns, self.summary_max_chars), Usage()
+    async def _load_history(self, ctx: RunContext) -> LoadedHistory:
+        """The session's history as the prompt carries it (see ``memory.history``); the
+        InputParser calls this, so a summary made by the model is a recorded model call."""
+        stored = self.sessions.load(ctx.session_id)
+        return await self.history.load(ctx.session_id, stored, ctx.model)
 
     def _cost(self, usage: Usage) -> float | None:
         prompt_price, completion_price = self.prices
@@ -440,12 +405,13 @@ class Agent:
         message: str,
         *,
         session_id: str | None = None,
-        tool_choice: str | None = None,
+        tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
     ) -> AsyncIterator[Event]:
-        """Yield events as the run happens: ``text_delta``, ``tool_call_started``,
-        ``tool_call_parsed``, ``tool_results``, ... and finally ``result`` (with the RunResult
-        under ``data["result"]``)."""
+        """Yield events as the run happens (see ``hermes_agent.events`` for every kind):
+        ``TextDeltaEvent``, ``ToolCallStartedEvent``, ``ToolCallParsedEvent``,
+        ``ToolResultsEvent``, ... and finally a ``ResultEvent`` whose ``result`` is the
+        ``RunResult``."""
         queue: asyncio.Queue[Event | None] = asyncio.Queue()
         task = asyncio.create_task(
             self.arun(
@@ -461,7 +427,7 @@ class Agent:
         try:
             while (event := await queue.get()) is not None:
                 yield event
-            yield Event("result", {"result": task.result()})
+            yield ResultEvent(task.result())
         finally:
             if not task.done():
                 task.cancel()
@@ -470,7 +436,7 @@ class Agent:
         self,
         message: str,
         session_id: str,
-        tool_choice: str | None,
+        tool_choice: ToolChoice | None,
         toolsets: Iterable[str] | None,
         listener: EventListener | None,
         stream: bool,
@@ -478,7 +444,7 @@ class Agent:
         chosen = tool_choice or self.tool_choice
         visible = self.registry.visible(toolsets if toolsets is not None else self.toolsets)
         tools = {tool.name: tool for tool in visible}
-        if chosen not in ("auto", "required", "none") and chosen not in tools:
+        if chosen not in TOOL_CHOICE_MODES and chosen not in tools:
             raise HermesAgentError(
                 f"tool_choice {chosen!r} is not a visible tool; use auto, required, none "
                 f"or one of: {', '.join(tools) or '(no tools registered)'}"
@@ -503,7 +469,6 @@ class Agent:
             system_prompt=self.system_prompt,
             listener=listener,
             stream=stream,
-            hooks=self.hooks,
             runtime=self.runtime,
             approver=self.approver,
         )
@@ -573,45 +538,6 @@ async def _acquire_elsewhere(lock: threading.Lock) -> None:
     except asyncio.CancelledError:
         waiter.add_done_callback(lambda done: lock.release() if done.result() else None)
         raise
-
-
-def build_model(config: ModelConfig) -> Model:
-    """The model a ``model:`` config section describes."""
-    if config.provider == "openai":
-        from hermes_agent.models.openai import OpenAICompatible
-
-        if not config.model_name:
-            raise ConfigError(
-                "model.model_name: required with provider 'openai' (the model id the endpoint "
-                "serves, e.g. hermes-3); add it to the config"
-            )
-        return OpenAICompatible(
-            config.model_name,
-            base_url=config.base_url,
-            api_key=config.api_key,
-            mode=config.mode,
-            chat_format=config.chat_format,
-            temperature=config.temperature,
-            max_tokens=config.max_tokens,
-            timeout=config.timeout,
-            max_retries=config.max_retries,
-            context_window=config.context_window,
-        )
-    if config.provider == "scripted":
-        from hermes_agent.models.scripted import ScriptedModel
-
-        return ScriptedModel(config.responses, name=config.model_name or "scripted")
-    from hermes_agent.models.llamacpp import LlamaCpp
-
-    return LlamaCpp(
-        config.model_path,
-        n_ctx=config.n_ctx,
-        temperature=config.temperature if config.temperature is not None else 0.0,
-        max_tokens=config.max_tokens or 256,
-        chat_format=config.chat_format,
-        use_grammar=config.use_grammar,
-        max_calls=config.max_calls,
-    )
 
 
 def _run_in_thread_loop(coroutine: Coroutine[Any, Any, RunResult]) -> RunResult:

@@ -16,6 +16,11 @@
 ``${VAR}`` is replaced by the environment variable ``VAR``; ``${VAR:-fallback}`` uses
 ``fallback`` when it is unset. Every problem — an unknown key, a wrong type, a missing variable —
 is a ``ConfigError`` naming the file, the key, and what to do.
+
+A config file is code: the hooks and renderers it names are imported and instantiated, so load
+only files you would run. YAML aliases are honoured, but a file whose aliases expand past
+``MAX_CONFIG_NODES`` values is refused (a few hundred bytes of nested aliases can otherwise
+expand to gigabytes), and error messages are bounded in length.
 """
 
 from __future__ import annotations
@@ -23,15 +28,20 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import reprlib
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
 
 from hermes_agent.errors import ConfigError
 
 DEFAULT_STORAGE_URL = "sqlite:///.hermes/state.db"
+MAX_CONFIG_NODES = 100_000
+"""The most values (mappings, lists and scalars, aliases counted as expanded) a config may hold."""
+_MAX_ERROR_LINES = 20
+_MAX_VALUE_CHARS = 120
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -40,30 +50,85 @@ class _Strict(BaseModel):
 
 
 class ModelConfig(_Strict):
-    """Which model to talk to, and how."""
+    """Which model to talk to, and how: the fields every provider shares.
 
-    provider: Literal["openai", "llamacpp", "scripted"] = "llamacpp"
-    base_url: str | None = None
-    api_key: str | None = None
+    Each provider has its own section class (``OpenAIConfig``, ``LlamaCppConfig``,
+    ``ScriptedConfig``, or one a new backend registers with ``register_model``); ``provider``
+    picks which one validates the section, so a key that belongs to another provider is an error
+    that names it.
+    """
+
+    provider: str = "llamacpp"
     model_name: str | None = None
     """The endpoint's model id (required for ``openai``); for the others, a display name."""
-    mode: Literal["native", "hermes"] = "hermes"
-    chat_format: Literal["hermes", "qwen"] = "hermes"
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, gt=0)
-    timeout: float = Field(default=60.0, gt=0)
-    max_retries: int = Field(default=2, ge=0)
-    model_path: str | None = None
-    n_ctx: int = Field(default=4096, gt=0)
-    use_grammar: bool = True
-    max_calls: int = Field(default=1, ge=1)
-    """llamacpp: how many tool calls the grammar allows in one turn."""
-    context_window: int | None = Field(default=None, gt=0)
-    """openai: the endpoint model's context size in tokens; prompts are fitted to it."""
     price_per_1k_prompt: float | None = Field(default=None, ge=0)
     price_per_1k_completion: float | None = Field(default=None, ge=0)
+
+    def secrets(self) -> list[str]:
+        """Values in this section that must never be stored in clear (API keys)."""
+        return []
+
+
+class OpenAIConfig(ModelConfig):
+    """``provider: openai`` — any OpenAI-compatible endpoint."""
+
+    provider: Literal["openai"] = "openai"
+    base_url: str | None = None
+    api_key: str | None = None
+    mode: Literal["native", "hermes"] = "hermes"
+    chat_format: Literal["hermes", "qwen"] = "hermes"
+    timeout: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+    context_window: int | None = Field(default=None, gt=0)
+    """The endpoint model's context size in tokens; prompts are fitted to it."""
+
+    def secrets(self) -> list[str]:
+        return [self.api_key] if self.api_key else []
+
+
+class LlamaCppConfig(ModelConfig):
+    """``provider: llamacpp`` — the embedded model (a GGUF file through llama.cpp)."""
+
+    provider: Literal["llamacpp"] = "llamacpp"
+    model_path: str | None = None
+    n_ctx: int = Field(default=4096, gt=0)
+    chat_format: Literal["hermes", "qwen"] = "hermes"
+    use_grammar: bool = True
+    max_calls: int = Field(default=1, ge=1)
+    """How many tool calls the grammar allows in one turn."""
+
+
+class ScriptedConfig(ModelConfig):
+    """``provider: scripted`` — canned completions, for tests and demos."""
+
+    provider: Literal["scripted"] = "scripted"
     responses: list[str] = Field(default_factory=list)
-    """For ``provider: scripted``: the completions to answer with, in order."""
+    """The completions to answer with, in order."""
+
+
+_MODEL_SECTIONS: dict[str, type[ModelConfig]] = {
+    "openai": OpenAIConfig,
+    "llamacpp": LlamaCppConfig,
+    "scripted": ScriptedConfig,
+}
+
+
+def register_model_section(provider: str, section: type[ModelConfig]) -> None:
+    """Make ``provider: <provider>`` validate with ``section`` (``models.registry`` calls it)."""
+    _MODEL_SECTIONS[provider] = section
+
+
+def model_section(provider: str) -> type[ModelConfig]:
+    """The config class of a provider; ``ConfigError`` naming the known ones otherwise."""
+    try:
+        return _MODEL_SECTIONS[provider]
+    except KeyError:
+        raise ConfigError(
+            f"model.provider: unknown provider {provider!r}; use one of: "
+            f"{', '.join(sorted(_MODEL_SECTIONS))} (or register a backend with register_model)"
+        ) from None
 
 
 class AgentConfig(_Strict):
@@ -135,7 +200,7 @@ class AuditConfig(_Strict):
 class HermesConfig(_Strict):
     """The whole configuration file."""
 
-    model: ModelConfig = Field(default_factory=ModelConfig)
+    model: SerializeAsAny[ModelConfig] = Field(default_factory=LlamaCppConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     hooks: dict[str, list[HookSpec]] = Field(default_factory=dict)
@@ -160,6 +225,7 @@ def load_config(path: str | os.PathLike[str]) -> HermesConfig:
         raise ConfigError(f"{file}: not valid YAML: {exc}") from exc
     if data is None:
         data = {}
+    _check_expansion(data, str(file))
     if not isinstance(data, dict):
         raise ConfigError(
             f"{file}: the top level must be a mapping with 'model:' and 'agent:' sections"
@@ -167,15 +233,55 @@ def load_config(path: str | os.PathLike[str]) -> HermesConfig:
     return parse_config(data, source=str(file))
 
 
+def _check_expansion(data: Any, source: str) -> None:
+    """Refuse a document whose aliases expand past ``MAX_CONFIG_NODES`` values; the walk stops
+    as soon as the budget is spent, so checking costs at most that many steps."""
+    seen = 0
+    pending = [data]
+    while pending:
+        node = pending.pop()
+        seen += 1
+        if seen > MAX_CONFIG_NODES:
+            raise ConfigError(
+                f"{source}: the config expands to more than {MAX_CONFIG_NODES:,} values "
+                "(nested YAML aliases?); write the values out or use fewer aliases"
+            )
+        if isinstance(node, dict):
+            pending.extend(node.keys())
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+
+
 def parse_config(data: dict[str, Any], *, source: str = "<config>") -> HermesConfig:
     """Validate an already-loaded config mapping (``source`` names it in errors)."""
     interpolated = _interpolate(data, source, ())
+    section = interpolated.get("model")
+    model: ModelConfig | None = None
+    if isinstance(section, dict):
+        # The provider picks the class that validates the section (a discriminated union that
+        # a new backend can join), so a key of another provider is an unknown key here.
+        provider = section.get("provider", "llamacpp")
+        if not isinstance(provider, str):
+            raise ConfigError(f"{source}: model.provider: must be a string, got {provider!r}")
+        try:
+            section_class = model_section(provider)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        try:
+            model = section_class.model_validate(section)
+        except ValidationError as exc:
+            message = _explain(exc, source, prefix=("model",), root=section_class)
+            raise ConfigError(message) from None
+        interpolated = {k: v for k, v in interpolated.items() if k != "model"}
     try:
         config = HermesConfig.model_validate(interpolated)
-        config.source = source
-        return config
     except ValidationError as exc:
         raise ConfigError(_explain(exc, source)) from None
+    if model is not None:
+        config.model = model
+    config.source = source
+    return config
 
 
 def _interpolate(node: Any, source: str, path: tuple[str, ...]) -> Any:
@@ -202,22 +308,38 @@ def _interpolate(node: Any, source: str, path: tuple[str, ...]) -> Any:
     return _VARIABLE.sub(substitute, node)
 
 
-def _explain(exc: ValidationError, source: str) -> str:
+def _explain(
+    exc: ValidationError,
+    source: str,
+    *,
+    prefix: tuple[str, ...] = (),
+    root: type[BaseModel] | None = None,
+) -> str:
     lines = []
     for error in exc.errors():
-        key = ".".join(str(part) for part in error["loc"])
+        location = (*prefix, *error["loc"])
+        key = ".".join(str(part) for part in location)
         if error["type"] == "extra_forbidden":
-            lines.append(f"{source}: {key}: unknown key{_suggestion(error['loc'])}")
+            hint = _suggestion(error["loc"], root) if root else _suggestion(location)
+            lines.append(f"{source}: {key}: unknown key{hint}")
         else:
             lines.append(
-                f"{source}: {key}: {error['msg'].lower()} (got {error.get('input')!r}); "
+                f"{source}: {key}: {error['msg'].lower()} (got {_short(error.get('input'))}); "
                 "fix the value in the file"
             )
+    if len(lines) > _MAX_ERROR_LINES:
+        hidden = len(lines) - _MAX_ERROR_LINES
+        lines = [*lines[:_MAX_ERROR_LINES], f"{source}: … and {hidden} more problems"]
     return "\n".join(lines)
 
 
-def _suggestion(location: tuple[int | str, ...]) -> str:
-    model: type[BaseModel] = HermesConfig
+def _short(value: Any) -> str:
+    text = reprlib.repr(value)
+    return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 1] + "…"
+
+
+def _suggestion(location: tuple[int | str, ...], root: type[BaseModel] | None = None) -> str:
+    model: type[BaseModel] = root or HermesConfig
     parts = list(location[:-1])
     if parts[:1] == ["tools"] and len(parts) == 2:
         model, parts = ToolConfig, []

@@ -11,9 +11,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
-ToolChoice = str
+ToolChoiceMode = Literal["auto", "required", "none"]
+ToolChoice = ToolChoiceMode | str
 """``"auto"`` (text or calls), ``"required"`` (at least one call), ``"none"`` (text only),
 or the name of one tool that must be called."""
+TOOL_CHOICE_MODES: tuple[ToolChoiceMode, ...] = ("auto", "required", "none")
+LoopStatus = Literal["completed", "max_iterations", "dry_run_complete", "failed"]
+"""How a run's loop ended."""
 
 
 def new_call_id() -> str:
@@ -165,7 +169,7 @@ class RunResult:
     steps: list[Step] = field(default_factory=list)
     duration_ms: float = 0.0
     error: str | None = None
-    loop_status: str = "completed"
+    loop_status: LoopStatus = "completed"
     """How the loop ended: ``completed`` (the model answered), ``max_iterations``,
     ``dry_run_complete`` (stopped after the ToolSelector; nothing ran) or ``failed``."""
     approvals: list[dict[str, Any]] = field(default_factory=list)
@@ -180,11 +184,3 @@ class RunResult:
         data = asdict(self)
         data["usage"]["total_tokens"] = self.usage.total_tokens
         return data
-
-
-@dataclass(slots=True)
-class Event:
-    """A notification for streaming consumers: ``kind`` names it, ``data`` carries the details."""
-
-    kind: str
-    data: dict[str, Any] = field(default_factory=dict)

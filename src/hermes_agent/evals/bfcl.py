@@ -34,8 +34,9 @@ from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.evals import bfcl_compat
 from hermes_agent.evals.oracle import method_signatures, multi_turn_oracle, single_turn_oracle
-from hermes_agent.evals.report import REFUSED, CaseResult, Report, record_run, run_with_progress
+from hermes_agent.evals.report import CaseResult, Report, record_run, run_with_progress
 from hermes_agent.models.base import Model
+from hermes_agent.pipeline.status import REFUSED
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import RunResult, Step, ToolCallRecord
 

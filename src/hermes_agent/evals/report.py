@@ -30,11 +30,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from hermes_agent.pipeline.status import REFUSED, Status
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import RunResult
 
-REFUSED = (400, 403, 404)
-"""Statuses of calls the pipeline turned down before running them (invalid, denied, unknown)."""
+_INVALID = (Status.INVALID, Status.UNKNOWN_TOOL)
 PARSE_ERROR_NAME = "invalid_tool_call"
 """The name the ToolSelector gives a ``<tool_call>`` block that could not be parsed."""
 
@@ -82,8 +82,10 @@ def record_run(result: CaseResult, run: RunResult) -> None:
         )
         result.malformed = result.malformed or bool(parsed.errors)
         for call in step.tool_calls:
-            if call.status_code in REFUSED:
-                result.invalid = result.invalid or call.name != PARSE_ERROR_NAME
+            if call.status_code in REFUSED:  # never ran (a rate-limited call included)
+                result.invalid = result.invalid or (
+                    call.status_code in _INVALID and call.name != PARSE_ERROR_NAME
+                )
                 result.refused.append(
                     {"name": call.name, "status": call.status_code, "error": call.error}
                 )

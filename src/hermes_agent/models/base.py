@@ -1,9 +1,25 @@
-"""The model seam: one async method to complete a conversation, one to stream it.
+"""The model seam: one async method to complete a conversation, one to stream it, and what the
+model declares about itself.
 
 A model receives protocol-neutral ``Message`` objects and the tools as OpenAI-format dicts, and
 decides how to put them on its wire: a Hermes model renders the system prompt with
 ``protocol.chatml.render_conversation``; an OpenAI-compatible endpoint in ``native`` mode sends
 ``tools`` as structured data. Either way it returns a parsed ``Completion`` plus the raw text.
+
+What the pipeline needs to know about a model beyond that — its context window, how it counts
+tokens, what its prompt looks like on the wire, whether it can summarise — is part of the
+contract (``Model.profile``, ``render_prompt``, ``count_tokens``), not discovered by probing.
+``ModelBase`` gives sensible defaults, so a new backend writes only ``complete`` and ``stream``::
+
+    class EchoModel(ModelBase):
+        name = "echo"
+
+        async def complete(self, messages, tools, settings):
+            text = messages[-1].content
+            return ModelResponse(Completion(content=text), text, model_name=self.name)
+
+        async def stream(self, messages, tools, settings):
+            yield StreamChunk(messages[-1].content)
 """
 
 from __future__ import annotations
@@ -12,7 +28,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from hermes_agent.types import Message, ModelResponse, StreamChunk
+from hermes_agent.protocol.chatml import render_conversation, to_chatml
+from hermes_agent.types import Message, ModelResponse, StreamChunk, ToolChoice
 
 
 @dataclass(slots=True)
@@ -21,16 +38,36 @@ class ModelSettings:
 
     temperature: float | None = None
     max_tokens: int | None = None
-    tool_choice: str = "auto"
+    tool_choice: ToolChoice = "auto"
     scratch_pad: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    """What a model declares about itself.
+
+    ``context_window``: prompt and answer together, in tokens; when set, the pipeline fits each
+    prompt to it (``None``: unknown, prompts are sent as they are). ``max_tokens``: the answer
+    length the model uses when a request does not say (the room kept free for the answer).
+    ``can_summarize``: the agent may ask this model to summarise old turns of a long session
+    (a 135M model cannot do it usefully; an endpoint model can).
+    """
+
+    context_window: int | None = None
+    max_tokens: int | None = None
+    can_summarize: bool = False
 
 
 @runtime_checkable
 class Model(Protocol):
-    """Anything that can complete a conversation. Implement ``complete``; ``stream`` is optional
-    in spirit (a model may yield its whole completion as one chunk)."""
+    """Anything that can complete a conversation (see ``ModelBase`` for the defaults)."""
 
     name: str
+
+    @property
+    def profile(self) -> ModelProfile:
+        """What this model declares about itself (read at each request: it may change)."""
+        ...
 
     async def complete(
         self,
@@ -49,3 +86,48 @@ class Model(Protocol):
     ) -> AsyncIterator[StreamChunk]:
         """Yield the next turn as Hermes-format text chunks; the last chunk carries usage."""
         ...
+
+    def render_prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> str:
+        """The request as it goes on the wire (text), for the audit trail and for counting."""
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """How many tokens ``text`` takes for this model (an estimate is fine)."""
+        ...
+
+
+class ModelBase:
+    """Defaults for the optional parts of the ``Model`` contract: no declared context window,
+    a ChatML rendering of the prompt, and a token estimate of one per three characters (which
+    errs on the safe side for English and code). Subclasses write ``complete`` and ``stream``.
+    """
+
+    name: str = "model"
+
+    @property
+    def profile(self) -> ModelProfile:
+        return ModelProfile()
+
+    def render_prompt(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> str:
+        wire = render_conversation(
+            messages, tools, scratch_pad=settings.scratch_pad, tool_choice=settings.tool_choice
+        )
+        return to_chatml(wire)
+
+    def count_tokens(self, text: str) -> int:
+        return estimate_tokens(text)
+
+
+def estimate_tokens(text: str) -> int:
+    """One token per three characters, rounded up: safe for English and code."""
+    return len(text) // 3 + 1

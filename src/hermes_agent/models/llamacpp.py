@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_agent.errors import ConfigError, MissingDependencyError, ModelError
-from hermes_agent.models.base import ModelSettings
+from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.parser import parse_completion
@@ -229,7 +229,7 @@ class _Request:
     temperature: float
 
 
-class LlamaCpp:
+class LlamaCpp(ModelBase):
     """The embedded llama.cpp model; implements the ``Model`` protocol.
 
     ``model_path`` is a GGUF file (default: the SmolLM2-135M-Instruct bundled with
@@ -305,6 +305,10 @@ class LlamaCpp:
     def context_window(self) -> int:
         """The context size in tokens (prompt and completion together)."""
         return self.n_ctx
+
+    @property
+    def profile(self) -> ModelProfile:
+        return ModelProfile(context_window=self.n_ctx, max_tokens=self.max_tokens)
 
     @property
     def llama(self) -> Any:

@@ -40,12 +40,15 @@ from openai import (
 )
 
 from hermes_agent.errors import ConfigError, ModelError
-from hermes_agent.models.base import ModelSettings
+from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings, estimate_tokens
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
     render_conversation,
     render_tool_call,
     to_json,
+    wrap_tool_call,
 )
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import (
@@ -67,7 +70,7 @@ _PLACEHOLDER_API_KEY = "not-needed"
 _EXCERPT_CHARS = 300
 
 
-class OpenAICompatible:
+class OpenAICompatible(ModelBase):
     """A model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint.
 
     ``temperature`` and ``max_tokens`` are defaults that ``ModelSettings`` overrides per request.
@@ -87,9 +90,6 @@ class OpenAICompatible:
         response = asyncio.run(model.complete([Message("user", "Hi")], [], ModelSettings()))
         print(response.text)
     """
-
-    can_summarize = True
-    """The agent may ask this model to summarise old turns of a long session."""
 
     def __init__(
         self,
@@ -134,6 +134,17 @@ class OpenAICompatible:
         self._unbound: AsyncOpenAI | None = client or AsyncOpenAI(**self._client_options)
         self.base_url = str(self._unbound.base_url)
         """The endpoint requests go to (the SDK's default when none was given)."""
+
+    @property
+    def profile(self) -> ModelProfile:
+        # An endpoint model can summarise old turns; its tokenizer is not ours to call, so
+        # token counts are estimated (``count_tokens``).
+        return ModelProfile(
+            context_window=self.context_window, max_tokens=self.max_tokens, can_summarize=True
+        )
+
+    def count_tokens(self, text: str) -> int:
+        return estimate_tokens(text)
 
     def _client(self) -> AsyncOpenAI:
         if self._given_client is not None:
@@ -336,7 +347,7 @@ def _merge_native(content: str, native: Sequence[Any]) -> tuple[Completion, str]
         if arguments is None:
             block = _call_head(name) + raw + "}"
             completion.errors.append(ParseError(block=block, message=problem))
-            parts.append(f"<tool_call>\n{block}\n</tool_call>")
+            parts.append(wrap_tool_call(block))
         else:
             call = ToolCall(name=name, arguments=arguments, id=native_call.id or new_call_id())
             completion.tool_calls.append(call)
@@ -404,7 +415,7 @@ class _StreamedCalls:
         if not self._open:
             self._open, self._has_arguments = True, False
             out += (
-                ("\n" if self._written else "") + "<tool_call>\n" + _call_head(self._name, self._id)
+                ("\n" if self._written else "") + TOOL_CALL_OPEN + _call_head(self._name, self._id)
             )
             arguments = self._pending + arguments
             self._pending = ""
@@ -419,7 +430,7 @@ class _StreamedCalls:
         if not self._open:
             return ""
         self._open, self._index, self._name = False, None, None
-        return ("" if self._has_arguments else "{}") + "}\n</tool_call>"
+        return ("" if self._has_arguments else "{}") + "}" + TOOL_CALL_CLOSE
 
 
 # -- small helpers --------------------------------------------------------------------------------

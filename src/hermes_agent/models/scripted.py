@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_agent.errors import ModelError
-from hermes_agent.models.base import ModelSettings
-from hermes_agent.protocol.chatml import render_conversation, to_chatml
+from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Message, ModelResponse, StreamChunk, Usage
 
@@ -43,7 +42,7 @@ class ScriptedRequest:
     settings: ModelSettings
 
 
-class ScriptedModel:
+class ScriptedModel(ModelBase):
     """A model that answers from a script: a list of completions, or a function.
 
     ``chunk_size`` sets how ``stream`` splits each completion (characters per chunk);
@@ -72,6 +71,10 @@ class ScriptedModel:
         self._next = 0
         self.requests: list[ScriptedRequest] = []
 
+    @property
+    def profile(self) -> ModelProfile:
+        return ModelProfile(context_window=self.context_window)
+
     def _answer(
         self,
         messages: Sequence[Message],
@@ -89,18 +92,6 @@ class ScriptedModel:
         text = self._responses[self._next]
         self._next += 1
         return text
-
-    def render_prompt(
-        self,
-        messages: Sequence[Message],
-        tools: Sequence[dict[str, Any]],
-        settings: ModelSettings,
-    ) -> str:
-        """What a Hermes model would be sent (ChatML), for the audit trail and replay."""
-        wire = render_conversation(
-            messages, tools, scratch_pad=settings.scratch_pad, tool_choice=settings.tool_choice
-        )
-        return to_chatml(wire)
 
     async def complete(
         self,

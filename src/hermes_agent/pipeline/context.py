@@ -8,21 +8,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_agent.audit.recorder import Recorder
+from hermes_agent.events import Event
+from hermes_agent.memory.history import LoadedHistory, SummaryCall
 from hermes_agent.models.base import Model, ModelSettings
-from hermes_agent.pipeline.hooks import Hooks
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import (
     Completion,
-    Event,
+    LoopStatus,
     Message,
     RunResult,
     Step,
@@ -35,6 +36,9 @@ from hermes_agent.types import (
 logger = logging.getLogger("hermes_agent")
 
 EventListener = Callable[[Event], None]
+HistorySource = Callable[[], Awaitable[LoadedHistory]]
+"""Loads the session's history for the prompt (the InputParser calls it once per run)."""
+
 Approver = Callable[[ToolCall, Tool], Any]
 """Decides whether a call of a ``requires_approval`` tool may run: returns (or awaits to) a
 bool, or a ``(bool, reason)`` pair."""
@@ -82,10 +86,13 @@ class RunContext:
     executor: Executor
     system_prompt: str | None = None
     history: list[Message] = field(default_factory=list)
+    load_history: HistorySource | None = None
+    """Where ``history`` comes from; ``None``: the run starts with ``history`` as given."""
+    summary_call: SummaryCall | None = None
+    """The model call that summarised old turns for this run's prompt, if one was made."""
     listener: EventListener | None = None
     stream: bool = False
     dry_run: bool = False
-    hooks: Hooks = field(default_factory=Hooks)
     runtime: ToolRuntime = field(default_factory=ToolRuntime)
     approver: Approver | None = None
     renderer_name: str = "text"
@@ -125,13 +132,18 @@ class RunContext:
     error: str | None = None
     finished: bool = False
     """True once the model answered without calling a tool (or the run failed)."""
-    loop_status: str = "completed"
+    loop_status: LoopStatus = "completed"
     started_ns: int = field(default_factory=time.perf_counter_ns)
 
-    def emit(self, kind: str, **data: Any) -> None:
-        """Tell streaming consumers something happened (free when nobody listens)."""
+    @property
+    def listening(self) -> bool:
+        """Whether anyone receives events (build costly ones only then)."""
+        return self.listener is not None
+
+    def emit(self, event: Event) -> None:
+        """Tell streaming consumers something happened."""
         if self.listener is not None:
-            self.listener(Event(kind, data))
+            self.listener(event)
 
     def log_stage(self, stage: str, status: int, **details: Any) -> None:
         """One debug line per stage, e.g. ``ThoughtGenerator: status=200, selected_tools=[...]``."""

@@ -1,11 +1,11 @@
 """Keep the rendered prompt inside the model's context window.
 
-Before each model request, when the model states its ``context_window``, the prompt is rendered
-and counted — with the model's own tokenizer (``count_tokens``) where it has one (llama.cpp), or
-an estimate of one token per three characters otherwise, which errs on the safe side for English
-and code. If it does not fit with room for the answer, older history turns are dropped first,
-then the largest tool results are cut (with a note the model reads) until it fits. Only the
-prompt is trimmed: the session keeps every message whole.
+Before each model request, when the model's profile states a ``context_window``, the prompt is
+rendered as the model sends it (``render_prompt``) and counted with the model's ``count_tokens``
+(llama.cpp's own tokenizer; an estimate of one token per three characters elsewhere, which errs
+on the safe side for English and code). If it does not fit with room for the answer, older
+history turns are dropped first, then the largest tool results are cut (with a note the model
+reads) until it fits. Only the prompt is trimmed: the session keeps every message whole.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hermes_agent.pipeline.context import RunContext
-from hermes_agent.protocol.chatml import render_conversation, to_chatml, to_json
+from hermes_agent.protocol.chatml import to_json
 from hermes_agent.types import ToolResult
 
 DEFAULT_ANSWER_RESERVE = 256
@@ -24,14 +24,13 @@ _MIN_RESULT_CHARS = 80
 
 def fit_to_context(ctx: RunContext) -> None:
     """Trim ``ctx.messages`` (a working copy of the conversation) until the prompt fits."""
-    window = getattr(ctx.model, "context_window", None)
-    if not isinstance(window, int) or window <= 0:
+    profile = ctx.model.profile
+    window = profile.context_window
+    if window is None or window <= 0:
         return
     settings = ctx.turn_settings or ctx.settings
-    reserve = (
-        settings.max_tokens or getattr(ctx.model, "max_tokens", None) or DEFAULT_ANSWER_RESERVE
-    )
-    budget = window - int(reserve)
+    reserve = settings.max_tokens or profile.max_tokens or DEFAULT_ANSWER_RESERVE
+    budget = window - reserve
     measure = _measurer(ctx)
     if measure() <= budget:
         return
@@ -44,22 +43,12 @@ def fit_to_context(ctx: RunContext) -> None:
 
 def _measurer(ctx: RunContext) -> Callable[[], int]:
     model = ctx.model
-    count: Callable[[str], int] = getattr(model, "count_tokens", None) or _estimate
-    render = getattr(model, "render_prompt", None)
     settings = ctx.turn_settings or ctx.settings
 
     def measure() -> int:
-        if render is not None:
-            text = str(render(ctx.messages, ctx.tool_specs, settings))
-        else:
-            text = to_chatml(render_conversation(ctx.messages, ctx.tool_specs))
-        return int(count(text))
+        return model.count_tokens(model.render_prompt(ctx.messages, ctx.tool_specs, settings))
 
     return measure
-
-
-def _estimate(text: str) -> int:
-    return len(text) // 3 + 1
 
 
 def _drop_oldest_turn(ctx: RunContext) -> bool:

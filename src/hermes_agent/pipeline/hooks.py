@@ -8,12 +8,19 @@ Ten hook points, ``pre_`` and ``post_`` for each stage::
     execution   ToolExecutor       pre_execution / post_execution
     output      OutputRenderer     pre_output / post_output
 
-A hook is any callable taking the ``RunContext`` (a function, or an object with ``__call__``);
-it may be ``async``. What it may do, through the context:
+A hook is any callable taking a ``HookContext`` (a function, or an object with ``__call__``);
+it may be ``async``. The hook context is a small view of the run, not the run itself: it shows
+what a hook may read and offers the operations a hook may perform —
 
+- read: ``request_id``, ``session_id``, ``user_message``, ``step``, ``point``, ``messages``
+  (the conversation as the model sees it, read-only), ``completion`` (the model's latest parsed
+  turn; its calls may be adjusted in ``pre_selection``, before they are validated), ``planned``
+  (the calls about to run), ``results`` (what the latest calls returned), ``tool_calls``,
+  ``status`` and ``error``;
 - ``ctx.variables["user_level"] = "expert"`` — fill ``{{ user_level }}`` in the system prompt;
 - ``ctx.veto(plan, "reason")`` in ``pre_execution`` — refuse a planned call (403 to the model);
-  or change ``plan.arguments`` to rewrite it;
+  or change ``plan.arguments`` to rewrite it (the new arguments are validated again, and
+  approved again where the tool needs approval);
 - ``ctx.rewrite_result(call_id, content)`` in ``post_execution`` — change what a tool returned;
 - ``ctx.output = ...`` in ``post_output`` — change the answer.
 
@@ -31,15 +38,116 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_agent.errors import ConfigError
+from hermes_agent.pipeline.context import PlannedCall, RunContext
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import Completion, Message, ToolCallRecord, ToolResult
 
 STAGES = ("input", "thought", "selection", "execution", "output")
 HOOK_POINTS = tuple(f"{when}_{stage}" for stage in STAGES for when in ("pre", "post"))
 
-Hook = Callable[[Any], Any]
+
+class HookContext:
+    """What a hook sees of a run, and what it may change (see the module docstring)."""
+
+    __slots__ = ("_run", "point")
+
+    def __init__(self, run: RunContext, point: str) -> None:
+        self._run = run
+        self.point = point
+        """The hook point being run, e.g. ``"pre_execution"``."""
+
+    # -- reading -------------------------------------------------------------------------
+
+    @property
+    def request_id(self) -> str:
+        return self._run.request_id
+
+    @property
+    def session_id(self) -> str:
+        return self._run.session_id
+
+    @property
+    def user_message(self) -> str:
+        return self._run.user_message
+
+    @property
+    def step(self) -> int:
+        """The loop iteration (0 for the first model turn)."""
+        return self._run.step
+
+    @property
+    def messages(self) -> Sequence[Message]:
+        """The conversation as the model sees it: system, history, this run's turns."""
+        return tuple(self._run.messages)
+
+    @property
+    def tools(self) -> Sequence[Tool]:
+        """The tools visible to this run."""
+        return tuple(self._run.tools.values())
+
+    @property
+    def completion(self) -> Completion:
+        """The model's latest turn, parsed. In ``pre_selection`` its calls may be adjusted
+        (they are validated afterwards)."""
+        return self._run.completion
+
+    @property
+    def planned(self) -> Sequence[PlannedCall]:
+        """The calls that passed the ToolSelector and are about to run."""
+        return tuple(self._run.planned)
+
+    @property
+    def results(self) -> Sequence[ToolResult]:
+        """The results of the latest ToolExecutor step, in call order."""
+        return tuple(self._run.last_results)
+
+    last_results = results  # the name hooks used before the hook context existed
+
+    @property
+    def tool_calls(self) -> Sequence[ToolCallRecord]:
+        """Every call of this run so far, with its result."""
+        return tuple(self._run.tool_calls)
+
+    @property
+    def status(self) -> int:
+        return int(self._run.status)
+
+    @property
+    def error(self) -> str | None:
+        return self._run.error
+
+    # -- changing --------------------------------------------------------------------------
+
+    @property
+    def variables(self) -> dict[str, Any]:
+        """Values for ``{{ name }}`` placeholders in the system prompt; hooks fill them."""
+        return self._run.variables
+
+    @property
+    def output(self) -> str:
+        """The answer (set it in ``pre_output`` / ``post_output`` to change it)."""
+        return self._run.output
+
+    @output.setter
+    def output(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"the output must be a string, got {type(value).__name__}")
+        self._run.output = value
+
+    def veto(self, plan: PlannedCall, reason: str) -> None:
+        """Refuse a planned call (``pre_execution``): the model gets a 403 result."""
+        self._run.veto(plan, reason)
+
+    def rewrite_result(self, call_id: str, content: Any) -> None:
+        """Replace what a tool returned (``post_execution``), everywhere it shows."""
+        self._run.rewrite_result(call_id, content)
+
+
+Hook = Callable[[HookContext], Any]
 
 
 class Hooks:
@@ -63,7 +171,7 @@ class Hooks:
         return bool(self._by_point)
 
 
-async def call_hook(hook: Hook, ctx: Any) -> None:
+async def call_hook(hook: Hook, ctx: HookContext) -> None:
     """Call one hook, awaiting it when it is async."""
     outcome = hook(ctx)
     if inspect.isawaitable(outcome):
@@ -75,7 +183,9 @@ def hook_name(hook: Hook) -> str:
     return str(name)
 
 
-def load_hook(spec: dict[str, Any], *, source: str, point: str) -> Hook | None:
+def load_hook(
+    spec: dict[str, Any], *, source: str, point: str
+) -> Callable[..., Any] | None:
     """Instantiate a hook from its YAML spec (``module``, ``class``, ``enabled``, ``options``);
     ``None`` when it is disabled."""
     if not spec.get("enabled", True):
@@ -91,9 +201,22 @@ def load_hook(spec: dict[str, Any], *, source: str, point: str) -> Hook | None:
             f"{where}: cannot import module {module_name!r} ({exc}); "
             "check the name and that its folder is on PYTHONPATH"
         ) from exc
-    factory = getattr(module, class_name, None)
+    factory = vars(module).get(class_name)
     if factory is None:
         raise ConfigError(f"{where}: module {module_name!r} has no {class_name!r}")
+    # A config file is code, but it should not run what it did not mean to: only a class whose
+    # instances are callable is instantiated (``module: os, class: system`` is refused here,
+    # before anything is called).
+    if not inspect.isclass(factory):
+        raise ConfigError(
+            f"{where}: {module_name}.{class_name} is a {type(factory).__name__}, not a class; "
+            "name a class whose instances are called as the hook (it defines __call__)"
+        )
+    if "__call__" not in _own_members(factory):
+        raise ConfigError(
+            f"{where}: class {module_name}.{class_name} does not define __call__; a hook or "
+            "renderer class must define __call__(self, ctx)"
+        )
     try:
         hook = factory(**spec.get("options", {}))
     except Exception as exc:
@@ -101,3 +224,12 @@ def load_hook(spec: dict[str, Any], *, source: str, point: str) -> Hook | None:
     if not callable(hook):
         raise ConfigError(f"{where}: {class_name} instances must be callable (define __call__)")
     return hook  # type: ignore[no-any-return]
+
+
+def _own_members(cls: type) -> set[str]:
+    """Names defined by ``cls`` or its bases other than ``object`` and ``type``."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass not in (object, type):
+            names.update(vars(klass))
+    return names

@@ -1,7 +1,9 @@
-"""Stage 1 — InputParser: check the user's message and lay out the conversation for the model."""
+"""Stage 1 — InputParser: check the user's message, load the session's history (a summary of old
+turns, then the recent ones; see ``memory.history``) and lay out the conversation for the model."""
 
 from __future__ import annotations
 
+from hermes_agent.events import InputEvent
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.status import Status
 from hermes_agent.types import Message
@@ -12,20 +14,25 @@ MAX_MESSAGE_CHARS = 100_000
 class InputParser:
     name = "InputParser"
 
-    def run(self, ctx: RunContext) -> RunContext:
+    async def run(self, ctx: RunContext) -> RunContext:
         problem = _problem_with(ctx.user_message)
         if problem:
             ctx.fail(Status.INVALID, problem)
             ctx.output = problem
             ctx.log_stage(self.name, Status.INVALID, error=problem)
             return ctx
+        if ctx.load_history is not None:
+            loaded = await ctx.load_history()
+            ctx.history = loaded.messages
+            ctx.summary_call = loaded.summary_call
+            ctx.usage.add(loaded.usage)
         if ctx.system_prompt:
             ctx.messages.append(Message("system", ctx.system_prompt))
         ctx.messages.extend(ctx.history)
         ctx.add_message(Message("user", ctx.user_message))
         ctx.tool_specs = [tool.spec() for tool in ctx.tools.values()]
         ctx.log_stage(self.name, Status.OK, history_messages=len(ctx.history))
-        ctx.emit("input", status=int(Status.OK), request_id=ctx.request_id)
+        ctx.emit(InputEvent(status=int(Status.OK), request_id=ctx.request_id))
         return ctx
 
 

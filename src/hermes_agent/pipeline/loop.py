@@ -20,7 +20,7 @@ import time
 from typing import Any, Protocol
 
 from hermes_agent.pipeline.context import RunContext
-from hermes_agent.pipeline.hooks import call_hook, hook_name
+from hermes_agent.pipeline.hooks import HookContext, Hooks, call_hook, hook_name
 from hermes_agent.pipeline.input_parser import InputParser
 from hermes_agent.pipeline.output_renderer import OutputRenderer
 from hermes_agent.pipeline.status import Status
@@ -41,23 +41,25 @@ _thought_generator = ThoughtGenerator()
 _tool_selector = ToolSelector()
 _tool_executor = ToolExecutor()
 _output_renderer = OutputRenderer()
+_NO_HOOKS = Hooks()
 
 
-async def run_turn(ctx: RunContext) -> RunResult:
+async def run_turn(ctx: RunContext, hooks: Hooks | None = None) -> RunResult:
     """Run one user message through the pipeline and return the result."""
-    await _run_stage(ctx, "input", _input_parser)
+    hooks = hooks or _NO_HOOKS
+    await _run_stage(ctx, hooks, "input", _input_parser)
 
     while not ctx.finished and ctx.step < ctx.limits.max_iterations:
-        await _run_stage(ctx, "thought", _thought_generator)
+        await _run_stage(ctx, hooks, "thought", _thought_generator)
         if ctx.finished:
             break
-        await _run_stage(ctx, "selection", _tool_selector)
+        await _run_stage(ctx, hooks, "selection", _tool_selector)
         if ctx.finished:
             break
         if ctx.dry_run:
             _plan_only(ctx)
             break
-        await _run_stage(ctx, "execution", _tool_executor)
+        await _run_stage(ctx, hooks, "execution", _tool_executor)
         if ctx.unusable_turns > ctx.limits.max_retries:
             ctx.fail(
                 Status.MODEL_ERROR,
@@ -67,15 +69,15 @@ async def run_turn(ctx: RunContext) -> RunResult:
             ctx.output = f"I could not complete the request: {ctx.error}."
         ctx.step += 1
 
-    await _run_stage(ctx, "output", _output_renderer)
+    await _run_stage(ctx, hooks, "output", _output_renderer)
     return ctx.result()
 
 
-async def _run_stage(ctx: RunContext, stage: str, runner: Stage) -> None:
+async def _run_stage(ctx: RunContext, hooks: Hooks, stage: str, runner: Stage) -> None:
     """One stage between its hooks, then its audit record. A failing hook fails the run with
     500 — cleanly."""
     started = time.perf_counter_ns()
-    if await _hooks(ctx, f"pre_{stage}", runner.name):
+    if await _hooks(ctx, hooks, f"pre_{stage}", runner.name):
         try:
             outcome = runner.run(ctx)
             if inspect.isawaitable(outcome):
@@ -85,15 +87,15 @@ async def _run_stage(ctx: RunContext, stage: str, runner: Stage) -> None:
             ctx.fail(Status.TOOL_ERROR, message)
             ctx.output = ctx.output or f"The request could not be completed: {message}"
             ctx.log_stage(runner.name, Status.TOOL_ERROR, error=message)
-        await _hooks(ctx, f"post_{stage}", runner.name)
+        await _hooks(ctx, hooks, f"post_{stage}", runner.name)
     if ctx.recorder is not None:
         ctx.recorder.record(ctx, stage, runner.name, started)
 
 
-async def _hooks(ctx: RunContext, point: str, stage_name: str) -> bool:
-    for hook in ctx.hooks.at(point):
+async def _hooks(ctx: RunContext, hooks: Hooks, point: str, stage_name: str) -> bool:
+    for hook in hooks.at(point):
         try:
-            await call_hook(hook, ctx)
+            await call_hook(hook, HookContext(ctx, point))
         except Exception as exc:
             message = f"hook {hook_name(hook)} ({point}) failed: {type(exc).__name__}: {exc}"
             ctx.fail(Status.TOOL_ERROR, message)

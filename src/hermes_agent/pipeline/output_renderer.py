@@ -8,6 +8,7 @@ output then reports the last tool results verbatim, with status 206.
 
 from __future__ import annotations
 
+from hermes_agent.events import OutputEvent
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.renderers import RenderInput, rendered
 from hermes_agent.pipeline.status import Status
@@ -53,7 +54,7 @@ class OutputRenderer:
                 message = f"renderer {ctx.renderer_name!r} failed: {type(exc).__name__}: {exc}"
                 ctx.fail(Status.TOOL_ERROR, message)
         ctx.log_stage(self.name, ctx.status, output_chars=len(ctx.output))
-        ctx.emit("output", status=int(ctx.status), output=ctx.output, error=ctx.error)
+        ctx.emit(OutputEvent(status=int(ctx.status), output=ctx.output, error=ctx.error))
         return ctx
 
 

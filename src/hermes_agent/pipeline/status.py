@@ -25,3 +25,10 @@ class Status(IntEnum):
     """A tool raised, or a hook failed."""
     MODEL_ERROR = 502
     """The model failed, or kept producing output that could not be used."""
+
+
+REFUSED: frozenset[Status] = frozenset(
+    {Status.INVALID, Status.DENIED, Status.UNKNOWN_TOOL, Status.RATE_LIMITED}
+)
+"""Statuses of calls the pipeline turned down before running them: invalid, denied, unknown,
+rate-limited. A call with one of these never ran."""

@@ -13,6 +13,14 @@ import time
 from typing import Any
 
 from hermes_agent.errors import ModelError
+from hermes_agent.events import (
+    ScratchPadDeltaEvent,
+    TextDeltaEvent,
+    ThoughtEvent,
+    ToolCallDeltaEvent,
+    ToolCallParsedEvent,
+    ToolCallStartedEvent,
+)
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.context_window import fit_to_context
@@ -58,7 +66,7 @@ class ThoughtGenerator:
             ctx.fail(Status.MODEL_ERROR, message)
             ctx.output = f"The model failed: {message}"
             ctx.log_stage(self.name, Status.MODEL_ERROR, error=message)
-            ctx.emit("thought", status=int(Status.MODEL_ERROR), error=message)
+            ctx.emit(ThoughtEvent(status=int(Status.MODEL_ERROR), step=ctx.step, error=message))
             return ctx
 
         completion = response.completion
@@ -92,12 +100,13 @@ class ThoughtGenerator:
         names = [call.name for call in completion.tool_calls]
         ctx.log_stage(self.name, status, selected_tools=names)
         ctx.emit(
-            "thought",
-            status=int(status),
-            step=ctx.step,
-            content=completion.content,
-            tool_calls=names,
-            parse_errors=[error.message for error in completion.errors],
+            ThoughtEvent(
+                status=int(status),
+                step=ctx.step,
+                content=completion.content,
+                tool_calls=names,
+                parse_errors=[error.message for error in completion.errors],
+            )
         )
         return ctx
 
@@ -142,18 +151,19 @@ async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
 def _forward(ctx: RunContext, events: list[StreamEvent]) -> None:
     for event in events:
         if isinstance(event, TextDelta):
-            ctx.emit("text_delta", text=event.text)
+            ctx.emit(TextDeltaEvent(event.text))
         elif isinstance(event, ScratchPadDelta):
-            ctx.emit("scratch_pad_delta", text=event.text)
+            ctx.emit(ScratchPadDeltaEvent(event.text))
         elif isinstance(event, ToolCallStarted):
-            ctx.emit("tool_call_started", index=event.index)
+            ctx.emit(ToolCallStartedEvent(event.index))
         elif isinstance(event, ToolCallArgumentsDelta):
-            ctx.emit("tool_call_delta", index=event.index, delta=event.delta)
+            ctx.emit(ToolCallDeltaEvent(event.index, event.delta))
         elif isinstance(event, ToolCallFinished):
             ctx.emit(
-                "tool_call_parsed",
-                index=event.index,
-                name=event.call.name if event.call else None,
-                arguments=event.call.arguments if event.call else None,
-                error=event.error.message if event.error else None,
+                ToolCallParsedEvent(
+                    index=event.index,
+                    name=event.call.name if event.call else None,
+                    arguments=event.call.arguments if event.call else None,
+                    error=event.error.message if event.error else None,
+                )
             )

@@ -25,9 +25,18 @@ def to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+TOOL_CALL_OPEN = "<tool_call>\n"
+TOOL_CALL_CLOSE = "\n</tool_call>"
+
+
+def wrap_tool_call(body: str) -> str:
+    """A ``<tool_call>`` block around ``body`` (JSON text, whole or not)."""
+    return f"{TOOL_CALL_OPEN}{body}{TOOL_CALL_CLOSE}"
+
+
 def render_tool_call(call: ToolCall) -> str:
     """One ``<tool_call>`` block, name first."""
-    return f"<tool_call>\n{to_json({'name': call.name, 'arguments': call.arguments})}\n</tool_call>"
+    return wrap_tool_call(to_json({"name": call.name, "arguments": call.arguments}))
 
 
 def render_tool_results(results: Sequence[ToolResult]) -> str:
