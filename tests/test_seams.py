@@ -34,6 +34,7 @@ from hermes_agent import (
     register_model,
 )
 from hermes_agent.config import ToolConfig, parse_config
+from hermes_agent.evals.report import CaseResult, record_run
 from hermes_agent.events import (
     EVENT_TYPES,
     InputEvent,
@@ -48,7 +49,6 @@ from hermes_agent.events import (
     ToolCallStartedEvent,
     ToolResultsEvent,
 )
-from hermes_agent.evals.report import CaseResult, record_run
 from hermes_agent.models.registry import model_backends
 from hermes_agent.pipeline.status import REFUSED
 from hermes_agent.tools.registry import SETTINGS
@@ -228,7 +228,7 @@ def test_a_provider_rejects_keys_of_another_provider() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config({"model": {"provider": "openai", "model_name": "m", "model_path": "x"}})
     assert "model.model_path: unknown key" in str(caught.value)
-    with pytest.raises(ConfigError, match="model.provider: unknown provider 'nope'"):
+    with pytest.raises(ConfigError, match=r"model\.provider: unknown provider 'nope'"):
         parse_config({"model": {"provider": "nope"}})
     config = parse_config({"model": {"provider": "scripted", "responses": ["hi"]}})
     assert build_model(config.model).name == "scripted"
@@ -325,7 +325,7 @@ def test_every_event_kind_is_emitted_with_its_fields() -> None:
     assert results.results[0].name == "add" and results.results[0].status == 200
     text = "".join(e.text for e in events if isinstance(e, TextDeltaEvent))
     assert text == "The answer is 5."
-    output = [e for e in events if isinstance(e, OutputEvent)][0]
+    output = next(e for e in events if isinstance(e, OutputEvent))
     assert (output.status, output.output, output.error) == (200, "The answer is 5.", None)
     final = events[-1]
     assert isinstance(final, ResultEvent) and final.result.output == "The answer is 5."

@@ -1,0 +1,116 @@
+"""Attacks on the config loader: alias bombs, huge error messages, hooks that name a function."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes_agent import Agent, ConfigError
+from hermes_agent.config import MAX_CONFIG_NODES, load_config
+
+BOMB = """\
+a: &a ["x","x","x","x","x","x","x","x","x"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+model:
+  provider: scripted
+  responses: *h
+"""
+
+
+def test_a_yaml_alias_bomb_is_refused_quickly_with_a_short_message(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BOMB, encoding="utf-8")
+    assert len(BOMB) < 500
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert time.perf_counter() - started < 5  # a bound far above the real cost, not a timing
+    message = str(caught.value)
+    assert f"more than {MAX_CONFIG_NODES:,} values" in message
+    assert len(message) < 500
+
+
+def test_aliases_within_the_budget_still_work(tmp_path: Path) -> None:
+    path = tmp_path / "ok.yaml"
+    path.write_text(
+        "model: {provider: scripted}\ntools:\n  add: &t {timeout: 5}\n  mul: *t\n", encoding="utf-8"
+    )
+    config = load_config(path)
+    assert config.tools["mul"].timeout == 5
+
+
+def test_error_messages_are_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "many.yaml"
+    tools = "".join(f"  t{i}: {{timeout: 'x' }}\n" for i in range(200))
+    path.write_text("model: {provider: scripted, model_name: '" + "y" * 5000 + "'}\n"
+                    "tools:\n" + tools, encoding="utf-8")  # fmt: skip
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert "and 180 more problems" in message
+    assert len(message) < 20 * 400
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "why"),
+    [
+        ("os", "system", "not a class"),
+        ("subprocess", "Popen", "does not define __call__"),
+        ("builtins", "eval", "not a class"),
+    ],
+)
+def test_config_hooks_must_name_a_callable_class(
+    tmp_path: Path, module: str, name: str, why: str
+) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "hooks.yaml"
+    path.write_text(
+        "model: {provider: scripted, responses: [hi]}\n"
+        "hooks:\n"
+        f"  pre_input:\n    - {{module: {module}, class: {name}, "
+        f"options: {{args: 'touch {marker}', command: 'touch {marker}'}}}}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match=why):
+        Agent.from_config(path)
+    assert not marker.exists()
+
+
+def test_renderers_from_a_config_are_checked_the_same_way(tmp_path: Path) -> None:
+    path = tmp_path / "renderers.yaml"
+    path.write_text(
+        "model: {provider: scripted, responses: [hi]}\n"
+        "renderers:\n  shout: {module: os, class: getcwd}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError, match="not a class"):
+        Agent.from_config(path)
+
+
+def test_a_hook_class_from_a_config_still_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "myhook.py").write_text(
+        "class Shout:\n"
+        "    def __init__(self, suffix):\n        self.suffix = suffix\n"
+        "    def __call__(self, ctx):\n        ctx.output = ctx.output.upper() + self.suffix\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "ok.yaml"
+    path.write_text(
+        "model: {provider: scripted, responses: [hi]}\n"
+        "hooks:\n  post_output:\n    - {module: myhook, class: Shout, options: {suffix: '!'}}\n",
+        encoding="utf-8",
+    )
+    assert Agent.from_config(path).run("hello").output == "HI!"
+    sys.modules.pop("myhook", None)
