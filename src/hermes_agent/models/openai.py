@@ -81,8 +81,8 @@ class OpenAICompatible(ModelBase):
     setting do not apply: the server's own chat template renders the conversation.
 
     The model keeps one SDK client per event loop, so one instance serves both a long-lived
-    async server and a sync facade that calls ``asyncio.run`` per turn; ``aclose()`` releases
-    the current loop's connections early.
+    async server and the sync facade (one event loop per thread, and a helper thread's own loop
+    when called from async code); ``aclose()`` releases the current loop's connections early.
 
     Example::
 
@@ -127,7 +127,7 @@ class OpenAICompatible(ModelBase):
             "max_retries": max_retries,
         }
         # One client per event loop: pooled connections belong to the loop that opened them, and
-        # the sync facade runs each turn in a fresh ``asyncio.run``.
+        # the sync facade may run turns on more than one loop (one per thread).
         self._clients: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
             WeakKeyDictionary()
         )
