@@ -22,6 +22,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+from hermes_agent.events import ToolOutcomeView, ToolResultsEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.chatml import to_json
@@ -67,13 +68,13 @@ class ToolExecutor:
         step.status_code = int(status)
         step.duration_ms += (time.perf_counter_ns() - started) / 1e6
         ctx.log_stage(self.name, status, results=[(r.name, r.status_code) for r in ordered])
-        ctx.emit(
-            "tool_results",
-            status=int(status),
-            results=[
-                {"name": r.name, "status": r.status_code, "content": r.content} for r in ordered
-            ],
-        )
+        if ctx.listening:
+            ctx.emit(
+                ToolResultsEvent(
+                    status=int(status),
+                    results=[ToolOutcomeView(r.name, r.status_code, r.content) for r in ordered],
+                )
+            )
         return ctx
 
     async def _execute_all(self, ctx: RunContext) -> list[tuple[ToolResult, ToolCallRecord]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from hermes_agent.events import PlannedCallView, RefusedCallView, SelectionEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool, find_tool
@@ -45,14 +46,16 @@ class ToolSelector:
             planned=[p.call.name for p in ctx.planned],
             rejected=[(r.name, r.status_code) for _, r in ctx.rejected],
         )
-        ctx.emit(
-            "selection",
-            status=int(status),
-            planned=[{"name": p.tool.name, "arguments": p.arguments} for p in ctx.planned],
-            rejected=[
-                {"name": r.name, "status": r.status_code, "error": r.error} for _, r in ctx.rejected
-            ],
-        )
+        if ctx.listening:
+            ctx.emit(
+                SelectionEvent(
+                    status=int(status),
+                    planned=[PlannedCallView(p.tool.name, p.arguments) for p in ctx.planned],
+                    rejected=[
+                        RefusedCallView(r.name, r.status_code, r.error) for _, r in ctx.rejected
+                    ],
+                )
+            )
         return ctx
 
     async def _select(self, ctx: RunContext, call: ToolCall) -> ToolResult | None:
