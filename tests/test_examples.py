@@ -46,3 +46,29 @@ def test_embedded_calculator_example() -> None:
     done = run_example("embedded_calculator.py", "What is 12 * 12?")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("called calculator(")
+
+
+def test_build_from_config_example_needs_no_cli(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import runpy, sys; sys.argv = sys.argv[1:];"
+            "runpy.run_path(sys.argv[0], run_name='__main__');"
+            "assert not any(m == 'typer' or m.startswith(('typer.', 'hermes_agent.cli'))"
+            " for m in sys.modules), 'the example imported the CLI'",
+            str(EXAMPLES / "build_from_config.py"),
+            "What's the weather in Paris?",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "called get_weather({'city': 'Paris'}) -> "
+        "{'city': 'Paris', 'temperature': 23, 'unit': 'celsius'}",
+        "It is 23 °C in Paris.",
+    ]
+    assert list(tmp_path.iterdir()) == []  # no storage configured: nothing kept on disk

@@ -37,6 +37,7 @@ from hermes_agent.agent import Agent, build_model
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.evals.report import CaseResult, Report, record_run, run_with_progress
+from hermes_agent.loading import load_tools_file
 from hermes_agent.models.base import Model
 from hermes_agent.tools.registry import Tool
 
@@ -257,8 +258,6 @@ def suite_config(suite: EvalSuite, config: str | os.PathLike[str] | None) -> Her
 
 def suite_tools(suite: EvalSuite) -> list[Tool]:
     """The tools a suite names (its files, plus the demo tools when asked for)."""
-    from hermes_agent.cli import load_tools_file  # the CLI module imports this one
-
     tools: dict[str, Tool] = {}
     if suite.demo_tools:
         from hermes_agent.demo_tools import demo_tools

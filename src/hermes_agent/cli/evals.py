@@ -6,6 +6,7 @@
 
 Exit codes: 0 when the accuracy is at least ``--min-accuracy`` (1.0 for a suite: every case
 must pass; 0 for BFCL: report only), 1 below it, 2 for a usage or configuration error.
+Nothing is written but the report, unless the config has a ``storage:`` section.
 """
 
 from __future__ import annotations
@@ -15,24 +16,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from hermes_agent.cli._common import ConfigOption, console, errors, fail
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.evals import bfcl
 from hermes_agent.evals.report import Report, print_summary
-
-console = Console()
-errors = Console(stderr=True)
 
 
 def eval_command(
     target: Annotated[
         str, typer.Argument(help="A YAML suite file, or 'bfcl' for the BFCL harness.")
     ],
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", "-c", help="YAML config file (model, agent)."),
-    ] = None,
+    config: ConfigOption = None,
     report: Annotated[
         Path | None,
         typer.Option("--report", "-r", help="Where to write the JSON report."),
@@ -81,8 +76,7 @@ def eval_command(
             threshold = 1.0 if min_accuracy is None else min_accuracy
             default_report = Path("eval-report.json")
     except HermesAgentError as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        fail(str(exc))
     print_summary(result, console)
     written = result.write_json(report or default_report)
     console.print(f"report: {written}", highlight=False)
@@ -140,8 +134,8 @@ def _version(distribution: str) -> str | None:
 def _bfcl_model(
     model: str, grammar: bool, config: Path | None
 ) -> tuple[bfcl.ModelFactory, str, str]:
-    from hermes_agent.agent import build_model
     from hermes_agent.config import load_config
+    from hermes_agent.models.registry import build_model
 
     if model == "oracle":
         return bfcl.oracle_model_for, "oracle", "auto"

@@ -21,27 +21,30 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from hermes_agent.config import load_config
+from hermes_agent.cli._common import (
+    ConfigOption,
+    NoDemoOption,
+    ToolsOption,
+    cli_agent,
+    console,
+    errors,
+    fail,
+)
+from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.storage.replay import replay
-from hermes_agent.storage.sql import DEFAULT_URL, SqlStorage
-
-console = Console()
-errors = Console(stderr=True)
+from hermes_agent.storage.sql import SqlStorage
 
 DbOption = Annotated[
     str | None,
     typer.Option(
-        "--db", help=f"Database URL (default: the config's storage.url, else {DEFAULT_URL})."
+        "--db",
+        help=f"Database URL (default: the config's storage.url, else {DEFAULT_STORAGE_URL}).",
     ),
-]
-ConfigOption = Annotated[
-    Path | None, typer.Option("--config", "-c", help="YAML config file (model, agent, storage).")
 ]
 
 sessions_app = typer.Typer(
@@ -55,16 +58,16 @@ trace_app = typer.Typer(
 
 
 @contextmanager
-def open_storage(db: str | None, config: Path | None) -> Iterator[SqlStorage]:
+def opened_storage(db: str | None, config: Path | None) -> Iterator[SqlStorage]:
     """The storage the options name; a usage error (exit 2) when it cannot be opened."""
     url = db
     try:
         if url is None and config is not None:
             section = load_config(config).storage
             url = section.url if section is not None else None
-        storage = SqlStorage(url or DEFAULT_URL)
+        storage = SqlStorage(url or DEFAULT_STORAGE_URL)
     except HermesAgentError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
         yield storage
     finally:
@@ -82,7 +85,7 @@ def sessions_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The stored sessions, most recently updated first."""
-    with open_storage(db, config) as storage:
+    with opened_storage(db, config) as storage:
         found = storage.sessions.list_sessions(limit=limit)
     if as_json:
         console.print_json(json.dumps(found, ensure_ascii=False))
@@ -105,10 +108,10 @@ def sessions_show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One conversation, message by message."""
-    with open_storage(db, config) as storage:
+    with opened_storage(db, config) as storage:
         messages = storage.sessions.load(session_id)
     if not messages:
-        _fail(f"no session {session_id!r}; list them with `hermes-agent sessions list`")
+        fail(f"no session {session_id!r}; list them with `hermes-agent sessions list`")
     if as_json:
         data = [_message_dict(m) for m in messages]
         console.print_json(json.dumps(data, ensure_ascii=False, default=str))
@@ -129,10 +132,10 @@ def sessions_delete(
     config: ConfigOption = None,
 ) -> None:
     """Forget a conversation (its audit records stay)."""
-    with open_storage(db, config) as storage:
+    with opened_storage(db, config) as storage:
         existed = storage.sessions.delete(session_id)
     if not existed:
-        _fail(f"no session {session_id!r}; nothing deleted")
+        fail(f"no session {session_id!r}; nothing deleted")
     console.print(f"deleted session {session_id}", highlight=False)
 
 
@@ -147,7 +150,7 @@ def trace_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The latest recorded requests, newest first."""
-    with open_storage(db, config) as storage:
+    with opened_storage(db, config) as storage:
         found = storage.requests(limit=limit)
     if as_json:
         console.print_json(json.dumps(found, ensure_ascii=False))
@@ -176,10 +179,10 @@ def trace_show(
     width: Annotated[int, typer.Option("--width", help="Summary length per record.")] = 120,
 ) -> None:
     """One request, stage by stage: step, stage, status, latency and a summary of the content."""
-    with open_storage(db, config) as storage:
+    with opened_storage(db, config) as storage:
         records = storage.records(request_id)
     if not records:
-        _fail(f"no audit records for request {request_id!r}; see `hermes-agent trace list`")
+        fail(f"no audit records for request {request_id!r}; see `hermes-agent trace list`")
     first = records[0]
     table = Table(
         title=f"Request {request_id}",
@@ -217,10 +220,10 @@ def trace_export(
     ] = None,
 ) -> None:
     """The request's records as JSON Lines, one record per line, every field (lossless)."""
-    with open_storage(db, config) as storage:
+    with opened_storage(db, config) as storage:
         exported = storage.export_jsonl(request_id)
     if not exported:
-        _fail(f"no audit records for request {request_id!r}; see `hermes-agent trace list`")
+        fail(f"no audit records for request {request_id!r}; see `hermes-agent trace list`")
     if output is None:
         typer.echo(exported, nl=False)
     else:
@@ -235,26 +238,19 @@ def replay_command(
     request_id: Annotated[str, typer.Argument(help="The request id (from `trace list`).")],
     db: DbOption = None,
     config: ConfigOption = None,
-    tools: Annotated[
-        list[Path] | None,
-        typer.Option("--tools", "-t", help="Python file whose tools to load (repeatable)."),
-    ] = None,
-    no_demo_tools: Annotated[
-        bool, typer.Option("--no-demo-tools", help="Do not add the built-in demo tools.")
-    ] = False,
+    tools: ToolsOption = None,
+    no_demo_tools: NoDemoOption = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every step.")] = False,
 ) -> None:
     """Re-run a recorded request with its recorded model answers against the current tools and
     prompts; exit 0 when every step matches, 1 when one differs (the first is printed)."""
-    from hermes_agent.cli import _build_agent  # the same agent `run` would build
-
-    agent = _build_agent(config, tools, no_demo_tools, storage=False)
+    agent = cli_agent(config, tools, no_demo_tools, storage=False)  # the one `run` would build
     try:
-        with open_storage(db, config) as storage:
+        with opened_storage(db, config) as storage:
             try:
                 report = replay(agent, request_id, storage)
             except HermesAgentError as exc:
-                _fail(str(exc))
+                fail(str(exc))
     finally:
         agent.close()
     if verbose or not report.matched:
@@ -300,8 +296,3 @@ def _describe(message: Any) -> str:
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _fail(message: str) -> Any:
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(2)

@@ -1,0 +1,27 @@
+"""The ``hermes-agent`` typer application: every command, registered in one place."""
+
+from __future__ import annotations
+
+import typer
+
+from hermes_agent.cli import evals, run, storage
+
+app = typer.Typer(
+    name="hermes-agent",
+    help="Hermes Agent: run function-calling models that speak the Hermes protocol.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run.run)
+app.command("chat")(run.chat)
+app.command("tools")(run.list_tools)
+app.command("eval")(evals.eval_command)
+app.add_typer(storage.sessions_app)
+app.add_typer(storage.trace_app)
+app.command("replay")(storage.replay_command)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,103 @@
+"""Build an agent from a config file and Python tools files: the one way to do it.
+
+    from hermes_agent import build_agent
+
+    agent = build_agent("config.yaml", tools_files=["my_tools.py"])
+    print(agent.run("What is 17 * 23?").output)
+
+The command line, a service and a worker all build their agents here. Every problem with the
+config or a tools file is a ``ConfigError`` whose message names the file and the fix; nothing
+here prints or exits.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hermes_agent.agent import Agent
+from hermes_agent.config import HermesConfig, load_config
+from hermes_agent.errors import ConfigError
+from hermes_agent.tools.registry import Tool
+
+__all__ = ["ToolsFileError", "build_agent", "load_tools_file"]
+
+
+class ToolsFileError(ConfigError):
+    """A tools file cannot be loaded: ``path`` names it, ``problem`` says what is wrong."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        super().__init__(f"tools file {path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def build_agent(
+    config: str | os.PathLike[str] | HermesConfig | None = None,
+    *,
+    tools_files: Sequence[str | os.PathLike[str]] = (),
+    **overrides: Any,
+) -> Agent:
+    """The agent a config describes, with the tools of ``tools_files`` added.
+
+    ``config`` is a YAML file or an already-validated ``HermesConfig``; ``None`` gives
+    ``Agent()``'s defaults (the embedded model, loaded on first use). Keyword arguments override
+    what the config says, as in ``Agent.from_settings`` (``storage="sqlite:///..."``,
+    ``model=...``, ``tools=[...]``). A tool from a tools file replaces a tool of the same name.
+    Storage is opened only where the config's ``storage:`` section or ``storage=`` says.
+
+    Raises ``ConfigError`` for an invalid config or tools file (``ToolsFileError`` for the
+    latter), before any storage is opened.
+    """
+    settings = config if isinstance(config, HermesConfig) or config is None else load_config(config)
+    # Tools files run user code that may fail; load them before the agent opens its storage.
+    loaded = [tool for path in tools_files for tool in load_tools_file(path)]
+    agent = Agent(**overrides) if settings is None else Agent.from_settings(settings, **overrides)
+    try:
+        for item in loaded:
+            agent.add_tool(item, replace=True)
+    except BaseException:
+        agent.close()
+        raise
+    return agent
+
+
+def load_tools_file(path: str | os.PathLike[str]) -> list[Tool]:
+    """The tools a Python file defines: every ``Tool`` at module level (made with
+    ``@hermes_agent.tool``), plus the functions or Tools listed in a ``TOOLS`` variable.
+
+    Raises ``ToolsFileError`` (a ``ConfigError``) when the file is missing, fails to import, or
+    defines no tool.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ToolsFileError(path, "no such file")
+    # A name unique per file, so two tools files with the same name do not replace each other.
+    module_name = f"hermes_user_tools_{abs(hash(file.resolve()))}"
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise ToolsFileError(path, "cannot import it as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ToolsFileError(path, f"importing it failed: {type(exc).__name__}: {exc}") from exc
+    found: dict[str, Tool] = {}
+    for value in vars(module).values():
+        if isinstance(value, Tool):
+            found[value.name] = value
+    for item in getattr(module, "TOOLS", []):
+        made = item if isinstance(item, Tool) else Tool.from_function(item)
+        found[made.name] = made
+    if not found:
+        raise ToolsFileError(
+            path,
+            "no tools found; decorate functions with @hermes_agent.tool "
+            "or list them in TOOLS = [...]",
+        )
+    return list(found.values())
