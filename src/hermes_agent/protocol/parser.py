@@ -39,7 +39,10 @@ What a block may hold (lenient in what it accepts):
 
 Exact in what it reports: every block that cannot be turned into calls becomes one
 ``ParseError(block, message)`` whose message says what was wrong in words a model can act on.
-A bad block never hides the good ones around it.
+A bad block never hides the good ones around it. Neither entry point raises on any text: a
+block nested deeper than ``MAX_NESTING`` levels (``[ { (`` outside strings, JSON or Python
+style, double-encoded arguments included) is an error "nested too deeply (max depth 64)" on
+both paths, checked before any decoder recurses, and so is a number too long to convert.
 
 Example::
 
@@ -51,6 +54,7 @@ Example::
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 import warnings
@@ -61,6 +65,7 @@ from typing import Any, Final
 from hermes_agent.types import Completion, ParseError, ToolCall, new_call_id
 
 __all__ = [
+    "MAX_NESTING",
     "SPECIAL_TOKENS",
     "ScratchPadDelta",
     "StreamEvent",
@@ -114,6 +119,28 @@ _FAST_CHUNK: Final = 32
 
 # strict=False lets raw newlines and tabs stand inside strings, as models often write them.
 _DECODER: Final = json.JSONDecoder(strict=False)
+
+MAX_NESTING: Final = 64
+"""Deepest nesting of ``[ { (`` a block may hold; deeper blocks are a ``ParseError``.
+
+Real tool calls nest a few levels. The decoders recurse once per level, so without a fixed cap
+a deep block would parse or fail depending on how deep the caller's stack already is; 64 also
+leaves every later stage (validation, copies, serialisation) far from Python's recursion limit.
+"""
+_TOO_DEEP: Final = f"nested too deeply (max depth {MAX_NESTING})"
+# What _too_deep drops: quoted strings (a string that never closes runs to the end) and
+# runs of anything but brackets. What is left of a text is its brackets, in order.
+_NOT_NESTING: Final = re.compile(
+    "|".join(
+        (
+            r'"[^"\\]*(?:\\.[^"\\]*)*"?',
+            r"'[^'\\]*(?:\\.[^'\\]*)*'?",
+            r"""[^"'\[\]{}()]+""",
+        )
+    ),
+    re.DOTALL,
+)
+_NESTING_STEP: Final = {"[": 1, "{": 1, "(": 1, "]": -1, "}": -1, ")": -1}
 
 _HINT: Final = 'write {"name": ..., "arguments": {...}}'
 
@@ -197,9 +224,12 @@ def _common_case(text: str, new_id: Callable[[], str]) -> Completion | None:
         body.startswith("<tool_call>") and body.endswith("</tool_call>") and body.count("<") == 2
     ):
         return None
+    payload = body[len("<tool_call>") : -len("</tool_call>")]
+    if _too_deep(payload):
+        return None  # the full path words the error
     try:
-        item = json.loads(body[len("<tool_call>") : -len("</tool_call>")])
-    except ValueError:
+        item = json.loads(payload)
+    except (ValueError, RecursionError, MemoryError):
         return None
     if not (isinstance(item, dict) and item.keys() <= {"name", "arguments", "id"}):
         return None
@@ -675,20 +705,49 @@ def _strip_fence(text: str) -> str:
 
 def _loads_lenient(text: str) -> Any:
     """JSON, then a few explicit repairs; raises ``_InvalidJSON`` with JSON's own complaint."""
+    if _too_deep(text):
+        raise _InvalidJSON(_TOO_DEEP)
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         first = exc
-    except RecursionError:
-        raise _InvalidJSON("nested too deeply") from None
+    except RecursionError:  # a caller that is itself deep in the stack
+        raise _InvalidJSON(_TOO_DEEP) from None
+    except ValueError as exc:  # not a syntax error: int() refused a number with too many digits
+        raise _InvalidJSON(
+            f"a number is too long ({_first_clause(exc)}); send it as a string"
+        ) from None
+    except MemoryError:
+        raise _InvalidJSON("too large to read") from None
     repaired = _map_outside_strings(text, _drop_trailing_commas)
     for attempt in (_json_sequence, _python_literal):
         try:
             return attempt(repaired)
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        except Exception:
+            # Untrusted text through a best-effort repair: any failure (ast.literal_eval alone
+            # has six kinds) only means "not this way"; JSON's complaint is the one reported.
             continue
     where = "char" if first.msg.endswith(" at") else "at char"  # "Unterminated string starting at"
     raise _InvalidJSON(f"{first.msg} {where} {first.pos}") from None
+
+
+def _too_deep(text: str) -> bool:
+    """Whether ``[ { (`` nest deeper than ``MAX_NESTING`` outside quoted strings in ``text``.
+
+    Exact for JSON and for Python literals without comments. Where it is off (broken text, a
+    ``#`` comment holding a quote) the decoders' own limits still stop the descent, and their
+    errors are caught. Linear, and nearly free for the usual text with few brackets.
+    """
+    if text.count("[") + text.count("{") + text.count("(") <= MAX_NESTING:
+        return False
+    brackets = _NOT_NESTING.sub("", text)
+    depths = itertools.accumulate(map(_NESTING_STEP.__getitem__, brackets))
+    return max(depths, default=0) > MAX_NESTING
+
+
+def _first_clause(exc: BaseException) -> str:
+    """The part of an exception's message before any advice meant for programmers."""
+    return str(exc).split(";", 1)[0]
 
 
 def _json_sequence(text: str) -> Any:
