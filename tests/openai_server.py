@@ -42,6 +42,7 @@ class Reply:
     completion_tokens: int = 7
     stream_usage: bool = True  # False: ignore stream_options, like some servers do
     delay: float = 0.0  # seconds to wait before answering (for timeout tests)
+    abort: bool = False  # stream: answer 200, then end the stream with no event at all
 
 
 def text(content: str, **kwargs: Any) -> Reply:
@@ -95,6 +96,8 @@ class ScriptedServer:
             if reply.status != 200:
                 failure = {"error": {"message": reply.content, "type": "server_error"}}
                 return JSONResponse(failure, status_code=reply.status)
+            if body.get("stream") and reply.abort:
+                return StreamingResponse(_nothing(), media_type="text/event-stream")
             if body.get("stream"):
                 usage = reply.stream_usage and (body.get("stream_options") or {}).get(
                     "include_usage"
@@ -170,6 +173,11 @@ async def _sse(reply: Reply, include_usage: bool) -> AsyncIterator[str]:
     if include_usage:
         yield event({}, usage=_usage(reply))
     yield "data: [DONE]\n\n"
+
+
+async def _nothing() -> AsyncIterator[str]:
+    return
+    yield  # an async generator that yields nothing: the stream ends at once
 
 
 def free_port() -> int:

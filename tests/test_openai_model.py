@@ -16,6 +16,7 @@ from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Completion, Message, ModelResponse, StreamChunk, ToolCall, ToolResult
 from openai_server import (
+    Reply,
     ScriptedServer,
     call,
     error,
@@ -413,14 +414,16 @@ def test_stream_tolerates_servers_that_ignore_include_usage(server: ScriptedServ
 
 
 @pytest.mark.parametrize("mode", ["hermes", "native"])
-def test_empty_content_is_an_empty_completion(server: ScriptedServer, mode: str) -> None:
+def test_empty_content_is_a_model_error_not_an_empty_completion(
+    server: ScriptedServer, mode: str
+) -> None:
+    # An empty reply used to come back as an empty completion, which the run reported as a
+    # successful empty answer; it is a model error now (issue: honest empty answers).
     server.push(text(""), tool_calls(content=None))
     model = make(server, mode=mode)
     for _ in range(2):
-        response = complete(model)
-        assert response.text == ""
-        assert response.completion.content.strip() == ""
-        assert response.completion.tool_calls == [] and response.completion.errors == []
+        with pytest.raises(ModelError, match="empty reply"):
+            complete(model)
 
 
 # -- errors -----------------------------------------------------------------------------------
@@ -479,3 +482,86 @@ def test_one_model_serves_several_event_loops(server: ScriptedServer) -> None:
     answers = [asyncio.run(model.complete(ASK, TOOLS, settings)).text for _ in range(2)]
     assert answers == ["one", "two"]
     assert "".join(c.text for c in stream(model)) == "three"
+
+
+# -- real servers' expectations and honest failures ------------------------------------------------
+
+
+def test_native_assistant_turns_with_calls_send_empty_content_not_null(
+    server: ScriptedServer,
+) -> None:
+    turn = Message("assistant", "", tool_calls=[ToolCall("get_weather", {"city": "Oslo"}, "c1")])
+    complete(make(server, mode="native"), [*ASK, turn])
+    assistant = [m for m in server.last["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["content"] == "" and assistant[0]["tool_calls"][0]["id"] == "c1"
+
+
+def test_hermes_tool_turns_carry_the_id_of_the_call_they_answer(server: ScriptedServer) -> None:
+    complete(make(server), conversation_with_results())
+    tool_turns = [m for m in server.last["messages"] if m["role"] == "tool"]
+    assert tool_turns and tool_turns[0]["tool_call_id"] == "call_1"
+    assert "<tool_response>" in tool_turns[0]["content"]
+
+
+def test_an_empty_reply_is_retried_then_a_model_error(server: ScriptedServer) -> None:
+    server.push(text(""), text("Sunny."))
+    response = complete(make(server, max_retries=1))
+    assert response.text == "Sunny." and len(server.requests) == 2
+    assert response.usage.requests == 2
+
+    server.reset()
+    server.push(text(""), text("   "))
+    expected = r"returned an empty reply .*finish_reason=stop, 2 attempts"
+    with pytest.raises(ModelError, match=expected):
+        complete(make(server, max_retries=1))
+
+
+def test_an_empty_reply_fails_the_run_with_502(server: ScriptedServer) -> None:
+    from hermes_agent import Agent
+
+    server.push(text(""))
+    result = Agent(model=make(server)).run("hi")
+    assert result.status == 502 and "empty reply" in (result.error or "")
+    assert result.output != ""
+
+
+def test_a_stream_that_ends_empty_is_asked_again_without_streaming(
+    server: ScriptedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server.push(Reply(abort=True), text("Sunny in Paris."))
+    with caplog.at_level("WARNING", logger="hermes_agent"):
+        chunks = stream(make(server, mode="native"))
+    assert "".join(c.text for c in chunks) == "Sunny in Paris."
+    assert [bool(r.get("stream")) for r in server.requests] == [True, False]
+    assert "ended the stream without a reply (it may not stream tool calls)" in caplog.text
+    assert chunks[-1].usage is not None and chunks[-1].usage.requests == 2
+
+
+def test_a_stream_that_ends_empty_twice_is_a_model_error(server: ScriptedServer) -> None:
+    server.push(Reply(abort=True), text(""))
+    with pytest.raises(ModelError, match="empty reply"):
+        stream(make(server))
+
+
+def test_a_long_server_message_keeps_its_end(server: ScriptedServer) -> None:
+    cause = "the real cause: messages.3.content must not be null"
+    server.push(error(400, "validation failed:\n" + "detail line\n" * 200 + cause))
+    with pytest.raises(ModelError) as caught:
+        complete(make(server))
+    message = str(caught.value)
+    assert "answered HTTP 400: validation failed:" in message and cause in message
+    assert len(message) < 1000
+
+
+def test_hermes_mode_with_grammar_sends_a_gbnf_grammar(server: ScriptedServer) -> None:
+    model = make(server, grammar=True)
+    assert model.profile.tool_choice_enforcement == "grammar"
+    complete(model, tool_choice="get_weather")
+    grammar = server.last["grammar"]
+    assert "<tool_call>" in grammar and "get_weather" in grammar and "root ::=" in grammar
+    complete(model, tools=[])
+    assert "grammar" not in server.last
+    native = make(server, mode="native", grammar=True)
+    complete(native)
+    assert "grammar" not in server.last and native.profile.tool_choice_enforcement == "server"
+    assert make(server).profile.tool_choice_enforcement == "prompt"

@@ -83,6 +83,9 @@ class OpenAIConfig(ModelConfig):
     max_retries: int = Field(default=2, ge=0)
     context_window: int | None = Field(default=None, gt=0)
     """The endpoint model's context size in tokens; prompts are fitted to it."""
+    grammar: bool = False
+    """hermes mode: constrain decoding with a GBNF grammar of the tool calls (llama.cpp's
+    server and llama-cpp-python's server accept one)."""
 
     def secrets(self) -> list[str]:
         return [self.api_key] if self.api_key else []

@@ -154,6 +154,9 @@ class Step:
     status_code: int = 200
     duration_ms: float = 0.0
     usage: Usage = field(default_factory=Usage)
+    tool_choice_enforcement: str | None = None
+    """For a turn where a tool call was required: how the model was held to it (see
+    ``ModelProfile.tool_choice_enforcement``); the pipeline checks that a call came either way."""
 
 
 @dataclass(slots=True)
@@ -178,6 +181,10 @@ class RunResult:
     """The answer rendered for its channel (a ``RenderedMessage``)."""
     cost: float | None = None
     """In the config's currency, when prices per 1k tokens are set."""
+    warnings: list[str] = field(default_factory=list)
+    """What went wrong around the run without changing its answer: a turn that could not be
+    saved to the session, audit records that could not be written, text that was escaped so
+    that the store could hold it. Empty when all went well."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.types import Message, ModelResponse, StreamChunk, ToolChoice
+
+ToolChoiceEnforcement = Literal["grammar", "server", "prompt"]
 
 
 @dataclass(slots=True)
@@ -50,12 +52,16 @@ class ModelProfile:
     prompt to it (``None``: unknown, prompts are sent as they are). ``max_tokens``: the answer
     length the model uses when a request does not say (the room kept free for the answer).
     ``can_summarize``: the agent may ask this model to summarise old turns of a long session
-    (a 135M model cannot do it usefully; an endpoint model can).
+    (a 135M model cannot do it usefully; an endpoint model can). ``tool_choice_enforcement``:
+    how a required call is put to the model — ``grammar`` (decoding constrained to valid calls,
+    locally or by the server), ``server`` (the endpoint's own ``tool_choice``) or ``prompt``
+    (an instruction only); the pipeline checks that a call came whichever it is.
     """
 
     context_window: int | None = None
     max_tokens: int | None = None
     can_summarize: bool = False
+    tool_choice_enforcement: ToolChoiceEnforcement = "prompt"
 
 
 @runtime_checkable

@@ -308,7 +308,11 @@ class LlamaCpp(ModelBase):
 
     @property
     def profile(self) -> ModelProfile:
-        return ModelProfile(context_window=self.n_ctx, max_tokens=self.max_tokens)
+        return ModelProfile(
+            context_window=self.n_ctx,
+            max_tokens=self.max_tokens,
+            tool_choice_enforcement="grammar" if self.use_grammar else "prompt",
+        )
 
     @property
     def llama(self) -> Any:

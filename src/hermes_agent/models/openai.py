@@ -13,7 +13,15 @@ Either way ``ModelResponse.text`` is the completion as Hermes text (native calls
 chunks gives the same calls as ``complete``.
 
 Timeouts and retries with backoff are the SDK's; what still fails afterwards is raised as
-``ModelError`` with a message that names the endpoint and what to check.
+``ModelError`` with a message that names the endpoint, quotes the server's own message and says
+what to check. An empty reply (no text and no call) is a failure too, retried up to
+``max_retries`` times, never passed off as an empty answer. A stream that ends before anything
+arrived (llama-cpp-python's server does this when it cannot stream with tools) is retried once
+without streaming, with a warning in the log.
+
+With ``grammar=True`` in ``hermes`` mode, each request also carries a GBNF grammar built from the
+tools (the ``grammar`` field that llama.cpp's server and llama-cpp-python's server accept), so a
+tool call is valid by construction there too.
 
 Example::
 
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
@@ -40,7 +49,13 @@ from openai import (
 )
 
 from hermes_agent.errors import ConfigError, ModelError
-from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings, estimate_tokens
+from hermes_agent.models.base import (
+    ModelBase,
+    ModelProfile,
+    ModelSettings,
+    ToolChoiceEnforcement,
+    estimate_tokens,
+)
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
     TOOL_CALL_CLOSE,
@@ -50,6 +65,7 @@ from hermes_agent.protocol.chatml import (
     to_json,
     wrap_tool_call,
 )
+from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import (
     Completion,
@@ -67,7 +83,9 @@ MODES: tuple[Mode, ...] = ("native", "hermes")
 
 # Local servers accept any key, but the SDK refuses to start without one.
 _PLACEHOLDER_API_KEY = "not-needed"
-_EXCERPT_CHARS = 300
+_EXCERPT_HEAD = 240
+_EXCERPT_TAIL = 480
+logger = logging.getLogger("hermes_agent")
 
 
 class OpenAICompatible(ModelBase):
@@ -105,6 +123,7 @@ class OpenAICompatible(ModelBase):
         max_retries: int = 2,
         client: AsyncOpenAI | None = None,
         context_window: int | None = None,
+        grammar: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
@@ -119,6 +138,8 @@ class OpenAICompatible(ModelBase):
         self.max_retries = max_retries
         self.context_window = context_window
         """The endpoint model's context size in tokens; when set, prompts are fitted to it."""
+        self.grammar = grammar
+        """hermes mode: send a GBNF grammar of the tool calls (llama.cpp servers)."""
         self._given_client = client
         self._client_options: dict[str, Any] = {
             "base_url": base_url,
@@ -139,8 +160,14 @@ class OpenAICompatible(ModelBase):
     def profile(self) -> ModelProfile:
         # An endpoint model can summarise old turns; its tokenizer is not ours to call, so
         # token counts are estimated (``count_tokens``).
+        enforcement: ToolChoiceEnforcement = "server" if self.mode == "native" else "prompt"
+        if self.mode == "hermes" and self.grammar:
+            enforcement = "grammar"
         return ModelProfile(
-            context_window=self.context_window, max_tokens=self.max_tokens, can_summarize=True
+            context_window=self.context_window,
+            max_tokens=self.max_tokens,
+            can_summarize=True,
+            tool_choice_enforcement=enforcement,
         )
 
     def count_tokens(self, text: str) -> int:
@@ -173,21 +200,35 @@ class OpenAICompatible(ModelBase):
     ) -> ModelResponse:
         """Send the conversation, wait for the whole reply, and parse it."""
         params = self._request(messages, tools, settings)
-        try:
-            response = await self._client().chat.completions.create(stream=False, **params)
-        except APIError as exc:
-            raise self._model_error(exc) from exc
-
-        message = response.choices[0].message if response.choices else None
-        content = (message.content if message else None) or ""
-        # Structured calls are read in hermes mode too: some servers parse the text for us.
-        native = getattr(message, "tool_calls", None) or []
-        completion, text = _merge_native(content, native)
-        return ModelResponse(
-            completion=completion,
-            text=text,
-            usage=_usage(response.usage),
-            model_name=response.model or self.name,
+        usage = Usage()
+        for attempt in range(self.max_retries + 1):
+            try:
+                response = await self._client().chat.completions.create(stream=False, **params)
+            except APIError as exc:
+                raise self._model_error(exc) from exc
+            choice = response.choices[0] if response.choices else None
+            message = choice.message if choice else None
+            content = (message.content if message else None) or ""
+            # Structured calls are read in hermes mode too: some servers parse the text for us.
+            native = (message.tool_calls if message else None) or []
+            usage.add(_usage(response.usage))
+            if content.strip() or native:
+                completion, text = _merge_native(content, native)
+                return ModelResponse(
+                    completion=completion,
+                    text=text,
+                    usage=usage,
+                    model_name=response.model or self.name,
+                )
+            finish = choice.finish_reason if choice else "no choices"
+            logger.warning(
+                "%s returned an empty reply (finish_reason=%s, attempt %d of %d)",
+                self._where(), finish, attempt + 1, self.max_retries + 1,
+            )  # fmt: skip
+        raise ModelError(
+            f"{self._where()} returned an empty reply (no text and no tool call; finish_reason="
+            f"{finish}, {_attempts(self.max_retries + 1)}). Check the server's logs; a model that "
+            "stops at once may need a different chat template or a larger max_tokens."
         )
 
     async def stream(
@@ -196,10 +237,15 @@ class OpenAICompatible(ModelBase):
         tools: Sequence[dict[str, Any]],
         settings: ModelSettings,
     ) -> AsyncIterator[StreamChunk]:
-        """Yield the reply as Hermes text while it arrives; the last chunk carries usage."""
+        """Yield the reply as Hermes text while it arrives; the last chunk carries usage.
+
+        A stream that ends before anything arrived is asked again without streaming (some
+        servers answer 200 and then abort a stream they cannot produce, such as llama-cpp-
+        python's with tools and ``tool_choice: auto``)."""
         params = self._request(messages, tools, settings)
         calls = _StreamedCalls()
         usage = Usage(requests=1)
+        received = False
         try:
             stream = await self._client().chat.completions.create(
                 stream=True, stream_options={"include_usage": True}, **params
@@ -211,6 +257,7 @@ class OpenAICompatible(ModelBase):
                     if not chunk.choices:
                         continue
                     delta = chunk.choices[0].delta
+                    received = received or bool(delta.content or delta.tool_calls)
                     if delta.content:
                         # Text after a native call would land inside its tags: close it first.
                         text = calls.finish() + delta.content
@@ -224,6 +271,16 @@ class OpenAICompatible(ModelBase):
                 await stream.close()
         except APIError as exc:
             raise self._model_error(exc) from exc
+        if not received:
+            logger.warning(
+                "%s ended the stream without a reply%s; asking again without streaming",
+                self._where(), " (it may not stream tool calls)" if tools else "",
+            )  # fmt: skip
+            response = await self.complete(messages, tools, settings)
+            response.usage.add(usage)
+            yield StreamChunk(response.text)
+            yield StreamChunk("", usage=response.usage)
+            return
         tail = calls.finish()
         if tail:
             yield StreamChunk(tail)
@@ -248,18 +305,28 @@ class OpenAICompatible(ModelBase):
     ) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.name}
         if self.mode == "hermes":
-            params["messages"] = render_conversation(
-                messages,
-                tools,
-                chat_format=self.chat_format,
-                scratch_pad=settings.scratch_pad,
-                tool_choice=settings.tool_choice,
+            wire: list[dict[str, Any]] = list(
+                render_conversation(
+                    messages,
+                    tools,
+                    chat_format=self.chat_format,
+                    scratch_pad=settings.scratch_pad,
+                    tool_choice=settings.tool_choice,
+                )
             )
+            params["messages"] = _with_tool_call_ids(wire, messages)
         else:
             params["messages"] = [wire for m in messages for wire in _native_messages(m)]
             if tools:
                 params["tools"] = list(tools)
                 params["tool_choice"] = _native_tool_choice(settings.tool_choice)
+        if self.mode == "hermes" and self.grammar and tools:
+            grammar = build_grammar(
+                tools, tool_choice=settings.tool_choice, scratch_pad=settings.scratch_pad
+            )
+            if grammar is not None:
+                # Not an OpenAI field: the SDK sends what ``extra_body`` holds as it is.
+                params["extra_body"] = {"grammar": grammar}
         temperature = settings.temperature if settings.temperature is not None else self.temperature
         if temperature is not None:
             params["temperature"] = temperature
@@ -270,9 +337,12 @@ class OpenAICompatible(ModelBase):
 
     # -- errors ---------------------------------------------------------------------------------
 
+    def _where(self) -> str:
+        return f"The model endpoint at {self.base_url.rstrip('/')} (model {self.name!r})"
+
     def _model_error(self, exc: APIError) -> ModelError:
         url = self.base_url.rstrip("/")
-        where = f"The model endpoint at {url} (model {self.name!r})"
+        where = self._where()
         if isinstance(exc, APITimeoutError):
             return ModelError(
                 f"{where} did not answer within {self.timeout:g} s "
@@ -289,7 +359,7 @@ class OpenAICompatible(ModelBase):
         if isinstance(exc, APIStatusError):
             body = exc.body if exc.body is not None else exc.response.text
             return ModelError(
-                f"{where} answered HTTP {exc.status_code}: {_excerpt(body)}. "
+                f"{where} answered HTTP {exc.status_code}: {_excerpt(_server_message(body))}. "
                 f"{_status_hint(exc.status_code)}"
             )
         return ModelError(f"{where} failed: {_excerpt(str(exc))}. Check the server's logs.")
@@ -311,7 +381,9 @@ def _native_messages(message: Message) -> list[dict[str, Any]]:
     if message.scratch_pad:
         # No native field for it; keep the plan visible to the model the way it wrote it.
         content = f"<scratch_pad>\n{message.scratch_pad}\n</scratch_pad>\n{content}".rstrip()
-    wire: dict[str, Any] = {"role": "assistant", "content": content or None}
+    # ``""`` rather than ``null`` beside tool calls: OpenAI accepts both, but llama-cpp-python's
+    # and sglang's servers reject ``null``.
+    wire: dict[str, Any] = {"role": "assistant", "content": content}
     if message.tool_calls:
         wire["tool_calls"] = [
             {
@@ -321,9 +393,21 @@ def _native_messages(message: Message) -> list[dict[str, Any]]:
             }
             for call in message.tool_calls
         ]
-    elif wire["content"] is None:
-        wire["content"] = ""
     return [wire]
+
+
+def _with_tool_call_ids(
+    wire: list[dict[str, Any]], messages: Sequence[Message]
+) -> list[dict[str, Any]]:
+    """Give each ``tool`` turn the id of the first call it answers: the chat API requires
+    ``tool_call_id`` on tool messages (llama-cpp-python's server rejects them without), even
+    when the Hermes text inside carries the results."""
+    results = iter([m.tool_results for m in messages if m.role == "tool"])
+    for item in wire:
+        if item["role"] == "tool":
+            answered = next(results, [])
+            item["tool_call_id"] = answered[0].call_id if answered else ""
+    return wire
 
 
 def _native_tool_choice(tool_choice: str) -> str | dict[str, Any]:
@@ -450,10 +534,27 @@ def _attempts(count: int) -> str:
     return f"{count} attempt" + ("" if count == 1 else "s")
 
 
+def _server_message(body: Any) -> Any:
+    """The server's own message from an error body (OpenAI's ``{"error": {"message"}}``,
+    llama-cpp-python's ``{"message"}``, FastAPI's ``{"detail"}``), else the body."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"] if error["message"].strip() else error
+        for key in ("message", "detail", "error"):
+            if isinstance(body.get(key), str) and body[key].strip():
+                return body[key]
+    return body  # no message of its own: the whole body says more than an empty string
+
+
 def _excerpt(body: Any) -> str:
+    """One line of at most about 700 characters; when cut, the start and the end are kept
+    (the cause of a failure is often in its last line)."""
     text = body if isinstance(body, str) else to_json(body)
     text = " ".join(text.split())
-    return text if len(text) <= _EXCERPT_CHARS else text[:_EXCERPT_CHARS] + "..."
+    if len(text) <= _EXCERPT_HEAD + _EXCERPT_TAIL:
+        return text
+    return f"{text[:_EXCERPT_HEAD]} … {text[-_EXCERPT_TAIL:]}"
 
 
 def _status_hint(status: int) -> str:

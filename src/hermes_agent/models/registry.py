@@ -115,6 +115,7 @@ def _openai(config: OpenAIConfig) -> Model:
         timeout=config.timeout,
         max_retries=config.max_retries,
         context_window=config.context_window,
+        grammar=config.grammar,
     )
 
 

@@ -50,10 +50,12 @@ class ThoughtGenerator:
             if system != ctx.messages[0].content:
                 ctx.messages[0] = Message("system", system)
                 ctx.prompt_rewrites += 1
-        if ctx.step > 0 and settings.tool_choice not in ("auto", "none"):
-            # A forced call applies to the first turn only; afterwards the model must be free
-            # to answer in text, or it could never finish.
+        forced = settings.tool_choice not in ("auto", "none")
+        if forced and _called(ctx):
+            # A forced call applies until the model has called; afterwards it must be free to
+            # answer in text, or it could never finish.
             settings = dataclasses.replace(settings, tool_choice="auto")
+            forced = False
         ctx.turn_settings = settings
         fit_to_context(ctx)
         try:
@@ -84,9 +86,12 @@ class ThoughtGenerator:
                 raw=None if clean else response.text,
             )
         )
-        if not completion.tool_calls and clean:
-            ctx.finished = True
         status = Status.OK if clean else Status.INVALID
+        enforcement = ctx.model.profile.tool_choice_enforcement
+        if forced and clean and not completion.tool_calls:
+            status = _required_call_missing(ctx, settings.tool_choice)
+        elif not completion.tool_calls and clean:
+            ctx.finished = True
         ctx.steps.append(
             Step(
                 index=ctx.step,
@@ -95,6 +100,7 @@ class ThoughtGenerator:
                 status_code=int(status),
                 duration_ms=(time.perf_counter_ns() - started) / 1e6,
                 usage=response.usage,
+                tool_choice_enforcement=enforcement if forced else None,
             )
         )
         names = [call.name for call in completion.tool_calls]
@@ -109,6 +115,38 @@ class ThoughtGenerator:
             )
         )
         return ctx
+
+
+def _called(ctx: RunContext) -> bool:
+    """Whether the model has already written a tool call in this run (parsed or not)."""
+    return any(
+        message.role == "assistant" and (message.tool_calls or message.raw)
+        for message in ctx.new_messages
+    )
+
+
+def _required_call_missing(ctx: RunContext, tool_choice: str) -> Status:
+    """The model answered in text although a call was required: tell it so and let it try
+    again (an unusable turn, bounded by ``max_retries``), then fail with a status that says
+    the requirement was not met. Some endpoints only see the requirement as a sentence in the
+    prompt, so it is enforced here for every model."""
+    ctx.unusable_turns += 1
+    wanted = "one of the tools" if tool_choice == "required" else f"the tool '{tool_choice}'"
+    if ctx.unusable_turns > ctx.limits.max_retries:
+        ctx.fail(
+            Status.MODEL_ERROR,
+            f"tool_choice {tool_choice!r} was not met: the model answered without calling "
+            f"{wanted} in {ctx.unusable_turns} turns",
+        )
+        ctx.output = f"I could not complete the request: {ctx.error}."
+    else:
+        ctx.add_message(
+            Message(
+                "user",
+                f"You must call {wanted} now. Answer with a <tool_call> block only, no text.",
+            )
+        )
+    return Status.INVALID
 
 
 def _unique_ids(calls: list[ToolCall]) -> None:
