@@ -20,7 +20,7 @@ from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool
-from hermes_agent.tools.runtime import ToolRuntime
+from hermes_agent.tools.runtime import ToolRuntime, private_copy
 from hermes_agent.types import (
     Completion,
     LoopStatus,
@@ -61,13 +61,36 @@ class LoopLimits:
 
 @dataclass(slots=True)
 class PlannedCall:
-    """A call that passed the ToolSelector: the tool and the arguments to call it with."""
+    """A call that passed the ToolSelector: the tool and the arguments to call it with.
+
+    A ``pre_execution`` hook may change ``tool`` or ``arguments``. What the selector checked
+    (and the approver, if any, saw) is kept apart as a private snapshot, so the ToolExecutor can
+    tell a changed call from the checked one and check it again before it runs.
+    """
 
     call: ToolCall
     tool: Tool
     arguments: dict[str, Any]
     fallback_for: str | None = None
     """The tool the model asked for, when this call goes to its fallback instead."""
+    position: int = 0
+    """Where the call stands in the model's turn (its result goes back in that place)."""
+    checked_tool: Tool | None = None
+    """The tool as checked; set from ``tool`` when the plan is made."""
+    checked_arguments: dict[str, Any] = field(default_factory=dict)
+    """A private copy of the arguments as checked (and approved); set when the plan is made."""
+
+    def __post_init__(self) -> None:
+        self.mark_checked()
+
+    def mark_checked(self) -> None:
+        """Record the current tool and arguments as the checked (and approved) ones."""
+        self.checked_tool = self.tool
+        self.checked_arguments = private_copy(self.arguments)
+
+    def changed(self) -> bool:
+        """Whether the tool or the arguments differ from what was checked."""
+        return self.tool is not self.checked_tool or self.arguments != self.checked_arguments
 
 
 @dataclass(slots=True)

@@ -1,9 +1,17 @@
 """Stage 4 — ToolExecutor: run the selected calls and feed their results back to the model.
 
 Calls of one turn run concurrently (bounded by ``max_concurrency``). An ``in_process`` sync tool
-runs in the agent's thread pool so it never blocks the event loop; a ``subprocess`` tool runs in
-a pooled worker process that is killed on timeout. A tool that raises becomes a 500 result and
-one that runs past its timeout a 408 result — the model sees what happened and the run goes on.
+runs on one of the agent's tool threads so it never blocks the event loop; a ``subprocess`` tool
+runs in a pooled worker process that is killed on timeout. A tool that raises becomes a 500 result
+and one that runs past its timeout a 408 result — the model sees what happened and the run goes
+on. In-process code cannot be killed: a sync tool that hangs keeps its thread (at most
+``max_concurrent`` per tool; the thread stops counting against the others), and an async tool
+that ignores cancellation is abandoned after a short grace. Hang-prone or untrusted tools belong
+in ``subprocess`` mode.
+
+Before anything runs, a call that a ``pre_execution`` hook changed is checked again (schema,
+visibility, approval), and each call is counted against its tool's ``rate_limit`` (429 beyond it)
+— a cache hit is not, since it does not reach the tool.
 
 Every result reaches the model in one shape::
 
@@ -17,15 +25,17 @@ calls within a tool's ``cache_ttl`` reuse the earlier result (``cache_hit: true`
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
+from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any
 
 from hermes_agent.events import ToolOutcomeView, ToolResultsEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.status import Status
+from hermes_agent.pipeline.tool_selector import rate_limited, recheck
 from hermes_agent.protocol.chatml import to_json
+from hermes_agent.tools.runtime import private_copy
 from hermes_agent.tools.sandbox import ToolProcessError
 from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
@@ -36,19 +46,28 @@ class ToolExecutor:
     async def run(self, ctx: RunContext) -> RunContext:
         started = time.perf_counter_ns()
         results: list[tuple[int, ToolResult]] = list(ctx.rejected)
-        records: dict[str, ToolCallRecord] = {}
+        records: dict[int, ToolCallRecord] = {}
         if ctx.planned:
+            runnable: list[PlannedCall] = []
+            for plan in ctx.planned:
+                refusal = await recheck(ctx, plan) if plan.changed() else None
+                if refusal is None:
+                    runnable.append(plan)
+                else:
+                    results.append((plan.position, refusal))
+            ctx.planned = runnable
             executed = await self._execute_all(ctx)
             for plan, (result, record) in zip(ctx.planned, executed, strict=True):
-                results.append((ctx.completion.tool_calls.index(plan.call), result))
-                records[result.call_id] = record
+                results.append((plan.position, result))
+                records[plan.position] = record
         results.sort(key=lambda pair: pair[0])
         ordered = [result for _, result in results]
 
-        for result in ordered:
-            record = records.get(result.call_id) or ToolCallRecord(
+        calls = ctx.completion.tool_calls
+        for position, result in results:
+            record = records.get(position) or ToolCallRecord(
                 name=result.name,
-                arguments=_original_arguments(ctx, result),
+                arguments=calls[position].arguments if position < len(calls) else {},
                 result=None,
                 status_code=result.status_code,
                 error=result.error,
@@ -78,6 +97,8 @@ class ToolExecutor:
         return ctx
 
     async def _execute_all(self, ctx: RunContext) -> list[tuple[ToolResult, ToolCallRecord]]:
+        if not ctx.planned:
+            return []
         if len(ctx.planned) == 1:
             return [await _execute(ctx, ctx.planned[0])]
         gate = asyncio.Semaphore(ctx.limits.max_concurrency)
@@ -95,7 +116,10 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
     started = time.perf_counter()
     hit, value = ctx.runtime.cached(tool, plan.arguments)
     error: tuple[Status, str] | None = None
-    if not hit:
+    if not hit and not ctx.runtime.admit(tool):
+        refused = rate_limited(call.id, tool)
+        error = (Status.RATE_LIMITED, refused.error or "")
+    elif not hit:
         try:
             value = await _call(ctx, plan, timeout)
         except TimeoutError:
@@ -131,7 +155,7 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
 
 async def _call(ctx: RunContext, plan: PlannedCall, timeout: float) -> Any:
     tool = plan.tool
-    arguments = _private_copy(plan.arguments)
+    arguments = private_copy(plan.arguments)
     if tool.execution_mode == "subprocess":
         # The worker enforces the timeout itself (and kills the process); the outer bound
         # only guards against a pool that cannot even start a worker.
@@ -141,25 +165,53 @@ async def _call(ctx: RunContext, plan: PlannedCall, timeout: float) -> Any:
             return await _in_thread(future)
     if tool.execution_mode == "inline":
         return tool.function(**arguments)  # opted in: fast and pure, no thread hop
-    async with asyncio.timeout(timeout):
-        if tool.is_async:
-            return await tool.function(**arguments)
-        return await _in_thread(ctx.executor.submit(tool.function, **arguments))
+    if tool.is_async:
+        return await _bounded_task(tool.function(**arguments), timeout)
+    future = ctx.runtime.run_in_thread(tool, arguments)
+    try:
+        async with asyncio.timeout(timeout):
+            return await _in_thread(future)
+    except (TimeoutError, asyncio.CancelledError):  # nobody waits for this call any more
+        ctx.runtime.write_off(future)
+        raise
 
 
-_IMMUTABLE = (str, int, float, bool, type(None))
+CANCEL_GRACE = 0.5
+"""Seconds an async tool gets to finish after it is cancelled; then it is abandoned."""
 
 
-def _private_copy(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The tool gets its own copy, so a tool that mutates a list it was given cannot rewrite
-    the arguments the RunResult and the trail report (deep only when a value is mutable)."""
-    if all(isinstance(value, _IMMUTABLE) for value in arguments.values()):
-        return dict(arguments)
-    return copy.deepcopy(arguments)
+async def _bounded_task(coroutine: Coroutine[Any, Any, Any], timeout: float) -> Any:
+    """Await an async tool for at most ``timeout`` seconds (plus ``CANCEL_GRACE``).
+
+    ``asyncio.timeout`` alone waits as long as the tool likes when it catches the cancellation
+    and carries on; here such a task is left behind (still cancelled, never awaited again) and
+    the call is a timeout like any other.
+    """
+    task = asyncio.ensure_future(coroutine)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_GRACE)
+            # Whether it stopped within the grace or is abandoned now, the call timed out;
+            # whatever it ends with comes too late to be its result.
+            task.add_done_callback(_forget)
+            raise TimeoutError
+    except asyncio.CancelledError:
+        task.cancel()  # the run itself was cancelled: do not leave the tool running
+        task.add_done_callback(_forget)
+        raise
+    return task.result()
+
+
+def _forget(task: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned task's outcome so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _in_thread(future: Future[Any]) -> Any:
-    """Wait for work running in the thread pool without blocking the event loop."""
+    """Wait for work running on another thread without blocking the event loop."""
     return await asyncio.wrap_future(future)
 
 
@@ -175,10 +227,3 @@ def _truncated(value: Any, limit: int | None, metadata: dict[str, Any]) -> Any:
         f"{text[:limit]}… [truncated: the result has {len(text):,} characters, "
         f"only the first {limit:,} are shown]"
     )
-
-
-def _original_arguments(ctx: RunContext, result: ToolResult) -> dict[str, Any]:
-    for call in ctx.completion.tool_calls:
-        if call.id == result.call_id:
-            return call.arguments
-    return {}

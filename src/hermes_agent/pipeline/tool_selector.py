@@ -1,21 +1,29 @@
 """Stage 3 — ToolSelector: decide which of the model's calls may run, and with what arguments.
 
-For each call, in order: does the tool exist (404, with the real names) and is it visible to this
-run (404)? Is it available — if not, is there a ``fallback`` tool to call instead (404 if
-neither)? Do the arguments pass the schema (400, with the exact errors)? Is the tool within its
-rate limit (429)? Does it need approval, and was it given (403)? A block that could not be parsed
-at all is refused the same way (400). Every refusal is a result the model reads.
+For each call, in order: is it within the turn's ``max_calls_per_turn`` (429 beyond it)? Does
+the tool exist (404, with the real names) and is it visible to this run (404)? Is it available —
+if not, is there a ``fallback`` tool to call instead (404 if neither)? Do the arguments pass the
+schema (400, with the exact errors)? Is the tool within its rate limit (429)? Does it need
+approval, and was it given (403)? A block that could not be parsed at all is refused the same
+way (400). Every refusal is a result the model reads.
+
+A call counts against its tool's rate limit only when it is about to run (the ToolExecutor
+counts it), so refused calls do not use the limit up. An approver approves with ``True`` or
+``(True, reason)`` only; any other answer is a denial that names the answer. A call that a
+``pre_execution`` hook changes after this stage is checked again by ``recheck``.
 """
 
 from __future__ import annotations
 
 import inspect
+import reprlib
 from typing import Any
 
 from hermes_agent.events import PlannedCallView, RefusedCallView, SelectionEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool, find_tool
+from hermes_agent.tools.runtime import private_copy
 from hermes_agent.types import ToolCall, ToolResult
 
 
@@ -25,11 +33,22 @@ class ToolSelector:
     async def run(self, ctx: RunContext) -> RunContext:
         ctx.planned = []
         ctx.rejected = []
-        for position, call in enumerate(ctx.completion.tool_calls):
-            refusal = await self._select(ctx, call)
+        calls = ctx.completion.tool_calls
+        cap = ctx.limits.max_calls_per_turn
+        for position, call in enumerate(calls[:cap]):
+            refusal = await self._select(ctx, call, position)
             if refusal is not None:
                 ctx.rejected.append((position, refusal))
-        offset = len(ctx.completion.tool_calls)
+        if len(calls) > cap:
+            message = (
+                f"too many tool calls in one turn: at most {cap} calls per turn run, and this "
+                f"turn had {len(calls)}; this call did not run. Call the rest in the next turn"
+            )
+            for position in range(cap, len(calls)):
+                call = calls[position]
+                refused = error_result(call.id, call.name, Status.RATE_LIMITED, message)
+                ctx.rejected.append((position, refused))
+        offset = len(calls)
         for position, error in enumerate(ctx.completion.errors, start=offset):
             message = f"could not parse your tool call: {error.message}"
             refused = error_result("", "invalid_tool_call", Status.INVALID, message)
@@ -58,7 +77,7 @@ class ToolSelector:
             )
         return ctx
 
-    async def _select(self, ctx: RunContext, call: ToolCall) -> ToolResult | None:
+    async def _select(self, ctx: RunContext, call: ToolCall, position: int) -> ToolResult | None:
         tool = find_tool(ctx.tools, call.name)
         if tool is None:
             available = ", ".join(ctx.tools) or "(none)"
@@ -74,60 +93,153 @@ class ToolSelector:
         if not tool.available():
             substitute = find_tool(ctx.tools, tool.fallback) if tool.fallback else None
             if substitute is None or not substitute.available():
-                message = (
-                    f"tool '{tool.name}' is unavailable right now and has no working fallback; "
-                    "answer without it"
-                )
-                return error_result(call.id, call.name, Status.UNKNOWN_TOOL, message)
+                return _unavailable(call.id, call.name, tool)
             fallback_for, tool = tool.name, substitute
 
         arguments, errors = tool.validate(call.arguments)
         if errors:
-            message = (
-                "invalid arguments: "
-                + "; ".join(errors)
-                + ". Call the tool again with fixed arguments."
-            )
-            return error_result(call.id, tool.name, Status.INVALID, message)
+            return _invalid(call.id, tool.name, errors)
 
-        if not ctx.dry_run and not ctx.runtime.admit(tool):
-            message = (
-                f"tool '{tool.name}' is rate-limited ({tool.rate_limit} calls per minute); "
-                "wait before calling it again, or answer without it"
-            )
-            return error_result(call.id, tool.name, Status.RATE_LIMITED, message)
+        # Only a look: the ToolExecutor counts the call when it runs, so a refused call does
+        # not use up the limit. Looking here spares the approver a call that could not run.
+        if not ctx.dry_run and not ctx.runtime.has_room(tool):
+            return rate_limited(call.id, tool)
 
         if tool.requires_approval and not ctx.dry_run:
-            approved, reason = await _ask(ctx, call, tool, arguments)
-            ctx.approvals.append(
-                {"tool": tool.name, "arguments": arguments, "approved": approved, "reason": reason}
-            )
-            if not approved:
-                message = (
-                    f"the call to '{tool.name}' needs approval and was denied ({reason}); "
-                    "tell the user it was not done"
-                )
-                return error_result(call.id, tool.name, Status.DENIED, message)
+            refusal = await _approve(ctx, call.id, tool, arguments)
+            if refusal is not None:
+                return refusal
 
-        ctx.planned.append(PlannedCall(call, tool, arguments, fallback_for))
+        ctx.planned.append(PlannedCall(call, tool, arguments, fallback_for, position))
         return None
 
 
-async def _ask(
-    ctx: RunContext, call: ToolCall, tool: Tool, arguments: dict[str, Any]
-) -> tuple[bool, str]:
+async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
+    """Check again a plan that a ``pre_execution`` hook changed (``plan.changed()``): the tool
+    must still be a visible, available tool (404), the arguments must pass its schema (400), and
+    a tool that needs approval is approved again for exactly these arguments (403). On success
+    the plan holds the validated arguments and counts as checked; otherwise the refusal."""
+    call_id, tool = plan.call.id, plan.tool
+    name = getattr(tool, "name", None)
+    if not isinstance(tool, Tool) or not isinstance(name, str) or ctx.tools.get(name) is not tool:
+        shown = name if isinstance(name, str) else _shown(tool)
+        message = (
+            f"the call was changed before it ran to tool '{shown}', which is not available "
+            f"in this session; available tools: {', '.join(ctx.tools) or '(none)'}"
+        )
+        return error_result(call_id, str(shown), Status.UNKNOWN_TOOL, message)
+    if not tool.available():
+        return _unavailable(call_id, tool.name, tool)
+    if not isinstance(plan.arguments, dict):
+        return _invalid(
+            call_id, tool.name, [f"arguments must be an object, got {_shown(plan.arguments)}"]
+        )
+    arguments, errors = tool.validate(plan.arguments)
+    if errors:
+        return _invalid(call_id, tool.name, errors)
+    if tool.requires_approval:
+        refusal = await _approve(ctx, call_id, tool, arguments)
+        if refusal is not None:
+            return refusal
+    if tool is not plan.checked_tool:
+        plan.fallback_for = None  # no longer the fallback the selector chose
+    plan.arguments = arguments
+    plan.mark_checked()
+    return None
+
+
+def rate_limited(call_id: str, tool: Tool) -> ToolResult:
+    """The 429 result of a call beyond its tool's ``rate_limit``."""
+    message = (
+        f"tool '{tool.name}' is rate-limited ({tool.rate_limit} calls per minute); "
+        "wait before calling it again, or answer without it"
+    )
+    return error_result(call_id, tool.name, Status.RATE_LIMITED, message)
+
+
+def _unavailable(call_id: str, name: str, tool: Tool) -> ToolResult:
+    message = (
+        f"tool '{tool.name}' is unavailable right now and has no working fallback; "
+        "answer without it"
+    )
+    return error_result(call_id, name, Status.UNKNOWN_TOOL, message)
+
+
+def _invalid(call_id: str, name: str, errors: list[str]) -> ToolResult:
+    message = (
+        "invalid arguments: " + "; ".join(errors) + ". Call the tool again with fixed arguments."
+    )
+    return error_result(call_id, name, Status.INVALID, message)
+
+
+async def _approve(
+    ctx: RunContext, call_id: str, tool: Tool, arguments: dict[str, Any]
+) -> ToolResult | None:
+    """Ask the approver about exactly this tool and these arguments; record the decision with
+    what the approver saw. ``None`` when approved, else the 403 result."""
+    seen = private_copy(arguments)  # the record keeps what was asked, whatever the approver does
+    approved, reason = await _ask(ctx, ToolCall(tool.name, private_copy(arguments), call_id), tool)
+    ctx.approvals.append(
+        {"tool": tool.name, "arguments": seen, "approved": approved, "reason": reason}
+    )
+    if approved:
+        return None
+    message = (
+        f"the call to '{tool.name}' needs approval and was denied ({reason}); "
+        "tell the user it was not done"
+    )
+    return error_result(call_id, tool.name, Status.DENIED, message)
+
+
+async def _ask(ctx: RunContext, proposed: ToolCall, tool: Tool) -> tuple[bool, str]:
     if ctx.approver is None:
         return False, "no approver is configured, so calls that need approval are denied"
-    proposed = ToolCall(name=tool.name, arguments=arguments, id=call.id)
     try:
         answer = ctx.approver(proposed, tool)
         if inspect.isawaitable(answer):
             answer = await answer
     except Exception as exc:
-        return False, f"the approver failed: {type(exc).__name__}: {exc}"
-    if isinstance(answer, tuple):
-        return bool(answer[0]), str(answer[1])
-    return bool(answer), "approved" if answer else "denied by the approver"
+        return False, f"the approver failed: {type(exc).__name__}: {_bounded(str(exc))}"
+    return verdict(answer)
+
+
+def verdict(answer: Any) -> tuple[bool, str]:
+    """(approved, reason) for what an approver returned.
+
+    Only ``True`` or a pair ``(True, reason)`` approves (the first item must be ``True`` itself,
+    not merely truthy); ``False`` and ``(False, reason)`` deny; anything else — ``"no"``,
+    ``{"approved": False}``, ``[False]``, ``()``, ``None``, ``1`` — denies too, and the reason
+    names the value so the audit trail shows what the approver said.
+    """
+    if answer is True:
+        return True, "approved"
+    if answer is False:
+        return False, "denied by the approver"
+    if isinstance(answer, tuple | list) and len(answer) == 2 and isinstance(answer[0], bool):
+        reason = answer[1] if isinstance(answer[1], str) else _shown(answer[1])
+        return answer[0], _bounded(reason)
+    return False, (
+        f"the approver returned {_shown(answer)}, which is not an approval "
+        "(only True or (True, reason) approves)"
+    )
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlevel = 3
+_MAX_REASON = 500
+
+
+def _shown(value: Any) -> str:
+    """A short repr of ``value`` for a message (bounded, whatever the value)."""
+    try:
+        return _REPR.repr(value)
+    except Exception:  # a __repr__ that raises still must not fail the run
+        return f"<{type(value).__name__} object>"
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= _MAX_REASON else text[:_MAX_REASON] + "…"
 
 
 def _stage_status(planned: int, rejected: int) -> Status:

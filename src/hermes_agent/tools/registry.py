@@ -51,6 +51,7 @@ SETTINGS = (
     "fallback",
     "aliases",
     "rate_limit",
+    "max_concurrent",
     "toolset",
 )
 """The per-tool settings a config file may set."""
@@ -75,7 +76,10 @@ class Tool:
     - ``requires_approval``: the agent's approval callback must allow each call;
     - ``fallback``: the tool to call instead while this one is unavailable;
     - ``aliases``: other names the model may use for it;
-    - ``rate_limit``: calls per minute, beyond which calls get a 429 result.
+    - ``rate_limit``: calls per minute, beyond which calls get a 429 result;
+    - ``max_concurrent``: how many calls of a sync ``in_process`` tool may run at once (default:
+      half the agent's tool threads); further calls wait their turn within their timeout, so a
+      tool that hangs holds at most this many threads.
     """
 
     name: str
@@ -94,6 +98,7 @@ class Tool:
     fallback: str | None = None
     aliases: list[str] = field(default_factory=list)
     rate_limit: int | None = None
+    max_concurrent: int | None = None
     _validator: Draft202012Validator = field(init=False, repr=False)
     _fast_check: Callable[[Any], Any] | None = field(init=False, repr=False, default=None)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
@@ -117,6 +122,10 @@ class Tool:
             raise ToolDefinitionError(
                 f"tool {self.name!r}: execution_mode must be one of {', '.join(EXECUTION_MODES)}, "
                 f"got {self.execution_mode!r}"
+            )
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: max_concurrent must be at least 1, got {self.max_concurrent}"
             )
         self._is_async = inspect.iscoroutinefunction(self.function)
         if self._is_async and self.execution_mode != "in_process":
