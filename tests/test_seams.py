@@ -90,8 +90,9 @@ def _top_level_imports(tree: ast.Module, module: str, is_package: bool) -> set[s
             else:
                 prefix = node.module or ""
             for alias in node.names:
-                found.add(f"{prefix}.{alias.name}")
-                found.add(prefix)
+                # ``from package import module`` names the module, ``from module import name``
+                # the module; which one it is is decided against the module list later.
+                found.add(f"{prefix}.{alias.name}|{prefix}")
         elif isinstance(node, ast.If | ast.Try):
             pending.extend(node.body)
             pending.extend(node.orelse)
@@ -110,10 +111,15 @@ def _import_graph() -> dict[str, set[str]]:
     for name, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         imported = _top_level_imports(tree, name, path.name == "__init__.py")
-        # ``from package import module`` names the module; ``from module import name`` the
-        # module. Implicit imports of parent packages are not edges (the root package
-        # re-exports everything, which is not a dependency of its submodules).
-        graph[name] = {target for target in imported if target in modules and target != name}
+        # Implicit imports of parent packages are not edges (the root package re-exports
+        # everything, which is not a dependency of its submodules).
+        targets = set()
+        for target in imported:
+            submodule, _, parent = target.partition("|")
+            chosen = submodule if submodule in modules else parent or submodule
+            if chosen in modules and chosen != name:
+                targets.add(chosen)
+        graph[name] = targets
     return graph
 
 

@@ -162,6 +162,7 @@ class ToolConfig(_Strict):
     fallback: str | None = None
     aliases: list[str] | None = None
     rate_limit: int | None = Field(default=None, gt=0)
+    max_concurrent: int | None = Field(default=None, ge=1)
     toolset: str | None = None
 
     def settings(self) -> dict[str, Any]:

@@ -181,7 +181,7 @@ class RunContext:
 
     def veto(self, plan: PlannedCall, reason: str) -> None:
         """Refuse a planned call (from a ``pre_execution`` hook): the model gets a 403 result."""
-        position = self.completion.tool_calls.index(plan.call)
+        position = plan.position
         self.planned.remove(plan)
         message = f"call to '{plan.call.name}' was refused: {reason}"
         self.rejected.append(
