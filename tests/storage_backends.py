@@ -1,5 +1,6 @@
-"""Database URLs for the storage tests: a SQLite file in tmp_path, and a fresh PostgreSQL
-database per test on the local server (skipped when none answers)."""
+"""Storage URLs for the storage tests: ``db_url`` names every backend (the in-memory store, a
+SQLite file in tmp_path, and a fresh PostgreSQL database per test on the local server, skipped
+when none answers); ``sql_url`` only the SQL ones, for tests of SQL itself."""
 
 from __future__ import annotations
 
@@ -34,11 +35,25 @@ def _admin_connection() -> object | None:
     return None
 
 
-@pytest.fixture(params=["sqlite", "postgresql"], name="db_url")
+@pytest.fixture(params=["memory", "sqlite", "postgresql"], name="db_url")
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A URL for an empty database: SQLite in tmp_path, or a throwaway PostgreSQL database
-    (``hermes_test_<random>``, dropped afterwards, so parallel runs never collide)."""
-    if request.param == "sqlite":
+    """A URL for an empty store, for ``open_storage``: ``memory://``, SQLite in tmp_path, or a
+    throwaway PostgreSQL database (``hermes_test_<random>``, dropped afterwards, so parallel
+    runs never collide). The same tests pass on each: that is the ``Storage`` contract."""
+    yield from _url(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], name="sql_url")
+def sql_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL for an empty SQL database (SQLite or PostgreSQL), for tests of the SQL backend."""
+    yield from _url(request.param, tmp_path)
+
+
+def _url(kind: str, tmp_path: Path) -> Iterator[str]:
+    if kind == "memory":
+        yield "memory://"
+        return
+    if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'state.db'}"
         return
     admin = _admin_connection()

@@ -1,5 +1,6 @@
-"""The audit trail in the SQL store: every stage recorded, failures too, secrets redacted,
-export lossless, replay as a regression check (library and ``hermes-agent replay``)."""
+"""The audit trail on every store (in memory, SQLite, PostgreSQL): every stage recorded, failures
+too, secrets redacted, export lossless, replay as a regression check (library and
+``hermes-agent replay``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import select
 
 from hermes_agent import Agent, ScriptedModel
-from hermes_agent.storage import SqlStorage, parse_jsonl, replay
+from hermes_agent.storage import SqlStorage, open_storage, parse_jsonl, replay
 from hermes_agent.storage.sql import audit_table, messages_table
 from hermes_agent.tools.registry import Tool
 from storage_backends import database_url  # noqa: F401  (the db_url fixture)
@@ -40,7 +41,7 @@ def broken(x: int) -> int:
 
 
 def test_every_stage_has_a_record_with_content_and_latency(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         model = ScriptedModel([call("lookup", city="Oslo"), "It is 21 °C in Oslo."])
         agent = Agent(model=model, tools=[lookup], storage=storage)
         result = agent.run("Weather in Oslo?", session_id="s1")
@@ -76,7 +77,7 @@ def test_every_stage_has_a_record_with_content_and_latency(db_url: str) -> None:
 
 
 def test_a_run_that_fails_in_a_tool_keeps_all_records(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         model = ScriptedModel([call("broken", x=7), "Sorry, the tool failed."])
         agent = Agent(model=model, tools=[broken], storage=storage)
         result = agent.run("Do it", session_id="s")
@@ -99,7 +100,7 @@ def test_a_run_that_fails_in_a_tool_keeps_all_records(db_url: str) -> None:
 
 
 def test_a_run_whose_model_fails_keeps_its_records(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         model = ScriptedModel([call("double", x=2)])  # runs out after one turn: 502
         agent = Agent(model=model, tools=[double], storage=storage)
         result = agent.run("Double 2 twice", session_id="s")
@@ -119,7 +120,8 @@ def test_secrets_never_reach_the_database(tmp_path: Path) -> None:
         textwrap.dedent(
             f"""\
             model:
-              provider: scripted
+              provider: openai
+              model_name: hermes-3
               api_key: {api_key}
             storage:
               url: sqlite:///{tmp_path / "state.db"}
@@ -154,7 +156,7 @@ def test_secrets_never_reach_the_database(tmp_path: Path) -> None:
 
 
 def test_export_is_lossless(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         model = ScriptedModel(
             [call("lookup", city='Zürich\u2028東京 "quoted"\n'), "Done:\n\ttabs, ünïcode ✓"]
         )
@@ -169,7 +171,7 @@ def test_export_is_lossless(db_url: str) -> None:
 
 
 def test_replay_of_an_unchanged_agent_matches(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         script = [
             "Hello!",
             call("double", x=3),
@@ -194,7 +196,7 @@ def test_replay_of_an_unchanged_agent_matches(db_url: str) -> None:
 
 
 def test_replay_after_a_tool_change_reports_the_first_step_that_differs(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         script = [call("double", x=3), call("double", x=6), "12"]
         agent = Agent(model=ScriptedModel(script), tools=[double], storage=storage)
         result = agent.run("Double 3, then double that.", session_id="s")

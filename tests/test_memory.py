@@ -7,8 +7,9 @@ import json
 from collections.abc import Sequence
 
 from hermes_agent import Agent, Message, ScriptedModel
-from hermes_agent.audit.records import AuditRecord
+from hermes_agent.audit.records import AuditRecord, AuditSink
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
+from hermes_agent.storage import InMemoryStorage
 
 
 def call(name: str, **arguments: object) -> str:
@@ -111,22 +112,30 @@ def test_usage_per_step_and_cost() -> None:
 
 
 class ListSink:
-    def __init__(self) -> None:
+    """Keeps each ``write`` call (one per whole step) and passes the records on."""
+
+    def __init__(self, inner: AuditSink) -> None:
         self.batches: list[list[AuditRecord]] = []
+        self.inner = inner
 
     def write(self, records: Sequence[AuditRecord]) -> None:
         self.batches.append(list(records))
+        self.inner.write(records)
 
     def flush(self) -> None:
-        pass
+        self.inner.flush()
 
 
-class FakeStorage:
+class FakeStorage(InMemoryStorage):
+    """The in-memory store, with every write call to its audit sink kept for inspection."""
+
     def __init__(self) -> None:
-        from hermes_agent.memory.session import InMemorySessionStore
+        super().__init__()
+        self.calls = ListSink(super().audit)
 
-        self.sessions = InMemorySessionStore()
-        self.audit = ListSink()
+    @property
+    def audit(self) -> ListSink:
+        return self.calls
 
 
 def test_every_stage_leaves_a_record_written_in_whole_steps_and_redacted() -> None:
@@ -206,3 +215,28 @@ def test_a_run_that_fails_in_a_hook_still_leaves_its_records() -> None:
     ]
     failed = next(r for b in storage.audit.batches for r in b if r.stage == "ToolExecutor")
     assert failed.status == "error" and failed.status_code == 500
+
+
+def test_a_model_summary_is_recorded_with_the_input_stage() -> None:
+    def answer(messages: Sequence[Message], tools: object) -> str:
+        if messages[0].content.startswith("Summarise the conversation"):
+            return "They asked two questions."
+        return "ok"
+
+    storage = FakeStorage()
+    agent = Agent(
+        model=ScriptedModel(answer), storage=storage, history_window=1, summarize_with_model=True
+    )
+    agent.run("first", session_id="s")
+    agent.run("second", session_id="s")
+    third = agent.run("third", session_id="s")  # "first" leaves the window: a summary is made
+    records = storage.records(third.request_id)
+    stage_zero = [(r.stage, r.role) for r in records if r.stage == "InputParser"]
+    assert stage_zero == [
+        ("InputParser", "user"),
+        ("InputParser", "summary_prompt"),
+        ("InputParser", "summary"),
+    ]
+    summary_prompt = next(r for r in records if r.role == "summary_prompt").content
+    assert "Summarise the conversation" in summary_prompt and "User: first" in summary_prompt
+    assert next(r for r in records if r.role == "summary").content == "They asked two questions."

@@ -1,4 +1,5 @@
-"""The SQL store: sessions on SQLite and PostgreSQL (same tests), isolation, locking, migrations."""
+"""The stores: sessions on every backend — in memory, SQLite, PostgreSQL — through the same tests
+(isolation, locking, listing, deleting), then what only SQL has (migrations, WAL, URLs)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ import pytest
 from sqlalchemy import insert, select
 
 from hermes_agent import Agent, ScriptedModel
-from hermes_agent.storage import LATEST_VERSION, SqlStorage, StorageError
+from hermes_agent.storage import LATEST_VERSION, SqlStorage, StorageError, open_storage
 from hermes_agent.storage.sql import messages_table, schema_version
 from hermes_agent.types import Message, ToolCall, ToolResult
-from storage_backends import database_url  # noqa: F401  (the db_url fixture)
+from storage_backends import database_url, sql_database_url  # noqa: F401  (the fixtures)
 
 
 def remembers(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> str:
@@ -25,7 +26,7 @@ def remembers(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> s
 
 
 def test_messages_round_trip(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         turn = [
             Message("user", "Convert 5 km — and 東京?"),
             Message(
@@ -49,7 +50,7 @@ def test_messages_round_trip(db_url: str) -> None:
 
 
 def test_two_sessions_interleaved_in_one_process_stay_apart(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         agent = Agent(model=ScriptedModel(remembers), storage=storage)
         agent.run("alpha one", session_id="a")
         agent.run("beta one", session_id="b")
@@ -66,7 +67,7 @@ def test_two_sessions_interleaved_in_one_process_stay_apart(db_url: str) -> None
 
 
 def test_two_sessions_in_two_threads_never_mix(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         agent = Agent(model=ScriptedModel(remembers), storage=storage, history_window=50)
         outputs: dict[str, list[str]] = {"left": [], "right": []}
         failures: list[BaseException] = []
@@ -93,7 +94,7 @@ def test_two_sessions_in_two_threads_never_mix(db_url: str) -> None:
 
 
 def test_runs_on_one_session_are_serialised(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         active = 0
         most = 0
         guard = threading.Lock()
@@ -128,7 +129,7 @@ def test_runs_on_one_session_are_serialised(db_url: str) -> None:
 
 def test_concurrent_appends_to_one_session_keep_every_message(db_url: str) -> None:
     # Without the in-process lock (as two processes would): the transaction keeps positions apart.
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
 
         def writer(number: int) -> None:
             for item in range(10):
@@ -144,14 +145,15 @@ def test_concurrent_appends_to_one_session_keep_every_message(db_url: str) -> No
         for number in range(6):  # each writer's messages stay in its order
             mine = [c for c in contents if c.startswith(f"{number}:")]
             assert mine == [f"{number}:{i}" for i in range(10)]
-        with storage.engine.connect() as conn:
-            positions = [row[0] for row in conn.execute(select(messages_table.c.position))]
-        assert sorted(positions) == list(range(60))
+        if isinstance(storage, SqlStorage):
+            with storage.engine.connect() as conn:
+                positions = [row[0] for row in conn.execute(select(messages_table.c.position))]
+            assert sorted(positions) == list(range(60))
         assert storage.sessions.list_sessions()[0]["messages"] == 60
 
 
 def test_list_and_delete_sessions(db_url: str) -> None:
-    with SqlStorage(db_url) as storage:
+    with open_storage(db_url) as storage:
         storage.sessions.append("old", [Message("user", "hi"), Message("assistant", "hello")])
         time.sleep(0.01)
         storage.sessions.append("new", [Message("user", "hey")])
@@ -166,12 +168,12 @@ def test_list_and_delete_sessions(db_url: str) -> None:
         assert storage.sessions.load("new") == [Message("user", "hey")]
 
 
-def test_migrations_are_idempotent_and_safe_to_race(db_url: str) -> None:
+def test_migrations_are_idempotent_and_safe_to_race(sql_url: str) -> None:
     errors: list[BaseException] = []
 
     def open_once() -> None:
         try:
-            SqlStorage(db_url).close()
+            SqlStorage(sql_url).close()
         except BaseException as exc:
             errors.append(exc)
 
@@ -181,9 +183,9 @@ def test_migrations_are_idempotent_and_safe_to_race(db_url: str) -> None:
     for thread in threads:
         thread.join()
     assert not errors
-    with SqlStorage(db_url) as storage:
+    with SqlStorage(sql_url) as storage:
         storage.sessions.append("kept", [Message("user", "still here")])
-    with SqlStorage(db_url) as storage:
+    with SqlStorage(sql_url) as storage:
         assert storage.schema_version == LATEST_VERSION
         with storage.engine.connect() as conn:
             versions = [row[0] for row in conn.execute(select(schema_version.c.version))]
@@ -191,11 +193,11 @@ def test_migrations_are_idempotent_and_safe_to_race(db_url: str) -> None:
         assert storage.sessions.load("kept") == [Message("user", "still here")]
 
 
-def test_a_newer_schema_is_refused(db_url: str) -> None:
-    with SqlStorage(db_url) as storage, storage.engine.begin() as conn:
+def test_a_newer_schema_is_refused(sql_url: str) -> None:
+    with SqlStorage(sql_url) as storage, storage.engine.begin() as conn:
         conn.execute(insert(schema_version).values(version=LATEST_VERSION + 1, applied_ns=0))
     with pytest.raises(StorageError, match="newer than"):
-        SqlStorage(db_url)
+        SqlStorage(sql_url)
 
 
 def test_sqlite_uses_wal_and_creates_the_folder(

@@ -54,6 +54,13 @@ from hermes_agent.pipeline.hooks import Hook, HookContext
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.parser import StreamParser, parse_completion
+from hermes_agent.storage import (
+    InMemoryStorage,
+    SessionIdError,
+    Storage,
+    StorageError,
+    open_storage,
+)
 from hermes_agent.tools.registry import Tool, ToolRegistry, tool
 from hermes_agent.types import (
     Completion,
@@ -96,6 +103,7 @@ __all__ = [
     "HermesConfig",
     "Hook",
     "HookContext",
+    "InMemoryStorage",
     "InputEvent",
     "LlamaCpp",
     "LlamaCppConfig",
@@ -119,8 +127,11 @@ __all__ = [
     "ScriptedModel",
     "ScriptedRequest",
     "SelectionEvent",
+    "SessionIdError",
     "Status",
     "Step",
+    "Storage",
+    "StorageError",
     "StreamChunk",
     "StreamParser",
     "TextDeltaEvent",
@@ -141,6 +152,7 @@ __all__ = [
     "build_model",
     "load_config",
     "load_tools_file",
+    "open_storage",
     "parse_completion",
     "register_model",
     "render_conversation",

@@ -20,15 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import enum
+import logging
 import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from hermes_agent.audit.recorder import Recorder
-from hermes_agent.audit.records import AuditSink, Redactor
+from hermes_agent.audit.records import AuditSink
+from hermes_agent.audit.redaction import Redactor, redact_messages
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.events import Event, ResultEvent
@@ -40,11 +44,24 @@ from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, R
 from hermes_agent.pipeline.hooks import HOOK_POINTS, Hook, Hooks, load_hook
 from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
+from hermes_agent.storage.base import Storage, check_session_id, open_storage
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
 from hermes_agent.tools.runtime import ToolRuntime
-from hermes_agent.types import TOOL_CHOICE_MODES, RunResult, ToolChoice, Usage
+from hermes_agent.types import TOOL_CHOICE_MODES, Message, RunResult, ToolChoice, Usage
+
+if TYPE_CHECKING:
+    from hermes_agent.storage.replay import ReplayReport
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("hermes_agent")
+
+
+class _Keep(enum.Enum):
+    """``Agent.fork``'s default: keep what the agent has."""
+
+    KEEP = "keep"
+
 
 _loops = threading.local()
 
@@ -81,7 +98,7 @@ class Agent:
         output_format: str = "text",
         channels: Mapping[str, str] | None = None,
         tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
-        storage: Any = None,
+        storage: Storage | str | None = None,
         audit: bool = True,
         secrets: Iterable[str] = (),
         redact_patterns: Iterable[str] = (),
@@ -107,19 +124,12 @@ class Agent:
         self.history_window = history_window
         self.summary_max_chars = summary_max_chars
         self.toolsets = list(toolsets) if toolsets is not None else None
-        self._owns_storage = isinstance(storage, str)
-        if isinstance(storage, str):
-            from hermes_agent.storage import SqlStorage
-
-            storage = SqlStorage(storage)
-        self.storage = storage
-        self.sessions: SessionStore = session_store or (
-            storage.sessions if storage is not None else InMemorySessionStore()
-        )
-        self.audit_sink: AuditSink | None = storage.audit if storage is not None and audit else None
+        self._audit = audit
+        self._session_store = session_store
+        self._attach(storage)
         self.redactor = Redactor(secrets, redact_patterns)
-        if storage is not None and self.redactor and hasattr(storage.sessions, "redactor"):
-            storage.sessions.redactor = self.redactor  # secrets stay out of stored messages
+        """Masks this agent's secrets in all it stores (audit records and messages), whatever
+        the store, and whoever else shares it."""
         self.history = HistoryLoader(
             history_window=history_window,
             summary_max_chars=summary_max_chars,
@@ -128,7 +138,7 @@ class Agent:
         self.prices = (price_per_1k_prompt, price_per_1k_completion)
         self.registry = ToolRegistry()
         self.hooks = Hooks()
-        self.runtime = ToolRuntime()
+        self.runtime = ToolRuntime(threads=max(4, self.limits.max_concurrency))
         self.approver = approver
         self.renderers: dict[str, Renderer] = dict(BUILTIN_RENDERERS)
         self.output_format = output_format
@@ -195,6 +205,55 @@ class Agent:
             if renderer is not None:
                 agent.add_renderer(name, renderer)
         return agent
+
+    def fork(
+        self,
+        *,
+        model: Model | _Keep = _Keep.KEEP,
+        storage: Storage | str | _Keep | None = _Keep.KEEP,
+        approver: Approver | _Keep | None = _Keep.KEEP,
+    ) -> Agent:
+        """A new agent with this one's tools, hooks, renderers, prompts, settings and secrets
+        — shared, not copied: a tool added to either shows in both — and the given parts
+        replaced. ``storage`` replaces the store and its sessions (a URL is opened, and closed
+        by the fork's ``close``; ``None``: sessions in memory, no trail). The fork has its own
+        thread pool, worker processes, tool caches, rate limits and history summaries.
+
+            twin = agent.fork(model=ScriptedModel(["ok"]), storage="memory://")
+        """
+        twin = copy.copy(self)
+        # What a run changes is the agent's own, never shared with a fork.
+        twin._executor = None
+        twin.runtime = ToolRuntime()
+        twin.history = HistoryLoader(
+            history_window=self.history.history_window,
+            summary_max_chars=self.history.summary_max_chars,
+            summarize_with_model=self.history.summarize_with_model,
+            max_cached=self.history.max_cached,
+        )
+        twin._owns_storage = False
+        if not isinstance(model, _Keep):
+            twin._model = model
+        if not isinstance(approver, _Keep):
+            twin.approver = approver
+        if not isinstance(storage, _Keep):
+            twin._session_store = None
+            twin._attach(storage)
+        return twin
+
+    def _attach(self, storage: Storage | str | None) -> None:
+        """Keep sessions and the trail in ``storage`` (a URL is opened here and closed by
+        ``close``); without one, sessions live in memory and there is no trail."""
+        self._owns_storage = isinstance(storage, str)
+        if isinstance(storage, str):
+            storage = open_storage(storage)
+        self.storage: Storage | None = storage
+        self.sessions: SessionStore = self._session_store or (
+            storage.sessions if storage is not None else InMemorySessionStore()
+        )
+        self.audit_sink: AuditSink | None = (
+            storage.audit if storage is not None and self._audit else None
+        )
 
     @property
     def model(self) -> Model:
@@ -361,6 +420,8 @@ class Agent:
         registered renderer) or ``channel`` (cli, web, api, or one from the config) picks how
         ``RunResult.rendered`` is made."""
         session_id = session_id or uuid.uuid4().hex
+        if self.storage is not None:  # refused now, before anything has happened
+            check_session_id(session_id, self.storage.max_id_length)
         lock = self.sessions.lock(session_id)
         if not lock.acquire(blocking=False):
             await _acquire_elsewhere(lock)
@@ -377,12 +438,28 @@ class Agent:
             finally:
                 if ctx.recorder is not None:
                     ctx.recorder.commit()  # whatever whole steps a failing run left
+            if ctx.recorder is not None:
+                result.warnings.extend(ctx.recorder.warnings())
             if ctx.new_messages and not dry_run:
-                self.sessions.append(session_id, ctx.new_messages)
+                self._save_turn(session_id, ctx.new_messages, result)
             result.cost = self._cost(result.usage)
             return result
         finally:
             lock.release()
+
+    def _save_turn(self, session_id: str, messages: list[Message], result: RunResult) -> None:
+        """Append the run's messages to the session, redacted. The run's tools have run by
+        now, so a store that fails does not fail the run: the failure is logged and reported
+        in ``result.warnings``."""
+        try:
+            self.sessions.append(session_id, redact_messages(messages, self.redactor))
+        except Exception as exc:
+            problem = (
+                f"storage: this turn was not saved to session {session_id!r}: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            logger.error("%s", problem)
+            result.warnings.append(problem)
 
     async def _load_history(self, ctx: RunContext) -> LoadedHistory:
         """The session's history as the prompt carries it (see ``memory.history``); the
@@ -473,7 +550,7 @@ class Agent:
             approver=self.approver,
         )
 
-    def replay(self, request_id: str) -> Any:
+    def replay(self, request_id: str) -> ReplayReport:
         """Re-run a recorded request with its recorded model outputs against the current tools
         and prompts; the ``ReplayReport`` says per step whether calls, results and the output
         still match. Needs ``storage`` (where the request was recorded)."""

@@ -1,65 +1,208 @@
 """Turns what each stage did into audit records, and hands them to the sink one step at a time.
 
-The recorder reads the RunContext after a stage has run; the stages themselves know nothing of
-auditing, and a run without a recorder pays nothing for it. Records are buffered until a step is
-whole (after the ToolExecutor, or at the end of the run) and then written together, so a process
-killed mid-step leaves only whole steps behind.
+The recorder reads the run after a stage has run, through ``RunView`` — the few things it needs
+to know, declared here so that auditing depends on no part of the pipeline; the stages
+themselves know nothing of auditing, and a run without a recorder pays nothing for it. Records
+are buffered until a step is whole (after the ToolExecutor, or at the end of the run) and then
+written together, so a process killed mid-step leaves only whole steps behind.
+
+Every record is redacted and made storable (``audit.redaction``) here, before any store sees
+it; and writing never fails the run: a sink that refuses records is logged and reported in
+``warnings()``, with the characters that had to be escaped (the agent adds them to the run's
+warnings).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from hermes_agent.audit.records import AuditRecord, AuditSink, Redactor
+from hermes_agent.audit.records import AuditRecord, AuditSink, Role
+from hermes_agent.audit.redaction import Redactor, sanitized_note, storable
+from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.protocol.chatml import render_conversation, render_tool_results, to_chatml
-from hermes_agent.types import Message
+from hermes_agent.types import Message, ToolResult
 
-if TYPE_CHECKING:
-    from hermes_agent.pipeline.context import RunContext
+logger = logging.getLogger("hermes_agent")
+
+
+class NamedTool(Protocol):
+    """A tool as the recorder sees it: its name."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class PlannedView(Protocol):
+    """A call the ToolSelector let through: the tool and the arguments it will get."""
+
+    @property
+    def tool(self) -> NamedTool: ...
+
+    @property
+    def arguments(self) -> Mapping[str, Any]: ...
+
+
+class SummaryView(Protocol):
+    """The model call that summarised old turns: what was sent, what came back."""
+
+    @property
+    def prompt(self) -> str: ...
+
+    @property
+    def completion(self) -> str: ...
+
+
+class RunView(Protocol):
+    """What the recorder reads of a run, after each stage (the pipeline's run context has all
+    of it)."""
+
+    @property
+    def request_id(self) -> str: ...
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def step(self) -> int:
+        """The index of the current model turn."""
+        ...
+
+    @property
+    def stage_status(self) -> int:
+        """The status code of the stage that ran last."""
+        ...
+
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def settings(self) -> ModelSettings: ...
+
+    @property
+    def turn_settings(self) -> ModelSettings | None:
+        """The settings of the latest model request, when they differ from ``settings``."""
+        ...
+
+    @property
+    def user_message(self) -> str: ...
+
+    @property
+    def summary_call(self) -> SummaryView | None: ...
+
+    @property
+    def messages(self) -> Sequence[Message]:
+        """The conversation as the model sees it (the last assistant turn once answered)."""
+        ...
+
+    @property
+    def tool_specs(self) -> Sequence[dict[str, Any]]: ...
+
+    @property
+    def prompt_rewrites(self) -> int:
+        """Counts changes to messages already sent (the whole prompt is recorded again)."""
+        ...
+
+    @property
+    def completion_text(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+    @property
+    def planned(self) -> Sequence[PlannedView]: ...
+
+    @property
+    def rejected(self) -> Sequence[tuple[int, ToolResult]]:
+        """Calls the ToolSelector refused, with their position in the model's turn."""
+        ...
+
+    @property
+    def last_results(self) -> Sequence[ToolResult]: ...
+
+    @property
+    def output(self) -> str: ...
 
 
 class Recorder:
-    """The audit trail of one run."""
+    """The audit trail of one run.
+
+    ``redactor`` masks secrets in every record before the sink sees it.
+    """
 
     def __init__(self, sink: AuditSink, redactor: Redactor | None = None) -> None:
         self.sink = sink
-        self.redact = redactor or Redactor()
+        self.redact = redactor if redactor else None
+        self.problems: list[str] = []
+        """What went wrong making records or handing them to the sink (each also logged)."""
+        self.escaped = 0
+        """Characters no store can hold (lone surrogates, NUL) escaped in this run's records."""
         self._pending: list[AuditRecord] = []
         self._seq = 0
         self._system_sha: str | None = None
         self._prompted: int | None = None  # messages in the last recorded prompt
         self._rewrites = 0
 
-    def record(self, ctx: RunContext, stage: str, stage_name: str, started_ns: int) -> None:
+    def record(self, ctx: RunView, stage: str, stage_name: str, started_ns: int) -> None:
         """Record one stage that has just run (or failed in a hook)."""
         latency_ms = (time.perf_counter_ns() - started_ns) / 1e6
-        contents = self._prompt_records(ctx) if stage == "thought" else _contents(ctx, stage)
-        for role, content in contents:
-            self._add(ctx, stage_name, role, content, latency_ms)
+        try:
+            contents = self._prompt_records(ctx) if stage == "thought" else _contents(ctx, stage)
+            for role, content in contents:
+                self._add(ctx, stage_name, role, content, latency_ms)
+        except Exception as exc:  # a defect here must cost the trail a record, not the run
+            problem = f"audit: the {stage_name} record could not be made: {exc!r}"
+            logger.exception("%s", problem)
+            self.problems.append(problem)
         if stage in ("execution", "output"):
             self.commit()
 
     def commit(self) -> None:
-        """Hand the buffered records (whole steps) to the sink."""
-        if self._pending:
-            records, self._pending = self._pending, []
+        """Hand the buffered records (whole steps) to the sink. Never raises: the run has had
+        its effects by now, and losing its trail must not lose its answer."""
+        if not self._pending:
+            return
+        records, self._pending = self._pending, []
+        try:
             self.sink.write(records)
+        except Exception as exc:
+            problem = (
+                f"audit: {len(records)} records of request {records[0].request_id} could not "
+                f"be written: {type(exc).__name__}: {exc}"
+            )
+            logger.error("%s", problem)
+            self.problems.append(problem)
+
+    def warnings(self) -> list[str]:
+        """What the run's result should say about its trail."""
+        found = list(self.problems)
+        if self.escaped:
+            found.append(
+                f"audit: {self.escaped} characters no store can hold (lone surrogates, NUL) "
+                "were stored as \\uXXXX escapes; see each record's `sanitized`"
+            )
+        return found
 
     def _add(
-        self, ctx: RunContext, stage_name: str, role: str, content: str, latency_ms: float
+        self, ctx: RunView, stage_name: str, role: Role, content: str, latency_ms: float
     ) -> None:
         code = int(ctx.stage_status)
+        if self.redact is not None:
+            content = self.redact(content)
+        content, escaped = storable(content)
+        self.escaped += escaped
         self._pending.append(
             AuditRecord(
                 request_id=ctx.request_id,
                 session_id=ctx.session_id,
                 step=ctx.step,
                 stage=stage_name,
-                role=role,
-                content=self.redact(content) if self.redact else content,
+                role=role.value,
+                content=content,
                 timestamp_ns=time.time_ns(),
                 latency_ms=round(latency_ms, 3),
                 status="ok" if code < 400 else "error",
@@ -67,44 +210,49 @@ class Recorder:
                 model_name=ctx.model.name,
                 system_prompt_sha256=self._system_prompt_sha(ctx),
                 seq=self._seq,
+                sanitized=sanitized_note(escaped),
             )
         )
         self._seq += 1
 
-    def _prompt_records(self, ctx: RunContext) -> list[tuple[str, str]]:
+    def _prompt_records(self, ctx: RunView) -> list[tuple[Role, str]]:
         """The prompt, then the completion. The first request of a run (and any request after
         the conversation was trimmed to fit the context window) records the whole prompt as
         sent; later ones record only the turns added since (role ``prompt_added``, ChatML), so
         a long run's trail grows with what happened, not with the square of it."""
         sent = _sent(ctx)
-        completion = ("completion", ctx.completion_text or (ctx.error or ""))
+        completion = (Role.COMPLETION, ctx.completion_text or (ctx.error or ""))
         fresh = (
             self._prompted is None
             or ctx.prompt_rewrites != self._rewrites
             or len(sent) < self._prompted
         )
         if fresh:
-            prompt = ("prompt", _prompt(ctx, sent))
+            prompt = (Role.PROMPT, _prompt(ctx, sent))
         else:
             added = sent[self._prompted :]
             text = to_chatml(render_conversation(added, ()), add_generation_prompt=False)
-            prompt = ("prompt_added", text)
+            prompt = (Role.PROMPT_ADDED, text)
         self._prompted, self._rewrites = len(sent), ctx.prompt_rewrites
         return [prompt, completion]
 
-    def _system_prompt_sha(self, ctx: RunContext) -> str:
+    def _system_prompt_sha(self, ctx: RunView) -> str:
         # The system turn as a Hermes model reads it (tools prompt + instructions); computed
         # once per run, it identifies the prompt version a request ran with.
         if self._system_sha is None:
             wire = render_conversation(ctx.messages[:1], ctx.tool_specs)
             system = wire[0]["content"] if wire and wire[0]["role"] == "system" else ""
-            self._system_sha = hashlib.sha256(system.encode("utf-8")).hexdigest()
+            self._system_sha = hashlib.sha256(system.encode("utf-8", "replace")).hexdigest()
         return self._system_sha
 
 
-def _contents(ctx: RunContext, stage: str) -> list[tuple[str, str]]:
+def _contents(ctx: RunView, stage: str) -> list[tuple[Role, str]]:
     if stage == "input":
-        return [("user", ctx.user_message)]
+        found = [(Role.USER, ctx.user_message)]
+        if ctx.summary_call is not None:
+            found.append((Role.SUMMARY_PROMPT, ctx.summary_call.prompt))
+            found.append((Role.SUMMARY, ctx.summary_call.completion))
+        return found
     if stage == "selection":
         selection = {
             "planned": [{"name": p.tool.name, "arguments": p.arguments} for p in ctx.planned],
@@ -112,27 +260,24 @@ def _contents(ctx: RunContext, stage: str) -> list[tuple[str, str]]:
                 {"name": r.name, "status": r.status_code, "error": r.error} for _, r in ctx.rejected
             ],
         }
-        return [("selection", _json(selection))]
+        return [(Role.SELECTION, _json(selection))]
     if stage == "execution":
-        return [("tool", render_tool_results(ctx.last_results))]
-    return [("output", ctx.output)]
+        return [(Role.TOOL, render_tool_results(ctx.last_results))]
+    return [(Role.OUTPUT, ctx.output)]
 
 
-def _sent(ctx: RunContext) -> list[Message]:
+def _sent(ctx: RunView) -> list[Message]:
     # The assistant turn the ThoughtGenerator added is not part of what was sent.
     if ctx.messages and ctx.messages[-1].role == "assistant":
-        return ctx.messages[:-1]
-    return ctx.messages
+        return list(ctx.messages[:-1])
+    return list(ctx.messages)
 
 
-def _prompt(ctx: RunContext, sent: list[Message]) -> str:
-    render = getattr(ctx.model, "render_prompt", None)
-    if render is not None:
-        try:
-            return str(render(sent, ctx.tool_specs, ctx.turn_settings or ctx.settings))
-        except Exception as exc:  # a model that cannot render must not break the run
-            return f"(prompt not available: {type(exc).__name__}: {exc})"
-    return _json([{"role": m.role, "content": m.content} for m in sent])
+def _prompt(ctx: RunView, sent: list[Message]) -> str:
+    try:
+        return ctx.model.render_prompt(sent, ctx.tool_specs, ctx.turn_settings or ctx.settings)
+    except Exception as exc:  # a model that cannot render must not break the run
+        return f"(prompt not available: {type(exc).__name__}: {exc})"
 
 
 def _json(value: Any) -> str:

@@ -1,16 +1,42 @@
-"""Audit records and the seam they leave the pipeline through.
+"""Audit records, their roles, and the seam they leave the pipeline through.
 
 Every stage of every step writes one ``AuditRecord`` (the ThoughtGenerator two: the prompt as
 sent and the completion as received). Content is the raw string, so a reader sees exactly what
-the model and the tools saw — after redaction of secrets.
+the model and the tools saw — after redaction of secrets, and with the few characters no
+database can hold escaped (``sanitized`` says so).
 """
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any, Protocol
+
+
+class Role(StrEnum):
+    """What a record's content is. The one list of these names: the recorder writes them,
+    replay and the stores read them."""
+
+    USER = "user"
+    """The user's message (InputParser)."""
+    SUMMARY_PROMPT = "summary_prompt"
+    """The request that asked the model to summarise old turns (InputParser, when made)."""
+    SUMMARY = "summary"
+    """The model's answer to that request."""
+    PROMPT = "prompt"
+    """The whole prompt as sent (ThoughtGenerator, first request of a run)."""
+    PROMPT_ADDED = "prompt_added"
+    """The turns added to the prompt since the previous request (ChatML)."""
+    COMPLETION = "completion"
+    """The model's answer as received (or the model error)."""
+    SELECTION = "selection"
+    """The calls the ToolSelector planned and refused (JSON)."""
+    TOOL = "tool"
+    """The ``<tool_response>`` text the model was fed (ToolExecutor)."""
+    OUTPUT = "output"
+    """The final answer (OutputRenderer); one per request."""
 
 
 @dataclass(slots=True)
@@ -23,7 +49,7 @@ class AuditRecord:
     stage: str
     """InputParser, ThoughtGenerator, ToolSelector, ToolExecutor or OutputRenderer."""
     role: str
-    """user, prompt, completion, selection, tool or output."""
+    """One of ``Role`` (stored as its plain string)."""
     content: str
     timestamp_ns: int
     latency_ms: float
@@ -34,35 +60,36 @@ class AuditRecord:
     system_prompt_sha256: str
     seq: int = 0
     """Position of the record within its request (records are read back in this order)."""
+    sanitized: str | None = None
+    """What was changed in ``content`` so that every store can hold it (e.g. ``1 lone
+    surrogate escaped as \\uXXXX``), or ``None`` when it is stored as made."""
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, as JSON-ready values."""
         return asdict(self)
 
 
 class AuditSink(Protocol):
-    """Where records go. ``write`` gets the records of one step (written together, so a crash
-    never leaves half a step); ``flush`` returns once everything written so far is stored."""
+    """Where records go.
+
+    ``write`` gets the records of one or more whole steps; a store keeps them together (one
+    transaction), so a crash never leaves half a step. It may store them before it returns or
+    queue them (see ``storage.writer.WriteBehindSink``). ``flush`` returns once everything
+    written so far is stored (or given up on and logged).
+    """
 
     def write(self, records: Sequence[AuditRecord]) -> None: ...
 
     def flush(self) -> None: ...
 
 
-class Redactor:
-    """Replaces secrets (exact strings, e.g. API keys, and regex patterns) with ``[REDACTED]``."""
+def records_to_jsonl(records: Iterable[AuditRecord]) -> str:
+    """Records as JSON Lines: one record per line, every field; ``parse_jsonl`` reverses it."""
+    return "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in records)
 
-    MASK = "[REDACTED]"
 
-    def __init__(self, secrets: Iterable[str] = (), patterns: Iterable[str] = ()) -> None:
-        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
-        self._patterns = [re.compile(p) for p in patterns]
-
-    def __bool__(self) -> bool:
-        return bool(self._secrets or self._patterns)
-
-    def __call__(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, self.MASK)
-        for pattern in self._patterns:
-            text = pattern.sub(self.MASK, text)
-        return text
+def parse_jsonl(text: str) -> list[AuditRecord]:
+    """Records from ``records_to_jsonl`` (or ``export_jsonl``) output. Lines are split on
+    ``\\n`` only: a record's text may hold other line separators (U+2028...), which JSON leaves
+    unescaped."""
+    return [AuditRecord(**json.loads(line)) for line in text.split("\n") if line.strip()]

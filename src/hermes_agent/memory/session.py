@@ -10,14 +10,18 @@ model keeps the gist without the prompt growing with the conversation.
 from __future__ import annotations
 
 import threading
+import time
+import weakref
 from collections.abc import Sequence
-from typing import Protocol
+from datetime import UTC, datetime
+from typing import Protocol, TypedDict
 
 from hermes_agent.types import Message
 
 
 class SessionStore(Protocol):
-    """Where sessions live. ``load`` returns the whole history, ``append`` adds one turn."""
+    """Where sessions live. ``load`` returns the whole history, ``append`` adds one turn
+    (atomically: a reader sees all of it or none), ``lock`` serialises runs on one session."""
 
     def load(self, session_id: str) -> list[Message]: ...
 
@@ -26,29 +30,82 @@ class SessionStore(Protocol):
     def lock(self, session_id: str) -> threading.Lock: ...
 
 
+class SessionSummary(TypedDict):
+    """One row of a store's ``list_sessions``."""
+
+    id: str
+    created: str
+    """ISO 8601, UTC."""
+    updated: str
+    turns: int
+    """User messages."""
+    messages: int
+
+
 class InMemorySessionStore:
     """Sessions in a dict, for one process. Runs on one session are serialised by its lock."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, list[Message]] = {}
-        self._locks: dict[str, threading.Lock] = {}
+        self._times: dict[str, tuple[int, int]] = {}  # session → (created, updated) in ns
+        # Weak values: a session's lock lives while a run holds it, not forever.
+        self._locks: weakref.WeakValueDictionary[str, threading.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._guard = threading.Lock()
 
     def load(self, session_id: str) -> list[Message]:
-        return list(self._sessions.get(session_id, ()))
+        with self._guard:
+            return list(self._sessions.get(session_id, ()))
 
     def append(self, session_id: str, messages: Sequence[Message]) -> None:
-        self._sessions.setdefault(session_id, []).extend(messages)
+        if not messages:
+            return
+        now = time.time_ns()
+        with self._guard:
+            self._sessions.setdefault(session_id, []).extend(messages)
+            created = self._times.get(session_id, (now, now))[0]
+            self._times[session_id] = (created, now)
 
     def lock(self, session_id: str) -> threading.Lock:
         with self._guard:
-            return self._locks.setdefault(session_id, threading.Lock())
+            found = self._locks.get(session_id)
+            if found is None:
+                found = threading.Lock()
+                self._locks[session_id] = found
+            return found
 
-    def delete(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
+    def delete(self, session_id: str) -> bool:
+        """Forget a session; ``True`` when it existed."""
+        with self._guard:
+            self._times.pop(session_id, None)
+            return self._sessions.pop(session_id, None) is not None
 
     def session_ids(self) -> list[str]:
-        return list(self._sessions)
+        """Every session id."""
+        with self._guard:
+            return list(self._sessions)
+
+    def list_sessions(self, limit: int | None = None) -> list[SessionSummary]:
+        """Sessions, most recently updated first (as ``SqlSessionStore.list_sessions``)."""
+        with self._guard:
+            rows = [
+                SessionSummary(
+                    id=session_id,
+                    created=_iso(self._times[session_id][0]),
+                    updated=_iso(self._times[session_id][1]),
+                    turns=sum(1 for m in messages if m.role == "user"),
+                    messages=len(messages),
+                )
+                for session_id, messages in self._sessions.items()
+            ]
+            order = {sid: times[1] for sid, times in self._times.items()}
+        rows.sort(key=lambda row: (-order[row["id"]], row["id"]))
+        return rows if limit is None else rows[:limit]
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).isoformat(timespec="milliseconds")
 
 
 def split_turns(messages: Sequence[Message]) -> list[list[Message]]:

@@ -13,33 +13,59 @@ model was fed) and, at the end, the final output. A changed prompt is noted but 
 mismatch: the recorded completions answered the old prompt, and the point of a replay is what
 the agent does with them.
 
-The replay runs in a throwaway session seeded with the history the original run saw, rebuilt
-from the session store (the n-th request of a session saw the messages before its n-th user
-message); its audit records are kept in memory for the comparison and never stored.
+The replay runs on a fork of the agent (``Agent.fork``: the same tools, hooks, prompts and
+settings, the recorded model, an in-memory store, the recorded approvals) in a throwaway session
+seeded with the history the original run saw, rebuilt from the session store (the n-th request
+of a session saw the messages before its n-th user message); its audit records stay in that
+in-memory store for the comparison and are never stored. Replay reads the recording only through
+the ``Storage`` seam (the audit reader and ``sessions.load``), so it works on every backend.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from hermes_agent.audit.records import AuditRecord, Redactor
+from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.audit.redaction import Redactor
 from hermes_agent.errors import ModelError
-from hermes_agent.memory.session import InMemorySessionStore
+from hermes_agent.memory.history import HistoryLoader
+from hermes_agent.models.base import Model
 from hermes_agent.models.scripted import ScriptedModel
-from hermes_agent.storage.sql import SqlStorage, StorageError
+from hermes_agent.storage.base import Storage, StorageError
+from hermes_agent.storage.memory import InMemoryStorage
 from hermes_agent.tools.registry import Tool
-from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import Message, RunResult, ToolCall
 
-if TYPE_CHECKING:
-    from hermes_agent.agent import Agent
-
 _MODEL_FAILED = 502
+_SESSION = "replay"
+
+
+class ReplayRun(Protocol):
+    """The agent a replay runs: a fork of the one being checked."""
+
+    @property
+    def history(self) -> HistoryLoader: ...
+
+    def run(self, message: str, *, session_id: str | None = None) -> RunResult: ...
+
+    def close(self) -> None: ...
+
+
+class Replayable(Protocol):
+    """What replay needs of an agent (``Agent`` has it): a fork with the recorded model, an
+    in-memory store and the recorded approvals."""
+
+    def fork(
+        self,
+        *,
+        model: Model,
+        storage: Storage,
+        approver: Callable[[ToolCall, Tool], Any],
+    ) -> ReplayRun: ...
 
 
 @dataclass(slots=True)
@@ -98,19 +124,6 @@ class ReplayReport:
         return self.summary()
 
 
-class _MemorySink:
-    """An audit sink that keeps records in a list (the replay's own trail, never stored)."""
-
-    def __init__(self) -> None:
-        self.records: list[AuditRecord] = []
-
-    def write(self, records: Sequence[AuditRecord]) -> None:
-        self.records.extend(records)
-
-    def flush(self) -> None:
-        return None
-
-
 class _RecordedModelTurns:
     """The script: the recorded completions in order; a recorded model failure fails again."""
 
@@ -137,7 +150,7 @@ class _RecordedApprovals:
     def __init__(self, recorded: list[AuditRecord]) -> None:
         self._approved: list[tuple[str, str]] = []
         for record in recorded:
-            if record.role == "selection":
+            if record.role == Role.SELECTION:
                 for planned in _selection(record.content)[0]:
                     self._approved.append((planned["name"], _canonical(planned["arguments"])))
 
@@ -147,7 +160,7 @@ class _RecordedApprovals:
         return False, "not approved in the recorded run"
 
 
-def replay(agent: Agent, request_id: str, storage: SqlStorage) -> ReplayReport:
+def replay(agent: Replayable, request_id: str, storage: Storage) -> ReplayReport:
     """Re-run a recorded request with its recorded model completions against ``agent`` as it is
     now, and compare step by step. The agent itself is not changed and nothing is stored."""
     recorded = storage.records(request_id)
@@ -156,27 +169,37 @@ def replay(agent: Agent, request_id: str, storage: SqlStorage) -> ReplayReport:
             f"no audit records for request {request_id!r} in {storage!r}; "
             "list the recorded requests with `hermes-agent trace list`"
         )
-    user = next((r for r in recorded if r.role == "user"), None)
+    user = next((r for r in recorded if r.role == Role.USER), None)
     if user is None:
         raise StorageError(f"request {request_id!r} has no recorded user message; cannot replay")
     notes: list[str] = []
     history, message = _history_before(storage, user, notes)
 
-    sink = _MemorySink()
-    completions = [r for r in recorded if r.role == "completion"]
-    twin = _dry_twin(agent, completions, sink, recorded)
-    twin.sessions.append("replay", history)
+    completions = [r for r in recorded if r.role == Role.COMPLETION]
+    name = completions[0].model_name if completions else "replay"
+    scratch = InMemoryStorage()
+    scratch.sessions.append(_SESSION, history)
+    # Fresh caches and rate limits come with the fork: a result cached by the original run
+    # must not stand in for what the tool returns today.
+    twin = agent.fork(
+        model=ScriptedModel(_RecordedModelTurns(completions), name=name),
+        storage=scratch,
+        approver=_RecordedApprovals(recorded),
+    )
+    # The recorded model's summary of older turns is not served again: an extractive one is
+    # made instead, and the scripted model answers the recorded turns only.
+    twin.history.summarize_with_model = False
     try:
-        result = twin.run(message, session_id="replay")
+        result = twin.run(message, session_id=_SESSION)
     finally:
-        twin.runtime.close()
-        if twin._executor is not None and twin._executor is not agent._executor:
-            twin._executor.shutdown(wait=False)
+        twin.close()
+        scratch.close()
+    replayed = scratch.records(result.request_id)
 
-    steps = _compare(recorded, sink.records)
+    steps = _compare(recorded, replayed)
     first = next((s.step for s in steps if not s.matched), None)
-    expected_output = _last_content(recorded, "output")
-    actual_output = _last_content(sink.records, "output")
+    expected_output = _last_content(recorded, Role.OUTPUT)
+    actual_output = _last_content(replayed, Role.OUTPUT)
     return ReplayReport(
         request_id=request_id,
         matched=first is None,
@@ -190,31 +213,8 @@ def replay(agent: Agent, request_id: str, storage: SqlStorage) -> ReplayReport:
     )
 
 
-def _dry_twin(
-    agent: Agent, completions: list[AuditRecord], sink: _MemorySink, recorded: list[AuditRecord]
-) -> Agent:
-    """A shallow copy of ``agent``: the same tools, hooks, prompts and settings, but the
-    recorded model, a throwaway session store, and an audit trail kept in memory."""
-    twin = copy.copy(agent)
-    name = completions[0].model_name if completions else "replay"
-    twin._model = ScriptedModel(_RecordedModelTurns(completions), name=name)
-    twin.sessions = InMemorySessionStore()
-    twin.audit_sink = sink
-    twin.storage = None
-    twin.approver = _RecordedApprovals(recorded)
-    # Fresh caches and rate limits: a result cached by the original run must not stand in
-    # for what the tool returns today.
-    twin.runtime = ToolRuntime()
-    # The recorded model's summary of older turns is not in the trail; an extractive one is
-    # made instead, and the scripted model is kept for the recorded turns only.
-    twin.summarize_with_model = False
-    twin._summaries = {}
-    twin.redactor = agent.redactor if isinstance(agent.redactor, Redactor) else Redactor()
-    return twin
-
-
 def _history_before(
-    storage: SqlStorage, user: AuditRecord, notes: list[str]
+    storage: Storage, user: AuditRecord, notes: list[str]
 ) -> tuple[list[Message], str]:
     """The session history the recorded run saw, and the user message to send.
 
@@ -263,7 +263,7 @@ def _compare_step(step: int, expected: list[AuditRecord], actual: list[AuditReco
     new = {r.role: r for r in actual if r.step == step}
     diff = StepDiff(step=step, matched=True)
 
-    old_sel, new_sel = old.get("selection"), new.get("selection")
+    old_sel, new_sel = old.get(Role.SELECTION), new.get(Role.SELECTION)
     diff.expected_calls = _calls(old_sel)
     diff.actual_calls = _calls(new_sel)
     if (old_sel is None) != (new_sel is None):
@@ -274,7 +274,7 @@ def _compare_step(step: int, expected: list[AuditRecord], actual: list[AuditReco
             f"replayed {_short(diff.actual_calls)}"
         )
 
-    old_tool, new_tool = old.get("tool"), new.get("tool")
+    old_tool, new_tool = old.get(Role.TOOL), new.get(Role.TOOL)
     diff.expected_results = old_tool.content if old_tool else None
     diff.actual_results = new_tool.content if new_tool else None
     if (old_tool is None) != (new_tool is None):
@@ -288,7 +288,7 @@ def _compare_step(step: int, expected: list[AuditRecord], actual: list[AuditReco
                 f"replayed {new_tool.status_code}"
             )
 
-    old_out, new_out = old.get("output"), new.get("output")
+    old_out, new_out = old.get(Role.OUTPUT), new.get(Role.OUTPUT)
     diff.expected_output = old_out.content if old_out else None
     diff.actual_output = new_out.content if new_out else None
     if (old_out is None) != (new_out is None):
@@ -305,12 +305,12 @@ def _compare_step(step: int, expected: list[AuditRecord], actual: list[AuditReco
                 f"replayed {new_out.status_code}"
             )
 
-    old_prompt, new_prompt = old.get("prompt"), new.get("prompt")
+    old_prompt, new_prompt = old.get(Role.PROMPT), new.get(Role.PROMPT)
     if old_prompt is not None and new_prompt is not None:
         diff.prompt_changed = _steady(old_prompt.content) != _steady(new_prompt.content)
-    if (old.get("completion") is None) != (new.get("completion") is None):
+    if (old.get(Role.COMPLETION) is None) != (new.get(Role.COMPLETION) is None):
         diff.differences.append(
-            _presence("model turn", old.get("completion"), new.get("completion"))
+            _presence("model turn", old.get(Role.COMPLETION), new.get(Role.COMPLETION))
         )
     diff.matched = not diff.differences
     return diff
@@ -382,7 +382,7 @@ def _presence(what: str, old: AuditRecord | None, new: AuditRecord | None) -> st
     return f"{what}: recorded, but the replay has none"
 
 
-def _last_content(records: list[AuditRecord], role: str) -> str:
+def _last_content(records: list[AuditRecord], role: Role) -> str:
     found = [r.content for r in records if r.role == role]
     return found[-1] if found else ""
 

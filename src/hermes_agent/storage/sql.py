@@ -3,26 +3,30 @@
     storage = SqlStorage("sqlite:///.hermes/state.db")      # the default: a file, WAL mode
     storage = SqlStorage("postgresql+psycopg://user@host/db")  # the same code on PostgreSQL
 
-``storage.sessions`` is a ``SessionStore`` (conversations, one row per message) and
-``storage.audit`` an ``AuditSink`` (one row per audit record). The schema is created, or
+``storage.sessions`` holds conversations (one row per message), ``storage.audit`` takes audit
+records (one row each), and the storage reads the trail back (the ``Storage`` seam of
+``storage.base``). The schema is created, or
 migrated, when the storage opens: a ``schema_version`` table holds one row per applied
 migration, and every migration newer than the database's latest row runs in order, in one
 transaction, under a lock (SQLite's write lock; a PostgreSQL advisory lock), so starting many
 processes at once is safe and starting again is a no-op.
 
-Audit writes never wait for the database: ``write`` queues the records of one step and returns;
-a background thread stores what is queued, each batch inside one transaction, so a process killed
-at any moment leaves whole steps or nothing. ``flush`` waits for the queue to drain (it also runs
-at interpreter exit).
+Audit writes never wait for the database: ``storage.audit`` is a ``WriteBehindSink`` around
+``SqlAuditSink`` (one transaction per call), so a process killed at any moment leaves whole steps
+or nothing, and one record the database refuses costs only that record. ``flush`` waits for the
+queue to drain (it also runs at interpreter exit).
+
+Text reaches this backend already redacted by the agent (and audit records already storable).
+Rows are made storable here, where text is encoded: a lone surrogate or NUL in a text column is
+written as a ``\\uXXXX`` escape; in the JSON columns (tool calls and results) the escape is
+JSON's own, so that text reads back exactly as it was. No text can make a write fail.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import logging
-import queue
 import re
 import threading
 import time
@@ -48,6 +52,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
     text,
     update,
@@ -56,8 +61,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 
-from hermes_agent.audit.records import AuditRecord
-from hermes_agent.errors import HermesAgentError
+from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
+from hermes_agent.audit.redaction import sanitized_note, storable
+from hermes_agent.memory.session import SessionSummary
+from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
+from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message, ToolCall, ToolResult
 
 logger = logging.getLogger("hermes_agent")
@@ -66,10 +74,6 @@ DEFAULT_URL = "sqlite:///.hermes/state.db"
 """Where state lives unless the config says otherwise: a SQLite file under the working folder."""
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
-
-
-class StorageError(HermesAgentError):
-    """The database cannot be opened, migrated or read as asked."""
 
 
 # -- schema ------------------------------------------------------------------------------
@@ -86,7 +90,7 @@ schema_version = Table(
 sessions_table = Table(
     "sessions",
     metadata,
-    Column("id", String(255), primary_key=True),
+    Column("id", String(MAX_ID_LENGTH), primary_key=True),
     Column("created_ns", BigInteger, nullable=False),
     Column("updated_ns", BigInteger, nullable=False),
     Column("turns", Integer, nullable=False, default=0),
@@ -96,7 +100,7 @@ sessions_table = Table(
 messages_table = Table(
     "messages",
     metadata,
-    Column("session_id", String(255), primary_key=True),
+    Column("session_id", String(MAX_ID_LENGTH), primary_key=True),
     Column("position", Integer, primary_key=True, autoincrement=False),
     Column("role", String(16), nullable=False),
     Column("content", Text, nullable=False),
@@ -111,7 +115,7 @@ audit_table = Table(
     metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
     Column("request_id", String(64), nullable=False),
-    Column("session_id", String(255), nullable=False),
+    Column("session_id", String(MAX_ID_LENGTH), nullable=False),
     Column("step", Integer, nullable=False),
     Column("stage", String(32), nullable=False),
     Column("role", String(16), nullable=False),
@@ -123,6 +127,7 @@ audit_table = Table(
     Column("model_name", String(255), nullable=False),
     Column("system_prompt_sha256", String(64), nullable=False),
     Column("seq", Integer, nullable=False),
+    Column("sanitized", Text, nullable=True),
     Index("ix_audit_request_seq", "request_id", "seq"),
     Index("ix_audit_session", "session_id"),
     Index("ix_audit_time", "timestamp_ns"),
@@ -136,7 +141,13 @@ def _v1_initial(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, _Migration] = {1: _v1_initial}
+def _v2_sanitized_note(conn: Connection) -> None:
+    # A database made by version 1 lacks the column; one made since has it from the start.
+    if "sanitized" not in {c["name"] for c in inspect(conn).get_columns("audit_records")}:
+        conn.execute(text("ALTER TABLE audit_records ADD COLUMN sanitized TEXT"))
+
+
+MIGRATIONS: dict[int, _Migration] = {1: _v1_initial, 2: _v2_sanitized_note}
 """Schema version → the step that brings a database from the version before up to it. A new
 schema change is a new entry; existing entries never change once released."""
 
@@ -150,7 +161,8 @@ _MIGRATION_LOCK_KEY = 0x48_45_52_4D  # "HERM"
 
 
 class SqlStorage:
-    """Sessions (``.sessions``) and the audit trail (``.audit``) in one database.
+    """Sessions (``.sessions``) and the audit trail (``.audit``, and the reader methods) in one
+    database: the ``Storage`` seam.
 
     ``url`` is a SQLAlchemy URL: ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db``,
     ``sqlite://`` (in memory, this process only) or ``postgresql+psycopg://user:pw@host/db``.
@@ -162,6 +174,8 @@ class SqlStorage:
     ['hi']
     >>> storage.close()
     """
+
+    max_id_length = MAX_ID_LENGTH
 
     def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False) -> None:
         self.url = url
@@ -176,7 +190,7 @@ class SqlStorage:
             self.engine.dispose()
             raise StorageError(f"cannot open the database {_safe_url(url)}: {exc}") from exc
         self.sessions = SqlSessionStore(self)
-        self.audit = SqlAuditSink(self)
+        self.audit = WriteBehindSink(SqlAuditSink(self))
         self._closed = False
 
     # -- transactions -------------------------------------------------------------------
@@ -222,7 +236,7 @@ class SqlStorage:
 
     # -- audit queries ------------------------------------------------------------------
 
-    def requests(self, limit: int = 50) -> list[dict[str, Any]]:
+    def requests(self, limit: int = 50) -> list[RequestSummary]:
         """The latest recorded requests, newest first: ``request_id``, ``session_id``,
         ``started`` (ISO 8601, UTC), ``steps`` (model turns), ``status`` / ``status_code``
         (of the final OutputRenderer record; ``incomplete`` when the run never got there),
@@ -250,28 +264,28 @@ class SqlStorage:
             if ids:
                 for row in conn.execute(
                     select(a.request_id, a.status, a.status_code).where(
-                        a.request_id.in_(ids), a.stage == "OutputRenderer"
+                        a.request_id.in_(ids), a.role == Role.OUTPUT.value
                     )
                 ):
                     finals[row.request_id] = (row.status, row.status_code)
                 for row in conn.execute(
                     select(a.request_id, func.count())
-                    .where(a.request_id.in_(ids), a.role == "completion")
+                    .where(a.request_id.in_(ids), a.role == Role.COMPLETION.value)
                     .group_by(a.request_id)
                 ):
                     turns[row[0]] = int(row[1])
         return [
-            {
-                "request_id": row.request_id,
-                "session_id": row.session_id,
-                "started": _iso(row.started_ns),
-                "duration_ms": round((row.ended_ns - row.started_ns) / 1e6, 3),
-                "steps": turns.get(row.request_id, 0),
-                "status": finals.get(row.request_id, ("incomplete", 0))[0],
-                "status_code": finals.get(row.request_id, ("incomplete", 0))[1],
-                "model": row.model,
-                "records": int(row.records),
-            }
+            RequestSummary(
+                request_id=row.request_id,
+                session_id=row.session_id,
+                started=_iso(row.started_ns),
+                duration_ms=round((row.ended_ns - row.started_ns) / 1e6, 3),
+                steps=turns.get(row.request_id, 0),
+                status=finals.get(row.request_id, ("incomplete", 0))[0],
+                status_code=finals.get(row.request_id, ("incomplete", 0))[1],
+                model=row.model,
+                records=int(row.records),
+            )
             for row in rows
         ]
 
@@ -300,13 +314,20 @@ class SqlStorage:
         with self.transaction() as conn:
             return [row[0] for row in conn.execute(query)]
 
+    def request_ids_with_prefix(self, prefix: str, limit: int = 10) -> list[str]:
+        """The recorded request ids that start with ``prefix`` (case-sensitive), shortest then
+        alphabetical, at most ``limit``: how the command line takes an id by its first
+        characters. A whole id is its own prefix, so it comes first. Scans the trail; look a
+        whole id up with ``records``."""
+        self.audit.flush()
+        column = audit_table.c.request_id
+        with self.transaction() as conn:
+            return _ids_with_prefix(conn, column, prefix, limit)
+
     def export_jsonl(self, request_id: str) -> str:
         """The records of one request as JSON Lines (one record per line, every field), which
         ``parse_jsonl`` turns back into equal records."""
-        return "".join(
-            json.dumps(record.to_dict(), ensure_ascii=False) + "\n"
-            for record in self.records(request_id)
-        )
+        return records_to_jsonl(self.records(request_id))
 
     def close(self) -> None:
         """Store what is queued, stop the writer and release the connections."""
@@ -340,30 +361,24 @@ _RECORD_FIELDS = (
     "model_name",
     "system_prompt_sha256",
     "seq",
+    "sanitized",
 )
-
-
-def parse_jsonl(text: str) -> list[AuditRecord]:
-    """Records from ``export_jsonl`` output. Lines are split on ``\\n`` only: a record's text
-    may hold other line separators (U+2028...), which JSON leaves unescaped."""
-    return [AuditRecord(**json.loads(line)) for line in text.split("\n") if line.strip()]
 
 
 # -- sessions ----------------------------------------------------------------------------
 
 
 class SqlSessionStore:
-    """Conversations in SQL: the ``SessionStore`` seam plus listing and deleting.
+    """Conversations in SQL: the ``StoredSessions`` seam (``SessionStore`` plus listing and
+    deleting).
 
     ``append`` adds one turn's messages in one transaction; ``lock`` serialises runs on one
     session inside this process (across processes, the transaction keeps positions apart).
+    Messages are stored as given: the agent redacts them before they get here.
     """
 
     def __init__(self, storage: SqlStorage) -> None:
         self._storage = storage
-        self.redactor: Callable[[str], str] | None = None
-        """Applied to every text of a message before it is stored (the Agent sets its audit
-        redactor here), so secrets reach neither the trail nor the conversation at rest."""
         self._locks: weakref.WeakValueDictionary[str, threading.Lock] = (
             weakref.WeakValueDictionary()
         )
@@ -372,7 +387,7 @@ class SqlSessionStore:
     def load(self, session_id: str) -> list[Message]:
         m = messages_table.c
         query = select(messages_table).where(m.session_id == session_id).order_by(m.position)
-        with self._storage.transaction() as conn:
+        with _failing_as("read session", session_id), self._storage.transaction() as conn:
             return [_message_from_row(row._mapping) for row in conn.execute(query)]
 
     def append(self, session_id: str, messages: Sequence[Message]) -> None:
@@ -380,7 +395,10 @@ class SqlSessionStore:
             return
         now = time.time_ns()
         s = sessions_table.c
-        with self._storage.transaction(write=True) as conn:
+        with (
+            _failing_as("append to session", session_id),
+            self._storage.transaction(write=True) as conn,
+        ):
             _insert_session_if_missing(conn, session_id, now)
             # FOR UPDATE holds the row on PostgreSQL until commit, so two processes appending
             # to one session take turns; SQLite's write lock already did that.
@@ -389,10 +407,7 @@ class SqlSessionStore:
             ).scalar_one()
             conn.execute(
                 insert(messages_table),
-                [
-                    _message_row(session_id, start + i, m, self.redactor)
-                    for i, m in enumerate(messages)
-                ],
+                [_message_row(session_id, start + i, m) for i, m in enumerate(messages)],
             )
             conn.execute(
                 update(sessions_table)
@@ -414,7 +429,7 @@ class SqlSessionStore:
                 self._locks[session_id] = found
             return found
 
-    def list_sessions(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def list_sessions(self, limit: int | None = None) -> list[SessionSummary]:
         """Sessions, most recently updated first: ``id``, ``created``, ``updated`` (ISO 8601,
         UTC), ``turns`` (user messages) and ``messages``."""
         s = sessions_table.c
@@ -423,13 +438,13 @@ class SqlSessionStore:
             query = query.limit(limit)
         with self._storage.transaction() as conn:
             return [
-                {
-                    "id": row.id,
-                    "created": _iso(row.created_ns),
-                    "updated": _iso(row.updated_ns),
-                    "turns": row.turns,
-                    "messages": row.messages,
-                }
+                SessionSummary(
+                    id=row.id,
+                    created=_iso(row.created_ns),
+                    updated=_iso(row.updated_ns),
+                    turns=row.turns,
+                    messages=row.messages,
+                )
                 for row in conn.execute(query)
             ]
 
@@ -437,6 +452,12 @@ class SqlSessionStore:
         """Every session id (as ``InMemorySessionStore.session_ids``)."""
         with self._storage.transaction() as conn:
             return [row[0] for row in conn.execute(select(sessions_table.c.id))]
+
+    def session_ids_with_prefix(self, prefix: str, limit: int = 10) -> list[str]:
+        """The session ids that start with ``prefix`` (case-sensitive), shortest then
+        alphabetical, at most ``limit`` (see ``SqlStorage.request_ids_with_prefix``)."""
+        with self._storage.transaction() as conn:
+            return _ids_with_prefix(conn, sessions_table.c.id, prefix, limit)
 
     def delete(self, session_id: str) -> bool:
         """Forget a session's messages; ``True`` when it existed. Its audit records stay (an
@@ -447,6 +468,18 @@ class SqlSessionStore:
                 sessions_table.delete().where(sessions_table.c.id == session_id)
             ).rowcount
         return bool(gone)
+
+
+def _ids_with_prefix(conn: Connection, column: Any, prefix: str, limit: int) -> list[str]:
+    # substr, not LIKE: SQLite's LIKE ignores case and both read % and _ as wildcards.
+    query = (
+        select(column)
+        .where(func.substr(column, 1, len(prefix)) == prefix)
+        .group_by(column)
+        .order_by(func.length(column), column)
+        .limit(limit)
+    )
+    return [row[0] for row in conn.execute(query)]
 
 
 def _insert_session_if_missing(conn: Connection, session_id: str, now: int) -> None:
@@ -468,9 +501,7 @@ def _insert_session_if_missing(conn: Connection, session_id: str, now: int) -> N
             conn.execute(insert(sessions_table).values(values))
 
 
-def _message_row(
-    session_id: str, position: int, message: Message, redact: Callable[[str], str] | None
-) -> dict[str, Any]:
+def _message_row(session_id: str, position: int, message: Message) -> dict[str, Any]:
     calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
     results = [
         {
@@ -482,36 +513,28 @@ def _message_row(
         }
         for r in message.tool_results
     ]
-    row: dict[str, Any] = {
+    return {
         "session_id": session_id,
         "position": position,
         "role": message.role,
-        "content": message.content,
+        "content": _text(message.content),
         "tool_calls": _dumps(calls) if calls else None,
         "tool_results": _dumps(results) if results else None,
-        "scratch_pad": message.scratch_pad,
-        "raw": message.raw,
+        "scratch_pad": _text(message.scratch_pad),
+        "raw": _text(message.raw),
     }
-    if redact:
-        for key in ("content", "scratch_pad", "raw"):
-            if row[key]:
-                row[key] = redact(row[key])
-        # Inside JSON, redact each string value, so a pattern can never break the JSON.
-        if calls:
-            row["tool_calls"] = _dumps(_redact_strings(calls, redact))
-        if results:
-            row["tool_results"] = _dumps(_redact_strings(results, redact))
-    return row
 
 
-def _redact_strings(value: Any, redact: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {k: _redact_strings(v, redact) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_redact_strings(v, redact) for v in value]
-    return value
+@contextlib.contextmanager
+def _failing_as(what: str, session_id: str) -> Iterator[None]:
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        raise StorageError(f"cannot {what} {session_id[:80]!r}: {exc}") from exc
+
+
+def _text(value: str | None) -> str | None:
+    return storable(value)[0] if value else value
 
 
 def _message_from_row(row: Any) -> Message:
@@ -529,154 +552,42 @@ def _message_from_row(row: Any) -> Message:
 
 def _dumps(value: Any) -> str:
     # Tool results may hold anything a tool returned; what JSON cannot hold is kept as text,
-    # as the protocol does when it renders the result for the model.
-    return json.dumps(value, ensure_ascii=False, default=str)
+    # as the protocol does when it renders the result for the model. JSON already escapes
+    # NUL; a lone surrogate becomes JSON's own escape (\udXXX) here, so it reads back as it was.
+    return storable(json.dumps(value, ensure_ascii=False, default=str))[0]
 
 
 # -- audit -------------------------------------------------------------------------------
 
-_STOP = object()
-_HURRY = object()  # from flush(): store what is queued now
-
 
 class SqlAuditSink:
-    """The ``AuditSink`` seam, written behind: ``write`` queues and returns at once.
-
-    One background thread stores the queue; each transaction holds whole batches (one batch is
-    one step), so a crash leaves whole steps or nothing. A batch that cannot be stored is
-    retried, then logged and dropped: the audit trail never fails a run.
-    """
-
-    RETRIES = 3
-    LINGER_S = 0.02
-    """Write once no new step has arrived for this long..."""
-    MAX_DELAY_S = 0.5
-    """...or once the oldest queued step has waited this long..."""
-    MAX_RECORDS = 2000
-    """...or once this many records are queued."""
+    """The ``AuditSink`` seam, stored at once: ``write`` inserts the records it is given in
+    one transaction, and raises when the database refuses them. ``SqlStorage.audit`` wraps it
+    in a ``WriteBehindSink``, so runs never wait for it."""
 
     def __init__(self, storage: SqlStorage) -> None:
         self._storage = storage
-        self._queue: queue.Queue[Any] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._start_guard = threading.Lock()
-        self._closed = False
-        self.dropped = 0
-        """Records that could not be stored (each one also logged)."""
-        self._exit_hook = _weak_call(self, "flush")
-        atexit.register(self._exit_hook)
 
     def write(self, records: Sequence[AuditRecord]) -> None:
-        if not records:
-            return
-        if self._closed:
-            raise StorageError("the audit sink is closed; records can no longer be written")
-        self._ensure_thread()
-        self._queue.put(list(records))
+        rows = [_audit_row(record) for record in records]
+        if rows:
+            with self._storage.transaction(write=True) as conn:
+                conn.execute(insert(audit_table), rows)
 
     def flush(self) -> None:
-        """Return once every batch written so far is stored (or given up on)."""
-        if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_HURRY)
-            self._queue.join()
-
-    def close(self) -> None:
-        """Flush, then stop the writer thread."""
-        if self._closed:
-            return
-        self._closed = True
-        atexit.unregister(self._exit_hook)
-        if self._thread is not None and self._thread.is_alive():
-            self._queue.put(_STOP)
-            self._thread.join()
-
-    def _ensure_thread(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        with self._start_guard:
-            if self._thread is None or not self._thread.is_alive():
-                # Daemon: a forgotten storage must not keep the process alive; the atexit
-                # flush is what stores the tail of the queue.
-                self._thread = threading.Thread(
-                    target=self._drain, name="hermes-audit-writer", daemon=True
-                )
-                self._thread.start()
-
-    def _drain(self) -> None:
-        while True:
-            batches, stop = self._collect()
-            try:
-                if batches:
-                    self._store([b for b in batches if b is not _HURRY])
-            finally:
-                for _ in range(len(batches) + (1 if stop else 0)):
-                    self._queue.task_done()
-            if stop:
-                return
-
-    def _collect(self) -> tuple[list[Any], bool]:
-        """Wait for work, then keep taking batches while steps keep coming (up to a bound):
-        one transaction per burst, written when the run pauses, keeps the writer off the GIL
-        while steps run back to back. Still whole steps only; ``flush`` cuts the wait short."""
-        item = self._queue.get()
-        if item is _STOP:
-            return [], True
-        taken: list[Any] = [item]
-        if item is _HURRY:
-            return taken, False
-        count = len(item)
-        started = time.monotonic()
-        while count < self.MAX_RECORDS:
-            waited = time.monotonic() - started
-            if waited >= self.MAX_DELAY_S:
-                break
-            try:
-                item = self._queue.get(timeout=min(self.LINGER_S, self.MAX_DELAY_S - waited))
-            except queue.Empty:
-                break
-            if item is _STOP:
-                return taken, True
-            taken.append(item)
-            if item is _HURRY:
-                break
-            count += len(item)
-        return taken, False
-
-    def _store(self, batches: list[list[AuditRecord]]) -> None:
-        rows = [
-            {name: getattr(record, name) for name in _RECORD_FIELDS}
-            for batch in batches
-            for record in batch
-        ]
-        if not rows:
-            return
-        for attempt in range(1, self.RETRIES + 1):
-            try:
-                with self._storage.transaction(write=True) as conn:
-                    conn.execute(insert(audit_table), rows)
-                return
-            except Exception as exc:
-                if attempt == self.RETRIES:
-                    self.dropped += len(rows)
-                    logger.error(
-                        "audit: %d records could not be stored and were dropped: %s",
-                        len(rows),
-                        exc,
-                    )
-                    return
-                time.sleep(0.05 * attempt)
+        """Nothing is queued here."""
 
 
-def _weak_call(owner: object, method: str) -> Callable[[], None]:
-    # atexit must not keep every storage ever opened alive.
-    ref = weakref.ref(owner)
-
-    def call() -> None:
-        target = ref()
-        if target is not None:
-            getattr(target, method)()
-
-    return call
+def _audit_row(record: AuditRecord) -> dict[str, Any]:
+    row: dict[str, Any] = {name: getattr(record, name) for name in _RECORD_FIELDS}
+    escaped = 0
+    for name, value in row.items():
+        if isinstance(value, str) and name != "sanitized":
+            row[name], count = storable(value)
+            escaped += count
+    if escaped and row["sanitized"] is None:
+        row["sanitized"] = sanitized_note(escaped)
+    return row
 
 
 # -- engine ------------------------------------------------------------------------------

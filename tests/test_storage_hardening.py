@@ -1,0 +1,366 @@
+"""Attacks on the storage boundary, each performed on every store (in memory, SQLite,
+PostgreSQL): text no database can hold, a record the database refuses, a store that fails after
+the tools ran, over-long session ids, two tenants on one store, secrets hidden in keys or behind
+JSON escapes. Then the storage seam itself: ``open_storage``, ``Agent.fork``, migrations."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import inspect, text
+
+from hermes_agent import Agent, HermesAgentError, Message, ScriptedModel
+from hermes_agent.audit.records import AuditRecord
+from hermes_agent.storage import (
+    LATEST_VERSION,
+    MAX_ID_LENGTH,
+    InMemoryStorage,
+    SessionIdError,
+    SqlStorage,
+    Storage,
+    StorageError,
+    open_storage,
+)
+from storage_backends import database_url, sql_database_url  # noqa: F401  (the fixtures)
+
+LONE = "\ud800"
+NUL = "\x00"
+
+
+def call(name: str, **arguments: object) -> str:
+    # ensure_ascii (json's default): a lone surrogate or NUL travels as a JSON escape, as a
+    # model's output would carry it, and the parser turns it back into the character.
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def everything_stored(storage: Storage, session_ids: Sequence[str]) -> str:
+    """Every text the store holds for these sessions, messages and audit records alike."""
+    parts: list[str] = []
+    for session_id in session_ids:
+        for message in storage.sessions.load(session_id):
+            parts.append(repr(message))
+        for request_id in storage.session_requests(session_id):
+            parts.extend(record.content for record in storage.records(request_id))
+    return "\n".join(parts)
+
+
+# -- issue: text the database cannot store ------------------------------------------------
+
+
+def test_unstorable_text_in_arguments_output_and_errors_is_escaped_not_fatal(db_url: str) -> None:
+    runs: list[str] = []
+
+    def echo(text: str) -> str:
+        """Fails on purpose, naming its input."""
+        runs.append(text)
+        raise RuntimeError(f"cannot handle {text}")
+
+    model = ScriptedModel([call("echo", text=f"a{LONE}b{NUL}c"), f"done {LONE} and {NUL}"])
+    with open_storage(db_url) as storage:
+        agent = Agent(model=model, tools=[echo], storage=storage)
+        result = agent.run("go", session_id="s")
+        assert runs == [f"a{LONE}b{NUL}c"]  # the tool got the text as the model sent it
+        assert result.status == 200 and result.output == f"done {LONE} and {NUL}"
+        assert any("\\uXXXX" in warning for warning in result.warnings)
+
+        records = storage.records(result.request_id)
+        assert [r.role for r in records] == [
+            "user",
+            "prompt",
+            "completion",
+            "selection",
+            "tool",
+            "prompt_added",
+            "completion",
+            "output",
+        ]
+        for record in records:
+            assert LONE not in record.content and NUL not in record.content
+        tool = next(r for r in records if r.role == "tool")
+        assert "\\ud800" in tool.content and tool.sanitized is not None
+        output = records[-1]
+        assert output.content == "done \\ud800 and \\u0000"
+        assert output.sanitized is not None and "2 characters" in output.sanitized
+        assert records[0].sanitized is None  # untouched records say nothing
+
+        stored = storage.sessions.load("s")
+        # Text columns hold the escape; in JSON columns it is JSON's own, so it reads back as
+        # it was; the in-memory store holds any text.
+        in_memory = isinstance(storage, InMemoryStorage)
+        assert stored[-1].content == (output.content if not in_memory else result.output)
+        assert stored[1].tool_calls[0].arguments == {"text": f"a{LONE}b{NUL}c"}
+        assert f"cannot handle a{LONE}b{NUL}c" in (stored[2].tool_results[0].error or "")
+        # The session goes on: the next turn loads what was stored.
+        agent._model = ScriptedModel(["still fine"])
+        assert agent.run("again", session_id="s").status == 200
+        agent.close()
+
+
+def test_a_record_the_database_refuses_costs_only_itself(
+    sql_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def record(session_id: str, seq: int, content: Any = "fine") -> AuditRecord:
+        return AuditRecord(
+            request_id=f"req-{session_id}",
+            session_id=session_id,
+            step=0,
+            stage="InputParser",
+            role="user",
+            content=content,
+            timestamp_ns=1_000 + seq,
+            latency_ms=0.1,
+            status="ok",
+            status_code=200,
+            model_name="m",
+            system_prompt_sha256="0" * 64,
+            seq=seq,
+        )
+
+    with SqlStorage(sql_url) as storage, caplog.at_level(logging.ERROR, "hermes_agent"):
+        poisoned = record("b", 1, content=None)  # NOT NULL: refused by every SQL database
+        # Three sessions' steps queued together: one burst, one transaction, until it fails.
+        storage.audit.write([record("a", 0), record("a", 1)])
+        storage.audit.write([record("b", 0), poisoned, record("b", 2)])
+        storage.audit.write([record("c", 0)])
+        storage.audit.flush()
+        assert [r.seq for r in storage.records("req-a")] == [0, 1]
+        assert [r.seq for r in storage.records("req-c")] == [0]
+        assert [r.seq for r in storage.records("req-b")] == [0, 2]
+        assert storage.audit.dropped == 1
+        assert [refused for refused, _ in storage.audit.quarantined] == [poisoned]
+        assert "1 of 3 records of request req-b" in caplog.text
+
+
+def test_a_store_that_fails_after_the_tools_ran_is_reported_not_raised(db_url: str) -> None:
+    ran: list[int] = []
+
+    class BrokenSessions:
+        """Loads fine; cannot save (a full disk, a dropped connection)."""
+
+        def __init__(self, inner: Storage) -> None:
+            self.inner = inner
+
+        def load(self, session_id: str) -> list[Message]:
+            return self.inner.sessions.load(session_id)
+
+        def append(self, session_id: str, messages: Sequence[Message]) -> None:
+            raise OSError("disk full")
+
+        def lock(self, session_id: str) -> threading.Lock:
+            return self.inner.sessions.lock(session_id)
+
+    with open_storage(db_url) as storage:
+
+        def pay(amount: int) -> str:
+            """Pays, and then the trail can no longer be written."""
+            ran.append(amount)
+            storage.audit.close()  # type: ignore[attr-defined]
+            return "paid"
+
+        agent = Agent(
+            model=ScriptedModel([call("pay", amount=5), "Paid."]),
+            tools=[pay],
+            storage=storage,
+            session_store=BrokenSessions(storage),
+        )
+        result = agent.run("pay 5", session_id="s")
+        assert ran == [5]
+        assert result.status == 200 and result.output == "Paid."
+        assert any("not saved to session 's'" in w and "disk full" in w for w in result.warnings)
+        assert any(w.startswith("audit:") for w in result.warnings)
+        agent.close()
+
+
+def test_a_session_id_the_store_cannot_hold_is_refused_before_anything_runs(db_url: str) -> None:
+    ran: list[int] = []
+
+    def act(n: int) -> int:
+        """Has a side effect."""
+        ran.append(n)
+        return n
+
+    with open_storage(db_url) as storage:
+        model = ScriptedModel([call("act", n=1), "done"])
+        agent = Agent(model=model, tools=[act], storage=storage)
+        with pytest.raises(SessionIdError, match=f"256 characters long.*at most {MAX_ID_LENGTH}"):
+            agent.run("go", session_id="x" * (MAX_ID_LENGTH + 1))
+        for bad in (f"tenant{NUL}", f"tenant{LONE}"):
+            with pytest.raises(SessionIdError, match="characters no store can keep") as refused:
+                agent.run("go", session_id=bad)
+            assert isinstance(refused.value, HermesAgentError)
+        assert ran == [] and model.requests == []
+        assert storage.sessions.list_sessions() == [] and storage.requests() == []
+        longest = "y" * MAX_ID_LENGTH  # the limit itself fits, on PostgreSQL too
+        result = agent.run("go", session_id=longest)
+        assert result.status == 200 and ran == [1]
+        assert storage.sessions.load(longest)[0] == Message("user", "go")
+        assert storage.records(result.request_id)[0].session_id == longest
+        agent.close()
+
+
+# -- issue: two tenants on one store -------------------------------------------------------
+
+
+def test_two_agents_sharing_a_store_each_keep_their_own_secrets(db_url: str) -> None:
+    key_a, key_b = "sk-tenant-a-0123456789", "sk-tenant-b-9876543210"
+
+    def agent_for(key: str, storage: Storage) -> Agent:
+        def account(token: str) -> dict[str, str]:
+            """Look an account up by token."""
+            return {"owner": "someone", "token": token}
+
+        model = ScriptedModel([call("account", token=key), f"Your token is {key}."])
+        return Agent(model=model, tools=[account], storage=storage, secrets=[key])
+
+    with open_storage(db_url) as storage:
+        first = agent_for(key_a, storage)
+        second = agent_for(key_b, storage)  # created last: it used to win the store's redactor
+        assert first.run(f"my token is {key_a}", session_id="a").status == 200
+        assert second.run(f"my token is {key_b}", session_id="b").status == 200
+        stored = everything_stored(storage, ["a", "b"])
+        assert "[REDACTED]" in stored
+        assert key_a not in stored and key_b not in stored
+        first.close()
+        second.close()
+
+
+# -- issue: redaction gaps -------------------------------------------------------------------
+
+
+def test_a_secret_used_as_a_dictionary_key_is_redacted(db_url: str) -> None:
+    secret = "sk-key-as-key-5551234"
+
+    def lookup() -> dict[str, Any]:
+        """Returns the secret as a key, at two depths."""
+        return {secret: "valid", "nested": [{secret: 1}]}
+
+    with open_storage(db_url) as storage:
+        model = ScriptedModel([call("lookup"), "ok"])
+        agent = Agent(model=model, tools=[lookup], storage=storage, secrets=[secret])
+        agent.run("check", session_id="s")
+        stored = everything_stored(storage, ["s"])
+        assert secret not in stored
+        result = storage.sessions.load("s")[2].tool_results[0].content
+        assert result["data"] == {"[REDACTED]": "valid", "nested": [{"[REDACTED]": 1}]}
+        agent.close()
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ['pa"ss\\word-1234', "clé-secrète-42", 'a\\"b\\\\c"-token'],
+    ids=["quote-and-backslash", "non-ascii", "escaped-twice"],
+)
+def test_a_secret_is_redacted_in_its_json_escaped_forms(db_url: str, secret: str) -> None:
+    forms = {
+        secret,
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        json.dumps(json.dumps(secret)[1:-1])[1:-1],
+    }
+    assert len(forms) > 1  # the secret does change when serialised
+
+    def login(password: str) -> dict[str, str]:
+        """Logs in."""
+        return {"echo": password}
+
+    with open_storage(db_url) as storage:
+        model = ScriptedModel([call("login", password=secret), "Logged in."])
+        agent = Agent(model=model, tools=[login], storage=storage, secrets=[secret])
+        result = agent.run("log me in", session_id="s")
+        assert result.status == 200
+        records = storage.records(result.request_id)
+        stored = everything_stored(storage, ["s"])
+        for form in forms:
+            assert form not in stored, f"{form!r} stored in clear"
+        selection = json.loads(next(r.content for r in records if r.role == "selection"))
+        assert selection["planned"][0]["arguments"] == {"password": "[REDACTED]"}
+        agent.close()
+
+
+def test_an_agent_without_a_store_keeps_no_secret_in_its_sessions() -> None:
+    agent = Agent(model=ScriptedModel(["noted"]), secrets=["sk-memory-only-12345"])
+    agent.run("remember sk-memory-only-12345", session_id="s")
+    assert agent.sessions.load("s")[0].content == "remember [REDACTED]"
+
+
+# -- the seam ---------------------------------------------------------------------------------
+
+
+def test_open_storage_picks_the_backend_by_scheme(tmp_path: Path) -> None:
+    with open_storage("memory://") as memory:
+        assert isinstance(memory, InMemoryStorage)
+    with open_storage(f"sqlite:///{tmp_path / 'state.db'}") as sql:
+        assert isinstance(sql, SqlStorage)
+    for bad in ("redis://localhost/0", "state.db"):
+        with pytest.raises(StorageError, match="memory://"):
+            open_storage(bad)
+    agent = Agent(model=ScriptedModel(["hi"]), storage="memory://")
+    result = agent.run("hello", session_id="s")
+    assert agent.storage is not None and agent.storage.records(result.request_id)
+    agent.close()
+    assert agent.storage is None  # opened from a URL by the agent, so closed by it
+
+
+def test_fork_shares_tools_and_hooks_and_replaces_what_it_is_given(db_url: str) -> None:
+    seen: list[str] = []
+
+    def double(x: int) -> int:
+        """Twice x."""
+        return 2 * x
+
+    with open_storage(db_url) as storage:
+        agent = Agent(model=ScriptedModel(["original"]), tools=[double], storage=storage)
+        agent.add_hook("pre_execution", lambda ctx: seen.append("hook"))
+        twin = agent.fork(
+            model=ScriptedModel([call("double", x=2), call("triple", x=2), "done"]),
+            storage="memory://",
+            approver=lambda call, tool: True,
+        )
+
+        @agent.tool  # registered after the fork: the registry is shared
+        def triple(x: int) -> int:
+            """Three times x."""
+            return 3 * x
+
+        result = twin.run("go", session_id="t")
+        assert [c.result for c in result.tool_calls] == [4, 6]
+        assert seen == ["hook", "hook"]
+        assert isinstance(twin.storage, InMemoryStorage) and twin.storage.requests()
+        assert storage.requests() == [] and storage.sessions.load("t") == []
+        assert twin.runtime is not agent.runtime and twin.history is not agent.history
+        assert twin.approver is not None and agent.approver is None
+        twin.close()
+        assert agent.storage is storage  # the fork's close left the original's store alone
+        assert agent.run("hello", session_id="u").output == "original"
+        kept = agent.fork()
+        assert kept.storage is storage and kept.sessions is agent.sessions
+        assert agent.fork(storage=None).storage is None
+        agent.close()
+
+
+def test_a_version_1_database_is_migrated_and_keeps_its_records(sql_url: str) -> None:
+    with SqlStorage(sql_url) as storage:  # made by today's code, then taken back to version 1
+        agent = Agent(model=ScriptedModel(["hi"]), storage=storage)
+        request_id = agent.run("hello", session_id="s").request_id
+        agent.close()
+        with storage.engine.begin() as conn:
+            conn.execute(text("ALTER TABLE audit_records DROP COLUMN sanitized"))
+            conn.execute(text("DELETE FROM schema_version WHERE version > 1"))
+    with SqlStorage(sql_url) as storage:
+        assert storage.schema_version == LATEST_VERSION >= 2
+        with storage.engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("audit_records")}
+        assert "sanitized" in columns
+        records = storage.records(request_id)
+        assert records[0].content == "hello" and records[0].sanitized is None
+        marked = dataclasses.replace(records[0], request_id="new", content=f"x{LONE}")
+        storage.audit.write([marked])
+        assert storage.records("new")[0].content == "x\\ud800"
+        assert storage.records("new")[0].sanitized is not None
