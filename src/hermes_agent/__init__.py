@@ -46,7 +46,7 @@ from hermes_agent.events import (
     ToolCallStartedEvent,
     ToolResultsEvent,
 )
-from hermes_agent.loading import build_agent, load_tools_file
+from hermes_agent.loading import ToolsFileError, build_agent, load_tools_file
 from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettings
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
@@ -145,6 +145,7 @@ __all__ = [
     "ToolDefinitionError",
     "ToolRegistry",
     "ToolResult",
+    "ToolsFileError",
     "ToolResultsEvent",
     "Usage",
     "__version__",

@@ -224,7 +224,7 @@ class Agent:
         twin = copy.copy(self)
         # What a run changes is the agent's own, never shared with a fork.
         twin._executor = None
-        twin.runtime = ToolRuntime()
+        twin.runtime = ToolRuntime(threads=max(4, twin.limits.max_concurrency))
         twin.history = HistoryLoader(
             history_window=self.history.history_window,
             summary_max_chars=self.history.summary_max_chars,

@@ -2,9 +2,16 @@
 
     HermesAgentError
     ├── ConfigError              a config file or argument is wrong (names the file, key and fix)
+    │   └── ToolsFileError       a tools file cannot be loaded (``loading.load_tools_file``)
     ├── ToolDefinitionError      a tool cannot be registered (bad schema, duplicate name, ...)
     ├── MissingDependencyError   an optional extra is not installed (names the pip command)
-    └── ModelError               the model endpoint failed after the SDK's retries (status 502)
+    ├── ModelError               the model endpoint failed after the SDK's retries (status 502)
+    └── StorageError             the store cannot be opened, migrated, read or written
+        └── SessionIdError       a session id no store can hold; raised before a run starts
+
+``ToolsFileError`` lives in ``hermes_agent.loading`` and the storage errors in
+``hermes_agent.storage.base``, beside the code that raises them; all are importable from
+``hermes_agent``.
 
 Problems *inside* a run (unknown tool, invalid arguments, a tool that raises or times out) are
 not exceptions: they become results with a status code that the model sees and the caller reads
