@@ -21,6 +21,7 @@ from hermes_agent import (
     Completion,
     ConfigError,
     HookContext,
+    InMemoryStorage,
     Message,
     ModelBase,
     ModelConfig,
@@ -272,7 +273,8 @@ def test_the_summary_call_is_made_inside_the_input_stage_and_fits_the_window() -
             return ModelProfile(context_window=400, can_summarize=True)
 
     model = Summarising(answer)
-    agent = Agent(model=model, history_window=1, summary_max_chars=120)
+    store = InMemoryStorage()
+    agent = Agent(model=model, history_window=1, summary_max_chars=120, storage=store)
     seen: list[tuple[str, int]] = []
     agent.add_hook("pre_input", lambda ctx: seen.append(("pre", len(prompts))))
     agent.add_hook("post_input", lambda ctx: seen.append(("post", len(prompts))))
@@ -286,6 +288,12 @@ def test_the_summary_call_is_made_inside_the_input_stage_and_fits_the_window() -
     assert "question 3" in prompts[-1] and "question 0" not in prompts[-1]
     # and its usage counts in the run
     assert result.usage.requests == 2
+    # it is in the audit trail, in the input stage's records, like any other model call
+    records = store.records(result.request_id)
+    roles = [(r.stage, r.role) for r in records]
+    assert ("InputParser", "summary_prompt") in roles and ("InputParser", "summary") in roles
+    summary = next(r for r in records if r.role == "summary")
+    assert summary.content == "they talked about numbers"
 
 
 # -- typed events ------------------------------------------------------------------------------
