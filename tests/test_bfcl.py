@@ -1,20 +1,23 @@
-"""The BFCL harness: data, schema conversion, BFCL's checkers, the oracle and the CLI."""
+"""The BFCL harness: data, schema conversion, BFCL's checkers, the oracle, the CLI, and the
+harness's own bfcl-eval folder (``eval bfcl --setup``)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
+import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23 mpmath")
-
 from hermes_agent import ScriptedModel
 from hermes_agent.cli import app
-from hermes_agent.evals import bfcl_compat
+from hermes_agent.evals import bfcl_compat, bfcl_install
 from hermes_agent.evals.bfcl import (
     CATEGORIES,
     BfclHarness,
@@ -27,8 +30,10 @@ from hermes_agent.evals.bfcl import (
 from hermes_agent.evals.oracle import parse_call_string
 
 runner = CliRunner()
+needs_bfcl = pytest.mark.skipif(not bfcl_compat.available(), reason=bfcl_install.missing_message())
 
 
+@needs_bfcl
 @pytest.mark.parametrize("category", CATEGORIES)
 def test_oracle_scores_100_percent_on_the_first_20_cases(category: str) -> None:
     report = BfclHarness(oracle_model_for).run(load_cases(category, 20))
@@ -74,6 +79,7 @@ def test_bfcl_types_convert_to_json_schema() -> None:
     assert tool.name == "math.factorial"  # dotted names are kept
 
 
+@needs_bfcl
 def test_ast_checker_is_imported_without_vendor_sdks() -> None:
     checker = bfcl_compat.ast_checker()
     assert callable(checker)
@@ -81,6 +87,7 @@ def test_ast_checker_is_imported_without_vendor_sdks() -> None:
     assert "bfcl_eval.model_handler.api_inference.claude" not in sys.modules
 
 
+@needs_bfcl
 def test_wrong_answers_are_scored_wrong() -> None:
     (case,) = load_cases("simple_python", 1)  # triangle area, base 10 height 5
     call = '{"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 6}}'
@@ -101,6 +108,7 @@ def test_wrong_answers_are_scored_wrong() -> None:
     assert prose.correct and not prose.made_call
 
 
+@needs_bfcl
 def test_multi_turn_runs_on_fresh_backends_and_forgets_checker_state() -> None:
     (case,) = load_cases("multi_turn_base", 1)
     harness = BfclHarness(oracle_model_for)
@@ -121,6 +129,7 @@ def test_ground_truth_call_strings_name_positional_arguments() -> None:
     assert parse_call_string("f(x=(1, 2))", {}).arguments == {"x": [1, 2]}
 
 
+@needs_bfcl
 def test_cli_oracle_run_writes_a_report(tmp_path: Path) -> None:
     out = tmp_path / "bfcl.json"
     done = runner.invoke(
@@ -142,6 +151,7 @@ def test_cli_oracle_run_writes_a_report(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     report = json.loads(out.read_text())
     assert report["summary"]["accuracy"] == 1.0
+    assert report["settings"]["bfcl_eval"] == bfcl_install.VERSION
     assert [c["category"] for c in report["summary"]["categories"]] == [
         "parallel",
         "multi_turn_base",
@@ -153,6 +163,7 @@ def test_cli_oracle_run_writes_a_report(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "unknown BFCL category simple_java" in bad.output
 
 
+@needs_bfcl
 @pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 @pytest.mark.parametrize("grammar", ["--grammar", "--no-grammar"])
 def test_embedded_model_runs_through_the_harness(tmp_path: Path, grammar: str) -> None:
@@ -186,3 +197,84 @@ def test_embedded_model_runs_through_the_harness(tmp_path: Path, grammar: str) -
     (summary,) = report["summary"]["categories"]
     assert summary["correct"] == sum(case["correct"] for case in report["cases"])
     assert summary["malformed"] == sum(case["malformed"] for case in report["cases"])
+
+
+# -- the harness's own bfcl-eval folder -------------------------------------------------------
+
+
+@needs_bfcl
+def test_the_harness_imports_bfcl_from_its_own_folder_not_site_packages() -> None:
+    # What the README's `eval bfcl --setup` installed is what the tests run against, and that
+    # folder is not on sys.path: pip sees no bfcl-eval and its 27 unmet requirements.
+    site = bfcl_compat.package_folder().parent
+    assert site == bfcl_install.install_dir()
+    assert str(site) not in sys.path
+    assert bfcl_compat.installed_version() == bfcl_install.VERSION
+
+
+def _fake_bfcl_wheel(folder: Path) -> Path:
+    """A wheel named like bfcl-eval, with a requirement that is not installed anywhere, so a
+    copy that landed in the environment's packages would break ``pip check``."""
+    folder.mkdir()
+    info = f"bfcl_eval-{bfcl_install.VERSION}.dist-info"
+    wheel = folder / f"bfcl_eval-{bfcl_install.VERSION}-py3-none-any.whl"
+    files = {
+        "bfcl_eval/__init__.py": "MARK = 'fake'\n",
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: bfcl-eval\nVersion: {bfcl_install.VERSION}\n"
+            "Requires-Dist: package-that-does-not-exist\n"
+        ),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+        record = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"])
+        archive.writestr(f"{info}/RECORD", record)
+    return wheel
+
+
+def test_setup_installs_bfcl_eval_into_its_own_folder_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheels = _fake_bfcl_wheel(tmp_path / "wheels").parent
+    target = tmp_path / "bfcl"
+    # pip (a subprocess) reads these: the local wheel only, and no cache outside tmp_path.
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
+    monkeypatch.setenv(bfcl_install.ENV_VAR, str(target))
+
+    done = runner.invoke(app, ["eval", "bfcl", "--setup"])
+    assert done.exit_code == 0, done.output
+    assert f"bfcl-eval {bfcl_install.VERSION} installed in {target}" in done.output
+    assert (target / "bfcl_eval" / "__init__.py").read_text() == "MARK = 'fake'\n"
+    assert bfcl_install.version_in(target) == bfcl_install.VERSION
+    spec = bfcl_install.find_package()
+    assert spec is not None and spec.origin == str(target / "bfcl_eval" / "__init__.py")
+    # Nothing reached the environment: no bfcl-eval distribution from this folder is visible.
+    visible = [Path(str(d.locate_file(""))) for d in metadata.distributions(name="bfcl-eval")]
+    assert target not in visible
+
+    again = runner.invoke(app, ["eval", "bfcl", "--setup"])
+    assert again.exit_code == 0 and "already installed" in again.output
+
+    suite = runner.invoke(app, ["eval", "cases.yaml", "--setup"])
+    assert suite.exit_code == 2 and "--setup is for the BFCL harness" in suite.output
+
+
+def test_without_bfcl_eval_the_harness_names_the_setup_command(tmp_path: Path) -> None:
+    # A fresh process: in this one bfcl_eval may already be imported.
+    empty = tmp_path / "no-bfcl"
+    done = subprocess.run(
+        [sys.executable, "-c", "from hermes_agent.cli import main; main()", "eval", "bfcl"],
+        cwd=tmp_path,
+        env={**os.environ, bfcl_install.ENV_VAR: str(empty)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    message = " ".join(done.stderr.split())
+    assert "hermes-agent eval bfcl --setup" in message and str(empty) in message
+    assert list(tmp_path.iterdir()) == []  # no folder made, no report written

@@ -3,6 +3,7 @@
     hermes-agent eval examples/eval_cases.yaml --report out.json
     hermes-agent eval bfcl --category simple_python,multiple --limit 20 --model oracle
     hermes-agent eval bfcl --category simple_python --limit 5 --model embedded --no-grammar
+    hermes-agent eval bfcl --setup      # install BFCL's data and checkers for the harness
 
 Exit codes: 0 when the accuracy is at least ``--min-accuracy`` (1.0 for a suite: every case
 must pass; 0 for BFCL: report only), 1 below it, 2 for a usage or configuration error.
@@ -11,7 +12,6 @@ Nothing is written but the report, unless the config has a ``storage:`` section.
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated
 
@@ -19,7 +19,7 @@ import typer
 
 from hermes_agent.cli._common import ConfigOption, console, errors, fail
 from hermes_agent.errors import HermesAgentError
-from hermes_agent.evals import bfcl
+from hermes_agent.evals import bfcl, bfcl_compat, bfcl_install
 from hermes_agent.evals.report import Report, print_summary
 
 
@@ -63,8 +63,20 @@ def eval_command(
         typer.Option("--grammar/--no-grammar", help="bfcl embedded: constrained decoding."),
     ] = True,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    setup: Annotated[
+        bool,
+        typer.Option(
+            "--setup",
+            help="bfcl: install BFCL's data and checkers (bfcl-eval, without its dependencies) "
+            "into the harness's own folder ($HERMES_BFCL_DIR, else inside this Python "
+            "environment), then exit.",
+        ),
+    ] = False,
 ) -> None:
     """Evaluate tool calling: a YAML suite of expected calls, or BFCL ('bfcl')."""
+    if setup:
+        _setup_bfcl(target)
+        return
     try:
         if target == "bfcl":
             chosen = model or ("config" if config is not None else "oracle")
@@ -114,7 +126,7 @@ def _run_bfcl(
         "grammar": grammar if model == "embedded" else None,
         "tool_choice": tool_choice,
         "run_key": harness.run_key,
-        "bfcl_eval": _version("bfcl-eval"),
+        "bfcl_eval": bfcl_compat.installed_version(),
     }
     return harness.run(
         cases,
@@ -124,11 +136,30 @@ def _run_bfcl(
     )
 
 
-def _version(distribution: str) -> str | None:
+def _setup_bfcl(target: str) -> None:
+    """``eval bfcl --setup``: bfcl-eval into the harness's folder, never the environment's
+    packages (so ``pip check`` stays clean), and a word on the ``eval`` extra if it is missing."""
+    if target != "bfcl":
+        fail(f"--setup is for the BFCL harness: `{bfcl_install.SETUP_COMMAND}`, not {target!r}")
     try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
+        folder, ran = bfcl_install.install()
+    except HermesAgentError as exc:
+        fail(str(exc))
+    done = "installed" if ran else "already installed"
+    console.print(
+        f"bfcl-eval {bfcl_install.VERSION} {done} in {folder} (not in site-packages)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    missing = bfcl_install.missing_extra()
+    if missing:
+        errors.print(
+            f"warning: BFCL's checkers also need {', '.join(missing)}: {bfcl_install.EXTRA_HINT}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _bfcl_model(

@@ -3,7 +3,7 @@
 Why a module of its own: ``bfcl_eval.eval_checker.ast_eval.ast_checker`` imports
 ``bfcl_eval.constants.model_config``, which imports a handler for every model BFCL can query —
 and so the SDK of every vendor (anthropic, openai, google, cohere, mistral, ...), several GB
-that ``pip install --no-deps bfcl-eval`` rightly leaves out. The checker needs one thing from
+that the harness installs bfcl-eval without (``bfcl_install``). The checker needs one thing from
 that module: ``MODEL_CONFIG_MAPPING[model].underscore_to_dot``, asked only for dotted function
 names, to know whether a model's API renamed ``math.factorial`` to ``math_factorial``. We never
 rename (dotted names reach the model as they are), so while the checker is imported a minimal
@@ -12,10 +12,13 @@ taken out of ``sys.modules`` again, so nothing else sees it.
 
 The multi-turn checker and the backend classes (GorillaFileSystem, MathAPI, TradingBot, ...)
 import no vendor SDK and are imported as they are. The data (questions, possible answers,
-multi-turn function docs) are read straight from the installed package's ``data`` folder;
+multi-turn function docs) are read straight from the package's ``data`` folder;
 ``bfcl_eval.utils`` is not imported because it takes file locks under its install folder.
 
-Install: ``pip install --no-deps bfcl-eval==2026.3.23 mpmath`` (see docs/evaluation.md).
+Where the package comes from: the harness's own folder, outside the environment's packages
+(``bfcl_install``; ``hermes-agent eval bfcl --setup`` fills it). The top-level package is
+imported from there by its spec; its submodules then resolve through the package's own
+``__path__``, so the folder never goes on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -32,12 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from hermes_agent.errors import MissingDependencyError
+from hermes_agent.evals import bfcl_install
 
 VERSION_PREFIX = "BFCL_v4"
-INSTALL_HINT = (
-    "the BFCL harness needs the bfcl-eval package: "
-    "pip install --no-deps bfcl-eval==2026.3.23 mpmath"
-)
 _MODEL_CONFIG = "bfcl_eval.constants.model_config"
 
 AstChecker = Callable[..., dict[str, Any]]
@@ -58,16 +58,61 @@ class _AnyModel(dict[str, _NoRenaming]):
         return _NoRenaming()
 
 
+@cache
+def package() -> types.ModuleType:
+    """The ``bfcl_eval`` package, imported from where ``bfcl_install`` finds it.
+
+    Raises ``MissingDependencyError`` naming the setup command when it is not installed, or the
+    ``eval`` extra when a module its checkers import is missing.
+    """
+    missing = bfcl_install.missing_extra()
+    if missing:
+        raise MissingDependencyError(
+            f"BFCL's checkers need {', '.join(missing)}: {bfcl_install.EXTRA_HINT}"
+        )
+    loaded = sys.modules.get(bfcl_install.PACKAGE)
+    if loaded is not None:
+        return loaded
+    spec = bfcl_install.find_package()
+    if spec is None or spec.loader is None:
+        raise MissingDependencyError(bfcl_install.missing_message())
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[bfcl_install.PACKAGE] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[bfcl_install.PACKAGE]
+        raise
+    return module
+
+
+def available() -> bool:
+    """Whether the harness can run here (bfcl-eval found, the ``eval`` extra installed)."""
+    try:
+        package()
+    except MissingDependencyError:
+        return False
+    return True
+
+
+def package_folder() -> Path:
+    """The folder of the ``bfcl_eval`` package in use."""
+    return Path(str(package().__file__)).parent
+
+
+def installed_version() -> str | None:
+    """The version of the ``bfcl_eval`` package in use (``None`` when it has no metadata)."""
+    return bfcl_install.version_in(package_folder().parent)
+
+
 def data_folder() -> Path:
-    """The ``data`` folder of the installed ``bfcl_eval`` package."""
-    spec = importlib.util.find_spec("bfcl_eval")
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingDependencyError(INSTALL_HINT)
-    for location in spec.submodule_search_locations:
-        folder = Path(location) / "data"
-        if folder.is_dir():
-            return folder
-    raise MissingDependencyError(f"bfcl_eval is installed without its data folder; {INSTALL_HINT}")
+    """The ``data`` folder of the ``bfcl_eval`` package."""
+    folder = package_folder() / "data"
+    if not folder.is_dir():
+        raise MissingDependencyError(
+            f"bfcl_eval in {package_folder()} has no data folder; {bfcl_install.missing_message()}"
+        )
+    return folder
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -79,8 +124,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 @cache
 def ast_checker() -> AstChecker:
     """BFCL's ``ast_checker``, imported without the vendor SDKs (see the module docstring)."""
-    if importlib.util.find_spec("bfcl_eval") is None:
-        raise MissingDependencyError(INSTALL_HINT)
+    package()
     previous = sys.modules.get(_MODEL_CONFIG)
     stand_in = types.ModuleType(_MODEL_CONFIG)
     stand_in.MODEL_CONFIG_MAPPING = _AnyModel()  # type: ignore[attr-defined]
@@ -98,12 +142,14 @@ def ast_checker() -> AstChecker:
 
 def python_language() -> Any:
     """``bfcl_eval.constants.enums.Language.PYTHON`` (what the AST checker wants)."""
+    package()
     return importlib.import_module("bfcl_eval.constants.enums").Language.PYTHON
 
 
 @cache
 def multi_turn_checker() -> MultiTurnChecker:
     """BFCL's ``multi_turn_checker`` (it imports no vendor SDK)."""
+    package()
     module = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
     checker: MultiTurnChecker = module.multi_turn_checker
     return checker
@@ -117,6 +163,7 @@ def forget_checker_instances(key: str) -> int:
     same name. A run uses a model name of its own (so no two runs share state), and drops its
     instances once a case is scored (so a long run does not hold 200 file systems).
     """
+    package()
     module = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
     names = [name for name in vars(module) if name.startswith(key)]
     for name in names:
@@ -126,6 +173,7 @@ def forget_checker_instances(key: str) -> int:
 
 def backend_class(class_name: str) -> type[Any]:
     """A BFCL multi-turn backend class (``GorillaFileSystem``, ``TradingBot``, ...)."""
+    package()
     config = importlib.import_module("bfcl_eval.constants.executable_backend_config")
     module = importlib.import_module(config.CLASS_FILE_PATH_MAPPING[class_name])
     cls: type[Any] = getattr(module, class_name)
@@ -133,12 +181,15 @@ def backend_class(class_name: str) -> type[Any]:
 
 
 def is_stateless(class_name: str) -> bool:
+    """Whether BFCL's backend class keeps no state (it then loads no scenario)."""
+    package()
     config = importlib.import_module("bfcl_eval.constants.executable_backend_config")
     return class_name in config.STATELESS_CLASSES
 
 
 def function_doc_file(class_name: str) -> Path:
     """The JSON-lines file of function docs for a multi-turn backend class."""
+    package()
     config = importlib.import_module("bfcl_eval.constants.executable_backend_config")
     name: str = config.MULTI_TURN_FUNC_DOC_FILE_MAPPING[class_name]
     return data_folder() / "multi_turn_func_doc" / name
