@@ -129,7 +129,10 @@ def test_suite_errors_name_the_file_and_key(tmp_path: Path) -> None:
 
 
 def test_evaluation_page_examples_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("bfcl_eval", reason="pip install --no-deps bfcl-eval==2026.3.23 mpmath")
+    from hermes_agent.evals import bfcl_compat, bfcl_install
+
+    if not bfcl_compat.available():
+        pytest.skip(bfcl_install.missing_message())
     monkeypatch.chdir(EXAMPLES.parent)
     text = (EXAMPLES.parent / "docs" / "evaluation.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
