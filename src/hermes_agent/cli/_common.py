@@ -1,5 +1,5 @@
-"""What every command shares: the consoles, the one way to fail, the common options, and the
-agent the options describe."""
+"""What every command shares: the consoles, the one way to fail, the common options, ids given
+by their first characters, and the agent the options describe."""
 
 from __future__ import annotations
 
@@ -7,22 +7,25 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TextIO
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from hermes_agent.agent import Agent
 from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.demo_tools import demo_tools
-from hermes_agent.errors import HermesAgentError
+from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import ToolsFileError, build_agent
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
 
-console = Console()
-errors = Console(stderr=True)
+PIPE_WIDTH = 10_000
+"""The console width when the output is not a terminal: wide enough that nothing is wrapped or
+cut (a whole id, a one-line error), since a file or a program has no screen edge."""
 
 ConfigOption = Annotated[
     Path | None,
@@ -40,10 +43,90 @@ DebugOption = Annotated[
 ]
 
 
+def is_terminal(stream: TextIO) -> bool:
+    """Whether a person reads ``stream`` on a terminal (not a file or a pipe)."""
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty()) if callable(isatty) else False
+
+
+def make_console(stream: TextIO, *, markup: bool = False) -> Console:
+    """A console on ``stream``. Markup, emoji codes and highlighting are off: what is printed
+    is shown as it is (a model's answer, a file name, an error with ``[brackets]`` in it);
+    styles are given as ``Text`` styles, never as markup in strings. Off a terminal nothing
+    wraps (see ``PIPE_WIDTH``)."""
+    terminal = is_terminal(stream)
+    return Console(
+        file=stream,
+        markup=markup,
+        emoji=False,
+        highlight=False,
+        soft_wrap=not terminal,
+        width=None if terminal else PIPE_WIDTH,
+    )
+
+
+def out(*, markup: bool = False) -> Console:
+    """The console for answers and data: standard output, as it is now (a test runner may have
+    swapped it). ``markup=True`` only for renderables built by trusted code."""
+    return make_console(sys.stdout, markup=markup)
+
+
+def err() -> Console:
+    """The console for errors, notices and progress: standard error."""
+    return make_console(sys.stderr)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """A line from plain parts and ``(text, style)`` parts; no markup is read from either."""
+    return Text.assemble(*parts)
+
+
 def fail(message: str) -> NoReturn:
     """Print ``error: message`` on stderr and exit 2 (a usage or configuration error)."""
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
+    err().print(styled(("error: ", "bold red"), message))
     raise typer.Exit(2)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr."""
+    err().print(styled(("warning: ", "yellow"), message))
+
+
+def config_error(config: Path | None, exc: HermesAgentError) -> str:
+    """The message of ``exc``, naming the config file when it is a config problem that does
+    not already name it (a model section found wanting only when the model is built)."""
+    message = str(exc)
+    if config is not None and isinstance(exc, ConfigError) and str(config) not in message:
+        return f"{config}: {message}"
+    return message
+
+
+SHOWN_CANDIDATES = 10
+
+
+def resolve_id(
+    given: str,
+    starting_with: Callable[[str, int], list[str]],
+    *,
+    what: str,
+    missing: str,
+) -> str:
+    """The whole id that ``given`` names: ``given`` itself when it is one, else the one id that
+    starts with it (as git takes the first characters of a commit id). ``starting_with(prefix,
+    limit)`` returns the ids that start with ``prefix``. Fails (exit 2) with ``missing`` when no
+    id starts so, and with the candidates when more than one does."""
+    if not given:
+        fail(missing)
+    found = starting_with(given, SHOWN_CANDIDATES + 1)
+    if given in found:
+        return given
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        fail(missing)
+    shown = ", ".join(found[:SHOWN_CANDIDATES])
+    more = ", …" if len(found) > SHOWN_CANDIDATES else ""
+    fail(f"{what} id {given!r} is ambiguous: {shown}{more} start with it; give more characters")
 
 
 def cli_agent(
@@ -68,7 +151,7 @@ def cli_agent(
     except ToolsFileError as exc:
         fail(f"--tools {exc.path}: {exc.problem}")
     except HermesAgentError as exc:
-        fail(str(exc))
+        fail(config_error(config, exc))
     if agent.approver is None:
         agent.approver = ask_approval
     return agent
@@ -79,8 +162,9 @@ def ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:
     if not sys.stdin.isatty():
         return False, "no terminal to ask for approval (non-interactive run)"
     arguments = json.dumps(call.arguments, ensure_ascii=False)
-    errors.print(f"[bold yellow]{tool.name}[/bold yellow]({arguments}) needs approval.")
-    answer = errors.input("Allow this call? [y/N] ").strip().lower()
+    console = err()
+    console.print(styled((tool.name, "bold yellow"), f"({arguments}) needs approval."))
+    answer = console.input("Allow this call? [y/N] ").strip().lower()
     if answer in ("y", "yes"):
         return True, "approved at the terminal"
     return False, "denied at the terminal"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from hermes_agent.cli import evals, run, storage
+from hermes_agent.cli._common import is_terminal
 
 app = typer.Typer(
     name="hermes-agent",
@@ -12,6 +15,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Boxed help and usage errors on a terminal; off one, click's plain lines, so that a usage
+    # error is one line a script or a log can read (typer's box is drawn 80 columns wide).
+    rich_markup_mode="rich" if is_terminal(sys.stderr) and is_terminal(sys.stdout) else None,
 )
 app.command("run")(run.run)
 app.command("chat")(run.chat)

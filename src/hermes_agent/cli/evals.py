@@ -1,5 +1,6 @@
 """``hermes-agent eval``: run a YAML regression suite, or the BFCL harness.
 
+    hermes-agent eval examples/eval_cases.yaml          # report: .hermes/eval-report.json
     hermes-agent eval examples/eval_cases.yaml --report out.json
     hermes-agent eval bfcl --category simple_python,multiple --limit 20 --model oracle
     hermes-agent eval bfcl --category simple_python --limit 5 --model embedded --no-grammar
@@ -7,7 +8,10 @@
 
 Exit codes: 0 when the accuracy is at least ``--min-accuracy`` (1.0 for a suite: every case
 must pass; 0 for BFCL: report only), 1 below it, 2 for a usage or configuration error.
-Nothing is written but the report, unless the config has a ``storage:`` section.
+Nothing is written but the report (``--report``; by default ``.hermes/eval-report.json`` or
+``.hermes/bfcl-report.json`` under the working folder, beside the command line's state), unless
+the config has a ``storage:`` section. The summary goes to stdout; progress, the report's path
+and a failed threshold to stderr.
 """
 
 from __future__ import annotations
@@ -17,10 +21,15 @@ from typing import Annotated
 
 import typer
 
-from hermes_agent.cli._common import ConfigOption, console, errors, fail
+from hermes_agent.cli._common import ConfigOption, config_error, err, fail, out, styled, warn
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.evals import bfcl, bfcl_compat, bfcl_install
-from hermes_agent.evals.report import Report, print_summary
+from hermes_agent.evals.report import Report, summary_table
+
+REPORT_FOLDER = Path(".hermes")
+"""Where reports go unless ``--report`` says: beside the command line's ``state.db``, never
+loose in the working folder."""
+MAX_FAILURES_SHOWN = 20
 
 
 def eval_command(
@@ -30,7 +39,12 @@ def eval_command(
     config: ConfigOption = None,
     report: Annotated[
         Path | None,
-        typer.Option("--report", "-r", help="Where to write the JSON report."),
+        typer.Option(
+            "--report",
+            "-r",
+            help="Where to write the JSON report (default: .hermes/eval-report.json, or "
+            ".hermes/bfcl-report.json for bfcl).",
+        ),
     ] = None,
     min_accuracy: Annotated[
         float | None,
@@ -82,29 +96,44 @@ def eval_command(
             chosen = model or ("config" if config is not None else "oracle")
             result = _run_bfcl(category, limit, chosen, grammar, config, quiet)
             threshold = 0.0 if min_accuracy is None else min_accuracy
-            default_report = Path("bfcl-report.json")
+            default_report = REPORT_FOLDER / "bfcl-report.json"
         else:
             result = _run_suite(Path(target), config, quiet)
             threshold = 1.0 if min_accuracy is None else min_accuracy
-            default_report = Path("eval-report.json")
+            default_report = REPORT_FOLDER / "eval-report.json"
     except HermesAgentError as exc:
-        fail(str(exc))
-    print_summary(result, console)
+        fail(config_error(config, exc))
+    _print_summary(result)
     written = result.write_json(report or default_report)
-    console.print(f"report: {written}", highlight=False)
+    err().print(f"report: {written}")
     if result.accuracy < threshold:
-        errors.print(
-            f"[red]accuracy {result.accuracy:.1%} is below --min-accuracy {threshold:.1%}[/red]",
-            highlight=False,
+        err().print(
+            styled(
+                ("error: ", "bold red"),
+                f"accuracy {result.accuracy:.1%} is below --min-accuracy {threshold:.1%}",
+            )
         )
         raise typer.Exit(1)
+
+
+def _print_summary(result: Report) -> None:
+    """The summary table (stdout), then the first failures with their reasons, printed as they
+    are (a reason quotes the model's arguments, brackets and all)."""
+    out(markup=True).print(summary_table(result))  # the table's own colours are markup
+    failures = result.failures()
+    console = out()
+    for failed in failures[:MAX_FAILURES_SHOWN]:
+        console.print(styled(("✗ ", "red"), f"{failed.id}: {failed.error or 'incorrect'}"))
+    if len(failures) > MAX_FAILURES_SHOWN:
+        hidden = len(failures) - MAX_FAILURES_SHOWN
+        console.print(f"... and {hidden} more failures (see the report)")
 
 
 def _run_suite(path: Path, config: Path | None, quiet: bool) -> Report:
     from hermes_agent.evals.cases import load_suite, run_suite, suite_config
 
     suite = load_suite(path)
-    return run_suite(suite, config=suite_config(suite, config), console=None if quiet else console)
+    return run_suite(suite, config=suite_config(suite, config), console=None if quiet else err())
 
 
 def _run_bfcl(
@@ -130,7 +159,7 @@ def _run_bfcl(
     }
     return harness.run(
         cases,
-        console=None if quiet else console,
+        console=None if quiet else err(),
         title=f"BFCL · {model_name}",
         settings=settings,
     )
@@ -146,20 +175,10 @@ def _setup_bfcl(target: str) -> None:
     except HermesAgentError as exc:
         fail(str(exc))
     done = "installed" if ran else "already installed"
-    console.print(
-        f"bfcl-eval {bfcl_install.VERSION} {done} in {folder} (not in site-packages)",
-        markup=False,
-        highlight=False,
-        soft_wrap=True,
-    )
+    out().print(f"bfcl-eval {bfcl_install.VERSION} {done} in {folder} (not in site-packages)")
     missing = bfcl_install.missing_extra()
     if missing:
-        errors.print(
-            f"warning: BFCL's checkers also need {', '.join(missing)}: {bfcl_install.EXTRA_HINT}",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        warn(f"BFCL's checkers also need {', '.join(missing)}: {bfcl_install.EXTRA_HINT}")
 
 
 def _bfcl_model(

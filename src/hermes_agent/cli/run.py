@@ -1,11 +1,17 @@
-"""``hermes-agent run``, ``chat`` and ``tools``: ask the agent, talk with it, list its tools."""
+"""``hermes-agent run``, ``chat`` and ``tools``: ask the agent, talk with it, list its tools.
+
+The answer goes to standard output; what happened on the way (each tool call as ``✓``/``✗``
+lines, warnings, errors) to standard error, so ``hermes-agent run "..." > answer.txt`` keeps
+only the answer.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -17,12 +23,23 @@ from hermes_agent.cli._common import (
     NoDemoOption,
     ToolsOption,
     cli_agent,
-    console,
-    errors,
+    err,
     fail,
+    out,
     setup_logging,
+    styled,
+    warn,
 )
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.events import (
+    ResultEvent,
+    TextDeltaEvent,
+    ToolCallParsedEvent,
+    ToolResultsEvent,
+)
+from hermes_agent.types import RunResult, ToolCallRecord
+
+_SHOWN_RESULT_CHARS = 200
 
 
 def run(
@@ -45,7 +62,8 @@ def run(
     no_demo_tools: NoDemoOption = False,
     debug: DebugOption = False,
 ) -> None:
-    """Answer one question, calling tools as needed."""
+    """Answer one question, calling tools as needed. The answer goes to stdout; the tool calls
+    (✓ ran, ✗ failed, with the result or the error), warnings and errors to stderr."""
     setup_logging(debug)
     agent = cli_agent(config, tools, no_demo_tools)
     try:
@@ -58,21 +76,91 @@ def run(
         )
     except HermesAgentError as exc:
         fail(str(exc))
+    finally:
+        agent.close()
     if as_json:
-        console.print_json(json.dumps(result.to_dict(), ensure_ascii=False, default=str))
+        out().print_json(json.dumps(result.to_dict(), ensure_ascii=False, default=str))
+        if dry_run:
+            err().print(_plan_headline(result))
+    elif dry_run:
+        _print_plan(result)
     else:
-        for call in result.tool_calls:
-            mark = "✓" if call.error is None else f"✗ {call.status_code}"
-            errors.print(
-                f"[dim]{mark} {call.name}({json.dumps(call.arguments, ensure_ascii=False)})"
-                f" → {json.dumps(call.result, ensure_ascii=False, default=str)[:200]}[/dim]",
-                highlight=False,
-            )
-        if result.loop_status == "dry_run_complete":
-            errors.print("[dim]dry run: no tool was called[/dim]")
-        shown = result.rendered.content if result.rendered is not None else result.output
-        console.print(shown, highlight=False, markup=False)
+        _print_answer(result)
     raise typer.Exit(0 if result.status < 400 else 1)
+
+
+def _print_answer(result: RunResult) -> None:
+    errors = err()
+    for call in result.tool_calls:
+        errors.print(_call_line(call), style="dim")
+    for warning in result.warnings:
+        warn(warning)
+    if result.status >= 400:
+        errors.print(styled(("error: ", "bold red"), f"{result.status} {_failure(result)}"))
+        return
+    if result.status == 206:
+        warn(f"a partial answer (status 206, {result.loop_status.replace('_', ' ')})")
+    shown = result.rendered.content if result.rendered is not None else result.output
+    out().print(shown)
+
+
+def _print_plan(result: RunResult) -> None:
+    """A dry run says that it was one and what the model planned, valid or refused (stdout);
+    the model's text, if it wrote any, follows."""
+    console = out()
+    console.print(_plan_headline(result))
+    for call in result.tool_calls:
+        console.print(f"  {_call_line(call, planned=True)}")
+    if result.status >= 400:
+        err().print(styled(("error: ", "bold red"), f"{result.status} {_failure(result)}"))
+        return
+    if result.output.strip():
+        console.print(result.output)
+
+
+def _plan_headline(result: RunResult) -> str:
+    planned = sum(1 for call in result.tool_calls if call.error is None)
+    refused = len(result.tool_calls) - planned
+    if not result.tool_calls:
+        return "Dry run: the model planned no tool call; nothing was run."
+    counts = f"{planned} valid call{'s' if planned != 1 else ''}"
+    if refused:
+        counts += f", {refused} refused"
+    return f"Dry run: the model planned {counts}; nothing was run."
+
+
+def _call_line(call: ToolCallRecord, *, planned: bool = False) -> str:
+    """``✓ name(arguments) → result`` for a call that ran (or, planned, would run), ``✗
+    name(arguments) → status error`` for one that failed or was refused."""
+    head = f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})"
+    if call.error is not None:
+        return f"✗ {head} → {call.status_code} {_one_line(call.error)}"
+    if planned:
+        return f"✓ {head}"
+    shown = json.dumps(call.result, ensure_ascii=False, default=str)
+    return f"✓ {head} → {_clip(shown, _SHOWN_RESULT_CHARS)}"
+
+
+def _failure(result: RunResult) -> str:
+    return _one_line(result.error or result.output or "the run failed")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- chat --------------------------------------------------------------------------------
+
+CHAT_COMMANDS = {
+    "/help": "show these commands",
+    "/exit": "leave the chat (also /quit or Ctrl-D)",
+    "/quit": "leave the chat",
+}
+_COMMAND = re.compile(r"/[A-Za-z]+")
 
 
 def chat(
@@ -81,50 +169,78 @@ def chat(
     no_demo_tools: NoDemoOption = False,
     debug: DebugOption = False,
 ) -> None:
-    """Talk with the agent; answers stream and tool calls show as they happen."""
+    """Talk with the agent; answers stream and tool calls show as they happen. /help lists the
+    chat's commands; /exit, /quit or Ctrl-D leaves."""
     setup_logging(debug)
     agent = cli_agent(config, tools, no_demo_tools)
     session_id = uuid.uuid4().hex
-    console.print(f"[bold]Hermes Agent[/bold] — session {session_id[:8]}; /exit or Ctrl-D to quit")
-    while True:
-        try:
-            message = console.input("[bold cyan]you>[/bold cyan] ")
-        except (EOFError, KeyboardInterrupt):
-            console.print()
-            break
-        if message.strip() in ("/exit", "/quit"):
-            break
-        if not message.strip():
-            continue
-        try:
-            asyncio.run(_stream_one(agent, message, session_id))
-        except HermesAgentError as exc:
-            errors.print(f"[red]error:[/red] {exc}", highlight=False)
+    console = out()
+    console.print(
+        styled(("Hermes Agent", "bold"), f" — session {session_id}"),
+        "; /help for commands, /exit to quit",
+        sep="",
+    )
+    try:
+        while True:
+            try:
+                message = console.input(styled(("you> ", "bold cyan"))).strip()
+            except (EOFError, KeyboardInterrupt):
+                console.print()
+                break
+            if not message:
+                continue
+            if _COMMAND.fullmatch(message):
+                if message in ("/exit", "/quit"):
+                    break
+                if message == "/help":
+                    for name, meaning in CHAT_COMMANDS.items():
+                        console.print(f"  {name:<7} {meaning}")
+                    console.print("  anything else is a message to the agent")
+                else:
+                    unknown = f"unknown command {message}; /help lists the commands"
+                    err().print(styled(("error: ", "bold red"), unknown))
+                continue
+            try:
+                asyncio.run(_stream_one(agent, message, session_id))
+            except HermesAgentError as exc:
+                err().print(styled(("error: ", "bold red"), str(exc)))
+    finally:
+        agent.close()
 
 
 async def _stream_one(agent: Agent, message: str, session_id: str) -> None:
-    console.print("[bold green]agent>[/bold green] ", end="")
+    console = out()
+    console.print(styled(("agent> ", "bold green")), end="")
     streamed_text = False
     async for event in agent.astream(message, session_id=session_id):
-        if event.kind == "text_delta":
+        if isinstance(event, TextDeltaEvent):
             streamed_text = True
-            console.print(event.data["text"], end="", highlight=False, markup=False)
-        elif event.kind == "tool_call_parsed" and event.data.get("name"):
-            arguments = json.dumps(event.data["arguments"], ensure_ascii=False)
-            console.print(f"\n[yellow]→ {event.data['name']}({arguments})[/yellow]")
-        elif event.kind == "tool_results":
-            for item in event.data["results"]:
-                content = json.dumps(item["content"], ensure_ascii=False, default=str)[:200]
-                console.print(f"[dim]← {item['name']} [{item['status']}] {content}[/dim]")
-            console.print("[bold green]agent>[/bold green] ", end="")
+            console.print(event.text, end="")
+        elif isinstance(event, ToolCallParsedEvent) and event.name:
+            arguments = json.dumps(event.arguments, ensure_ascii=False)
+            console.print(styled(("\n→ ", "yellow"), (f"{event.name}({arguments})", "yellow")))
+        elif isinstance(event, ToolResultsEvent):
+            for item in event.results:
+                content = _clip(json.dumps(item.content, ensure_ascii=False, default=str), 200)
+                console.print(f"← {item.name} [{item.status}] {content}", style="dim")
+            console.print(styled(("agent> ", "bold green")), end="")
             streamed_text = False
-        elif event.kind == "result":
-            result = event.data["result"]
-            # The streamed text already is the answer unless the run ended otherwise.
-            if streamed_text and result.status == 200:
-                console.print()
-            else:
-                console.print(f"\n{result.output}", highlight=False, markup=False)
+        elif isinstance(event, ResultEvent):
+            _end_of_turn(event.result, streamed_text)
+
+
+def _end_of_turn(result: RunResult, streamed_text: bool) -> None:
+    console = out()
+    if result.status >= 400:
+        console.print()
+        err().print(styled(("error: ", "bold red"), f"{result.status} {_failure(result)}"))
+    elif streamed_text and result.status == 200:
+        console.print()  # the streamed text already was the answer
+    else:
+        console.print(f"\n{result.output}" if streamed_text else result.output)
+
+
+# -- tools -------------------------------------------------------------------------------
 
 
 def list_tools(
@@ -135,11 +251,12 @@ def list_tools(
 ) -> None:
     """List the tools the agent would offer the model, with their schemas."""
     agent = cli_agent(config, tools, no_demo_tools, storage=False)
+    specs: list[dict[str, Any]] = [tool.spec() for tool in agent.tools]
     if as_json:
-        console.print_json(json.dumps([tool.spec() for tool in agent.tools], ensure_ascii=False))
+        out().print_json(json.dumps(specs, ensure_ascii=False))
         return
     table = Table(title="Tools")
-    table.add_column("name", style="bold")
+    table.add_column("name", style="bold", no_wrap=True)
     table.add_column("toolset")
     table.add_column("description")
     table.add_column("parameters")
@@ -150,4 +267,4 @@ def list_tools(
             tool.description.split("\n")[0],
             json.dumps(tool.parameters, ensure_ascii=False, indent=1),
         )
-    console.print(table)
+    out().print(table)

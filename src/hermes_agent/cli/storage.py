@@ -9,7 +9,10 @@
     hermes-agent replay REQUEST_ID --tools my_tools.py   # exit 0 when every step matches
 
 Every command takes ``--db URL``; without it the ``storage.url`` of ``--config``, else the
-default ``sqlite:///.hermes/state.db``.
+default ``sqlite:///.hermes/state.db``. A request id (``trace show``, ``trace export``,
+``replay``) or a session id to show may be given by its first characters, as long as no other id
+starts with them (as git takes commit ids); the tables print whole ids when their output is not
+a terminal.
 """
 
 from __future__ import annotations
@@ -21,23 +24,26 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hermes_agent.audit.records import AuditRecord, records_to_jsonl
 from hermes_agent.cli._common import (
     ConfigOption,
     NoDemoOption,
     ToolsOption,
     cli_agent,
-    console,
-    errors,
+    config_error,
+    err,
     fail,
+    out,
+    resolve_id,
 )
 from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.storage.replay import replay
 from hermes_agent.storage.sql import SqlStorage
+from hermes_agent.types import Message
 
 DbOption = Annotated[
     str | None,
@@ -67,11 +73,50 @@ def opened_storage(db: str | None, config: Path | None) -> Iterator[SqlStorage]:
             url = section.url if section is not None else None
         storage = SqlStorage(url or DEFAULT_STORAGE_URL)
     except HermesAgentError as exc:
-        fail(str(exc))
+        fail(config_error(config, exc))
     try:
         yield storage
     finally:
         storage.close()
+
+
+# -- ids given by their first characters ---------------------------------------------------
+
+
+def request_records(storage: SqlStorage, given: str) -> tuple[str, list[AuditRecord]]:
+    """The whole request id ``given`` names (itself or a unique prefix) and its records."""
+    records = storage.records(given)  # a whole id: one indexed lookup
+    if records:
+        return given, records
+    request_id = resolve_id(
+        given,
+        storage.request_ids_with_prefix,
+        what="request",
+        missing=f"no audit records for request {given!r} (a whole id or its first characters); "
+        "see `hermes-agent trace list`",
+    )
+    return request_id, storage.records(request_id)
+
+
+def session_messages(storage: SqlStorage, given: str) -> tuple[str, list[Message]]:
+    """The whole session id ``given`` names (itself or a unique prefix) and its messages."""
+    messages = storage.sessions.load(given)
+    if messages:
+        return given, messages
+    session_id = resolve_id(
+        given,
+        storage.sessions.session_ids_with_prefix,
+        what="session",
+        missing=f"no session {given!r} (a whole id or its first characters); "
+        "see `hermes-agent sessions list`",
+    )
+    return session_id, storage.sessions.load(session_id)
+
+
+def _id_column(table: Table, name: str) -> None:
+    # An id is never wrapped over lines: whole off a terminal (the console is wide there), cut
+    # with … on a narrow terminal, where its first characters still name it.
+    table.add_column(name, no_wrap=True, overflow="ellipsis")
 
 
 # -- sessions ----------------------------------------------------------------------------
@@ -88,55 +133,57 @@ def sessions_list(
     with opened_storage(db, config) as storage:
         found = storage.sessions.list_sessions(limit=limit)
     if as_json:
-        console.print_json(json.dumps(found, ensure_ascii=False))
+        out().print_json(json.dumps(found, ensure_ascii=False))
         return
     table = Table(title=f"Sessions ({len(found)})")
-    for column in ("id", "created", "updated", "turns", "messages"):
+    _id_column(table, "id")
+    for column in ("created", "updated", "turns", "messages"):
         table.add_column(column, justify="right" if column in ("turns", "messages") else "left")
     for row in found:
         table.add_row(
-            Text(row["id"]), row["created"], row["updated"], str(row["turns"]), str(row["messages"])
+            row["id"], row["created"], row["updated"], str(row["turns"]), str(row["messages"])
         )
-    console.print(table)
+    out().print(table)
 
 
 @sessions_app.command("show")
 def sessions_show(
-    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    session_id: Annotated[str, typer.Argument(help="The session id, or its first characters.")],
     db: DbOption = None,
     config: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """One conversation, message by message."""
     with opened_storage(db, config) as storage:
-        messages = storage.sessions.load(session_id)
-    if not messages:
-        fail(f"no session {session_id!r}; list them with `hermes-agent sessions list`")
+        session_id, messages = session_messages(storage, session_id)
     if as_json:
         data = [_message_dict(m) for m in messages]
-        console.print_json(json.dumps(data, ensure_ascii=False, default=str))
+        out().print_json(json.dumps(data, ensure_ascii=False, default=str))
         return
     table = Table(title=f"Session {session_id}")
     table.add_column("#", justify="right")
     table.add_column("role", style="bold")
     table.add_column("content")
     for number, message in enumerate(messages):
-        table.add_row(str(number), message.role, Text(_describe(message)))
-    console.print(table)
+        table.add_row(str(number), message.role, _describe(message))
+    out().print(table)
 
 
 @sessions_app.command("delete")
 def sessions_delete(
-    session_id: Annotated[str, typer.Argument(help="The session id.")],
+    session_id: Annotated[str, typer.Argument(help="The whole session id.")],
     db: DbOption = None,
     config: ConfigOption = None,
 ) -> None:
-    """Forget a conversation (its audit records stay)."""
+    """Forget a conversation (its audit records stay). Takes the whole id: deleting is not done
+    on a guess."""
     with opened_storage(db, config) as storage:
         existed = storage.sessions.delete(session_id)
+        near = [] if existed else storage.sessions.session_ids_with_prefix(session_id, 2)
     if not existed:
-        fail(f"no session {session_id!r}; nothing deleted")
-    console.print(f"deleted session {session_id}", highlight=False)
+        hint = f"; did you mean {near[0]}?" if len(near) == 1 else ""
+        fail(f"no session {session_id!r}; nothing deleted (give the whole id){hint}")
+    out().print(f"deleted session {session_id}")
 
 
 # -- trace -------------------------------------------------------------------------------
@@ -153,41 +200,43 @@ def trace_list(
     with opened_storage(db, config) as storage:
         found = storage.requests(limit=limit)
     if as_json:
-        console.print_json(json.dumps(found, ensure_ascii=False))
+        out().print_json(json.dumps(found, ensure_ascii=False))
         return
     table = Table(title=f"Requests ({len(found)})")
-    for column in ("request_id", "session", "started", "steps", "status", "ms", "model"):
+    _id_column(table, "request_id")
+    _id_column(table, "session")
+    for column in ("started", "steps", "status", "ms", "model"):
         table.add_column(column)
     for row in found:
         table.add_row(
             row["request_id"],
-            Text(row["session_id"]),
+            row["session_id"],
             row["started"],
             str(row["steps"]),
             f"{row['status']} {row['status_code'] or ''}".strip(),
             f"{row['duration_ms']:.1f}",
-            Text(row["model"] or ""),
+            row["model"] or "",
         )
-    console.print(table)
+    out().print(table)
 
 
 @trace_app.command("show")
 def trace_show(
-    request_id: Annotated[str, typer.Argument(help="The request id (from `trace list`).")],
+    request_id: Annotated[
+        str, typer.Argument(help="The request id (from `trace list`), or its first characters.")
+    ],
     db: DbOption = None,
     config: ConfigOption = None,
     width: Annotated[int, typer.Option("--width", help="Summary length per record.")] = 120,
 ) -> None:
     """One request, stage by stage: step, stage, status, latency and a summary of the content."""
     with opened_storage(db, config) as storage:
-        records = storage.records(request_id)
-    if not records:
-        fail(f"no audit records for request {request_id!r}; see `hermes-agent trace list`")
+        request_id, records = request_records(storage, request_id)
     first = records[0]
     table = Table(
         title=f"Request {request_id}",
         caption=(
-            f"session {escape(first.session_id)} · model {escape(first.model_name)} · "
+            f"session {first.session_id} · model {first.model_name} · "
             f"system prompt sha256 {first.system_prompt_sha256[:12]}"
         ),
     )
@@ -198,21 +247,22 @@ def trace_show(
     table.add_column("latency ms", justify="right")
     table.add_column("summary")
     for record in records:
-        style = "red" if record.status == "error" else "green"
         table.add_row(
             str(record.step),
             record.stage,
             record.role,
-            f"[{style}]{record.status_code}[/{style}]",
+            Text(str(record.status_code), style="red" if record.status == "error" else "green"),
             f"{record.latency_ms:.2f}",
-            Text(_clip(record.content, width)),
+            _clip(record.content, width),
         )
-    console.print(table)
+    out().print(table)
 
 
 @trace_app.command("export")
 def trace_export(
-    request_id: Annotated[str, typer.Argument(help="The request id (from `trace list`).")],
+    request_id: Annotated[
+        str, typer.Argument(help="The request id (from `trace list`), or its first characters.")
+    ],
     db: DbOption = None,
     config: ConfigOption = None,
     output: Annotated[
@@ -221,21 +271,22 @@ def trace_export(
 ) -> None:
     """The request's records as JSON Lines, one record per line, every field (lossless)."""
     with opened_storage(db, config) as storage:
-        exported = storage.export_jsonl(request_id)
-    if not exported:
-        fail(f"no audit records for request {request_id!r}; see `hermes-agent trace list`")
+        _, records = request_records(storage, request_id)
+    exported = records_to_jsonl(records)
     if output is None:
         typer.echo(exported, nl=False)
     else:
         output.write_text(exported, encoding="utf-8")
-        errors.print(f"wrote {exported.count(chr(10))} records to {output}", highlight=False)
+        err().print(f"wrote {len(records)} records to {output}")
 
 
 # -- replay ------------------------------------------------------------------------------
 
 
 def replay_command(
-    request_id: Annotated[str, typer.Argument(help="The request id (from `trace list`).")],
+    request_id: Annotated[
+        str, typer.Argument(help="The request id (from `trace list`), or its first characters.")
+    ],
     db: DbOption = None,
     config: ConfigOption = None,
     tools: ToolsOption = None,
@@ -247,27 +298,22 @@ def replay_command(
     agent = cli_agent(config, tools, no_demo_tools, storage=False)  # the one `run` would build
     try:
         with opened_storage(db, config) as storage:
+            request_id, _ = request_records(storage, request_id)
             try:
                 report = replay(agent, request_id, storage)
             except HermesAgentError as exc:
                 fail(str(exc))
     finally:
         agent.close()
-    if verbose or not report.matched:
-        console.print(report.summary(), highlight=False, markup=False)
-    else:
-        console.print(report.summary().splitlines()[0], highlight=False, markup=False)
+    summary = report.summary()
+    out().print(summary if verbose or not report.matched else summary.splitlines()[0])
     if not report.matched:
         step = next(s for s in report.steps if not s.matched)
-        errors.print(
-            f"first difference at step {step.step}: {step.differences[0]}",
-            highlight=False,
-            markup=False,
-        )
+        err().print(f"first difference at step {step.step}: {step.differences[0]}")
     raise typer.Exit(0 if report.matched else 1)
 
 
-def _message_dict(message: Any) -> dict[str, Any]:
+def _message_dict(message: Message) -> dict[str, Any]:
     return {
         "role": message.role,
         "content": message.content,
@@ -281,7 +327,7 @@ def _message_dict(message: Any) -> dict[str, Any]:
     }
 
 
-def _describe(message: Any) -> str:
+def _describe(message: Message) -> str:
     parts = [message.content] if message.content else []
     parts += [
         f"→ {c.name}({json.dumps(c.arguments, ensure_ascii=False)})" for c in message.tool_calls
