@@ -60,7 +60,7 @@ def test_unknown_tool_is_fed_back_with_available_names() -> None:
     assert first.error == "tool 'multiply' does not exist; available tools: add"
     fed_back = model.requests[1].messages[-1].tool_results[0]
     assert fed_back.content["status"] == "error"
-    assert fed_back.content["metadata"]["status_code"] == 404
+    assert fed_back.status_code == 404 and fed_back.content["data"] is None
 
 
 def test_invalid_arguments_are_fed_back_and_retried() -> None:

@@ -212,7 +212,7 @@ def check_fed_back(result: Any, model: ScriptedModel) -> None:
     fed_back = model.requests[1].messages[-1]
     assert fed_back.role == "tool"
     (tool_result,) = fed_back.tool_results
-    assert tool_result.content["metadata"]["status_code"] == 400
+    assert tool_result.status_code == 400 and tool_result.content["status"] == "error"
     assert "could not parse your tool call" in tool_result.content["error"]
     assert TOO_DEEP in tool_result.content["error"]
 

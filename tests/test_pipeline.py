@@ -437,11 +437,12 @@ def test_results_are_normalised_json_safe_and_truncated_with_a_note() -> None:
         """Values JSON cannot hold."""
         return {"when": time, "none": None, "text": "北京"}
 
-    agent.run("go")
+    result = agent.run("go")
     big_result, odd_result = model.requests[1].messages[-1].tool_results
     assert big_result.content["data"].startswith("x" * 50 + "… [truncated: the result has 500")
-    assert big_result.content["metadata"]["truncated"] is True
-    assert set(big_result.content["metadata"]) >= {"tool_name", "execution_time_ms", "cache_hit"}
+    assert set(big_result.content) == {"status", "data", "error"}  # the note is in the data
+    assert result.tool_calls[0].metadata["truncated"] is True
+    assert set(result.tool_calls[0].metadata) >= {"tool_name", "execution_time_ms", "cache_hit"}
     from hermes_agent.protocol.chatml import render_tool_results
 
     wire = render_tool_results([odd_result])

@@ -73,6 +73,38 @@ def test_nested_models_and_enums_are_inlined_without_refs() -> None:
     assert schema["required"] == ["color", "address"]
 
 
+def test_the_schema_of_a_model_and_the_value_the_function_gets_agree() -> None:
+    painted = Tool.from_function(paint)
+    arguments = {"color": "blue", "address": {"street": "Main St 1"}, "coats": [2]}
+    assert painted.validate(arguments) == (arguments, [])
+    converted, problems = painted.convert(arguments)
+    assert problems == []
+    assert converted == {"color": Color.BLUE, "address": Address(street="Main St 1"), "coats": [2]}
+    assert arguments["address"] == {"street": "Main St 1"}  # the JSON itself is left as it was
+
+
+class Opaque:
+    """A type pydantic cannot build a schema or a validator for."""
+
+
+def test_a_hand_written_schema_still_gets_models_converted_and_opaque_types_passed_as_json() -> (
+    None
+):
+    def ship(address: Address, extra: Opaque) -> str:
+        return "shipped"
+
+    shipping = Tool.from_function(
+        ship,
+        description="Ship a parcel",
+        parameters={"address": {"type": "object"}, "extra": {"type": "object"}},
+    )
+    converted, problems = shipping.convert({"address": {"street": "a"}, "extra": {"k": 1}})
+    assert problems == []
+    assert converted == {"address": Address(street="a"), "extra": {"k": 1}}
+    converted, problems = shipping.convert({"address": {"zip_code": "1"}, "extra": {}})
+    assert problems == ["'address.street': Field required"]
+
+
 def test_shorthand_parameters_mapping_required_unless_default() -> None:
     agent = Agent(model=ScriptedModel([]))
 

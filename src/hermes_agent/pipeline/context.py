@@ -224,16 +224,13 @@ class RunContext:
 
 
 def error_result(call_id: str, name: str, status: Status, message: str) -> ToolResult:
-    """A refused or failed call, in the normalised result shape the model reads."""
+    """A refused or failed call, in the normalised result shape the model reads
+    (``{"status": "error", "data": null, "error": message}``). The status code travels beside
+    the content (``ToolResult.status_code``), not in it: the message says what went wrong."""
     return ToolResult(
         call_id=call_id,
         name=name,
-        content={
-            "status": "error",
-            "data": None,
-            "error": message,
-            "metadata": {"tool_name": name, "status_code": int(status)},
-        },
+        content={"status": "error", "data": None, "error": message},
         status_code=int(status),
         error=message,
     )

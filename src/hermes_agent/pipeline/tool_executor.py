@@ -13,13 +13,20 @@ Before anything runs, a call that a ``pre_execution`` hook changed is checked ag
 visibility, approval), and each call is counted against its tool's ``rate_limit`` (429 beyond it)
 — a cache hit is not, since it does not reach the tool.
 
-Every result reaches the model in one shape::
+Arguments are JSON until the call: then a parameter annotated with a pydantic model, a dataclass
+(or ``datetime``, ``Enum``...) gets an instance (``Tool.convert``); a value its validators refuse
+makes the call a 400 result. A subprocess tool converts them in its worker, since only JSON
+crosses into it (they are checked here first, so a refusal is a 400 there too).
 
-    {"status": "success" | "error", "data": ..., "error": ...,
-     "metadata": {"tool_name", "execution_time_ms", "cache_hit", ...}}
+Every result reaches the model in one shape, and only what the model can act on::
+
+    {"status": "success" | "error", "data": ..., "error": ...}
 
 Results longer than the tool's ``max_result_chars`` are cut, with a note saying so; identical
-calls within a tool's ``cache_ttl`` reuse the earlier result (``cache_hit: true``).
+calls within a tool's ``cache_ttl`` reuse the earlier result. How long a call took, whether it
+came from the cache, was cut or went to a fallback is in its ``ToolCallRecord.metadata``
+(``execution_time_ms``, ``cache_hit``, ``truncated``, ``fallback_for``), not in the prompt: it
+costs tokens and small models misread it.
 """
 
 from __future__ import annotations
@@ -116,20 +123,8 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
     started = time.perf_counter()
     hit, value = ctx.runtime.cached(tool, plan.arguments)
     error: tuple[Status, str] | None = None
-    if not hit and not ctx.runtime.admit(tool):
-        refused = rate_limited(call.id, tool)
-        error = (Status.RATE_LIMITED, refused.error or "")
-    elif not hit:
-        try:
-            value = await _call(ctx, plan, timeout)
-        except TimeoutError:
-            error = (Status.TIMEOUT, f"tool '{tool.name}' timed out after {timeout:g} s")
-        except ToolProcessError as exc:
-            error = (Status.TOOL_ERROR, f"tool '{tool.name}' failed in its process: {exc}")
-        except Exception as exc:  # a tool's failure is a result for the model, never a crash
-            error = (Status.TOOL_ERROR, f"tool '{tool.name}' raised {type(exc).__name__}: {exc}")
-        else:
-            ctx.runtime.remember(tool, plan.arguments, value)
+    if not hit:
+        value, error = await _run(ctx, plan, timeout)
 
     metadata: dict[str, Any] = {
         "tool_name": tool.name,
@@ -140,27 +135,57 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
         metadata["fallback_for"] = plan.fallback_for
     if error is not None:
         result = error_result(call.id, tool.name, error[0], error[1])
-        result.content["metadata"].update(metadata)
         record = ToolCallRecord(
             tool.name, plan.arguments, None, int(error[0]), error[1], call.id, metadata
         )
         return result, record
 
     data = _truncated(value, tool.max_result_chars, metadata)
-    envelope = {"status": "success", "data": data, "error": None, "metadata": metadata}
+    envelope = {"status": "success", "data": data, "error": None}
     result = ToolResult(call_id=call.id, name=tool.name, content=envelope)
     record = ToolCallRecord(tool.name, plan.arguments, value, 200, None, call.id, metadata)
     return result, record
 
 
-async def _call(ctx: RunContext, plan: PlannedCall, timeout: float) -> Any:
+async def _run(
+    ctx: RunContext, plan: PlannedCall, timeout: float
+) -> tuple[Any, tuple[Status, str] | None]:
+    """Convert, admit and run a call the cache did not answer: ``(value, None)``, or
+    ``(None, (status, message))`` when it was refused or failed."""
     tool = plan.tool
-    arguments = private_copy(plan.arguments)
+    arguments, problems = tool.convert(private_copy(plan.arguments))
+    if problems:  # refused before it ran: not counted against the rate limit
+        message = "invalid arguments: " + "; ".join(problems)
+        return None, (Status.INVALID, f"{message}. Call the tool again with fixed arguments.")
+    if not ctx.runtime.admit(tool):
+        return None, (Status.RATE_LIMITED, rate_limited(plan.call.id, tool).error or "")
+    try:
+        value = await _call(ctx, plan, arguments, timeout)
+    except TimeoutError:
+        return None, (Status.TIMEOUT, f"tool '{tool.name}' timed out after {timeout:g} s")
+    except ToolProcessError as exc:
+        return None, (Status.TOOL_ERROR, f"tool '{tool.name}' failed in its process: {exc}")
+    except Exception as exc:  # a tool's failure is a result for the model, never a crash
+        return None, (
+            Status.TOOL_ERROR,
+            f"tool '{tool.name}' raised {type(exc).__name__}: {exc}",
+        )
+    ctx.runtime.remember(tool, plan.arguments, value)
+    return value, None
+
+
+async def _call(
+    ctx: RunContext, plan: PlannedCall, arguments: dict[str, Any], timeout: float
+) -> Any:
+    """Call the tool with ``arguments`` (a private copy, converted to what its annotations
+    name) in its execution mode."""
+    tool = plan.tool
     if tool.execution_mode == "subprocess":
-        # The worker enforces the timeout itself (and kills the process); the outer bound
-        # only guards against a pool that cannot even start a worker.
+        # Only JSON crosses into the worker, which converts the arguments itself
+        # (``Tool.json_function``). It enforces the timeout itself (and kills the process);
+        # the outer bound only guards against a pool that cannot even start a worker.
         pool = ctx.runtime.pool(tool)
-        future = ctx.executor.submit(pool.call, arguments, timeout)
+        future = ctx.executor.submit(pool.call, plan.arguments, timeout)
         async with asyncio.timeout(timeout + 5):
             return await _in_thread(future)
     if tool.execution_mode == "inline":

@@ -13,6 +13,10 @@ strict JSON Schema of its parameters). Tools are made three ways, all ending in 
 
 Every tool belongs to one named toolset ("default" unless said otherwise); an agent or a single
 run can be limited to some toolsets.
+
+A parameter annotated with a pydantic model, a dataclass (or anything else JSON does not carry
+as such: ``datetime``, ``Enum``, ``tuple``...) gets an instance, not the dict the model wrote:
+``Tool.convert`` turns the validated JSON arguments into what the annotations name.
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from typing import Any
 import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter, ValidationError
 
 from hermes_agent.errors import ToolDefinitionError
 from hermes_agent.protocol.prompts import openai_tool
 from hermes_agent.tools.schema import (
+    argument_adapters,
     arguments_model,
+    convert_arguments,
     describe_function,
     schema_from_function,
     schema_from_mapping,
@@ -102,6 +108,7 @@ class Tool:
     _validator: Draft202012Validator = field(init=False, repr=False)
     _fast_check: Callable[[Any], Any] | None = field(init=False, repr=False, default=None)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
+    _adapters: dict[str, TypeAdapter[Any]] | None = field(init=False, repr=False, default=None)
     _is_async: bool = field(init=False, repr=False, default=False)
     _spec: dict[str, Any] = field(init=False, repr=False)
 
@@ -134,6 +141,7 @@ class Tool:
                 "mode; make it a plain function or use execution_mode: in_process"
             )
         self._coercer = _coercion_model(self.function)
+        self._adapters = None  # built on the first call: defining a tool stays cheap
         self._spec = openai_tool(self.name, self.description, self.parameters)
 
     @classmethod
@@ -194,6 +202,38 @@ class Tool:
 
     def available(self) -> bool:
         return self.check_fn is None or bool(self.check_fn())
+
+    def convert(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Valid JSON ``arguments`` → the values the function's annotations name; and the
+        problems (a pydantic validator that refused a value), worded for the model.
+
+        Only parameters whose annotation is more than plain JSON are touched (a model, a
+        dataclass, ``list[Model]``, ``Model | None``, ``datetime``...); when there are none,
+        ``arguments`` come back as they are, at the cost of one check. The ``TypeAdapter``s are
+        built on the first call and kept.
+        """
+        adapters = self._adapters
+        if adapters is None:
+            adapters = self._adapters = argument_adapters(self.function)
+        if not adapters:
+            return arguments, []
+        return convert_arguments(adapters, arguments)
+
+    def json_function(self) -> Callable[..., Any]:
+        """The function to call with JSON arguments: ``function`` itself when nothing needs
+        converting, else a wrapper that converts them first (what a subprocess worker runs,
+        since only JSON crosses into it). A value the conversion refuses raises ``ValueError``.
+        """
+        self.convert({})  # builds the adapters now, so a forked worker inherits them
+        if not self._adapters:
+            return self.function
+        return self._call_with_json
+
+    def _call_with_json(self, **arguments: Any) -> Any:
+        converted, problems = self.convert(arguments)
+        if problems:
+            raise ValueError("invalid arguments: " + "; ".join(problems))
+        return self.function(**converted)
 
     def validate(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """Check ``arguments``; return (arguments to call with, errors).
@@ -269,6 +309,8 @@ def _coercion_model(function: Callable[..., Any]) -> type[BaseModel] | None:
     try:
         return arguments_model(function)
     except ToolDefinitionError:
+        return None
+    except PydanticSchemaGenerationError:  # a type only a hand-written schema describes
         return None
 
 

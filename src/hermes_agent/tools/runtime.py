@@ -143,7 +143,8 @@ class ToolRuntime:
             if entry is not None:
                 entry[1].close()
             limits = Limits(memory_mb=tool.memory_limit_mb, cpu_seconds=tool.cpu_time_limit_s)
-            pool = SubprocessPool(tool.function, limits, size=self.pool_size)
+            # Only JSON reaches the worker: it converts the arguments for the function itself.
+            pool = SubprocessPool(tool.json_function(), limits, size=self.pool_size)
             self._pools[tool.name] = (tool, pool)
             return pool
 

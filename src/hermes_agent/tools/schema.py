@@ -7,16 +7,33 @@ false, so a model that invents an argument is told so instead of having it silen
 
 References (``$defs``) are inlined: small models and the GBNF grammar builder both do better with
 one self-contained schema per tool. Titles pydantic adds are removed for the same reason.
+
+The way back — JSON arguments → the objects the annotations name (a pydantic model, a dataclass,
+a ``datetime``, an ``Enum``, a ``tuple``...) — is ``argument_adapters``: one pydantic
+``TypeAdapter`` per parameter whose annotation is more than plain JSON.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
+import json
+import types
 from collections.abc import Callable, Mapping
-from typing import Any, get_type_hints
+from enum import Enum
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+    is_typeddict,
+)
 
 import docstring_parser
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 
 from hermes_agent.errors import ToolDefinitionError
 
@@ -53,6 +70,114 @@ def arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         **fields,
     )
     return model
+
+
+_JSON_TYPES: frozenset[Any] = frozenset(
+    {str, int, float, bool, type(None), None, Any, object, dict, list}
+)
+"""Annotations whose JSON value is already what the function gets (an int where a ``float`` is
+wanted included: Python code treats it as one)."""
+_JSON_CONTAINERS: frozenset[Any] = frozenset(
+    {
+        dict,
+        list,
+        Union,
+        types.UnionType,
+        collections.abc.Mapping,
+        collections.abc.Sequence,
+        collections.abc.Collection,
+        collections.abc.Iterable,
+    }
+)
+"""Generic origins that JSON objects and arrays already satisfy when their items do."""
+
+
+def needs_conversion(annotation: Any, _depth: int = 0) -> bool:
+    """Whether a JSON value must be converted to be what ``annotation`` says.
+
+    False for plain JSON (``str``, ``int``, ``float``, ``bool``, ``None``, ``Any``, ``dict``,
+    ``list``, ``Literal`` of those, ``TypedDict``, and unions or containers of them); true for
+    everything else: pydantic models, dataclasses, enums, tuples, sets, dates, UUIDs...
+    """
+    try:
+        if annotation in _JSON_TYPES:
+            return False
+    except TypeError:  # unhashable, e.g. Annotated[..., {"a": "dict"}]: look inside below
+        pass
+    if _depth > 16:  # a self-referencing TypedDict: converting is never wrong, only slower
+        return True
+    deeper = _depth + 1
+    supertype = getattr(annotation, "__supertype__", None)  # typing.NewType
+    if supertype is not None:
+        return needs_conversion(supertype, deeper)
+    if is_typeddict(annotation):
+        try:
+            hints = get_type_hints(annotation)
+        except Exception:  # cannot tell: converting is never wrong, only slower
+            return True
+        return any(needs_conversion(hint, deeper) for hint in hints.values())
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return needs_conversion(get_args(annotation)[0], deeper)
+    if origin is Literal:
+        return any(isinstance(value, Enum) for value in get_args(annotation))
+    if origin in _JSON_CONTAINERS:
+        return any(needs_conversion(arg, deeper) for arg in get_args(annotation) if arg is not ...)
+    return True
+
+
+def argument_adapters(fn: Callable[..., Any]) -> dict[str, TypeAdapter[Any]]:
+    """One ``TypeAdapter`` per parameter of ``fn`` whose annotation needs conversion from JSON.
+
+    Empty when no parameter does — or when the annotations cannot be read or adapted (the
+    function then gets the JSON values, as its hand-written ``parameters=`` schema describes).
+    """
+    try:
+        hints = get_type_hints(fn, include_extras=True)
+        params = inspect.signature(fn).parameters.values()
+    except Exception:  # unresolvable names, builtins without a signature
+        return {}
+    adapters: dict[str, TypeAdapter[Any]] = {}
+    for param in params:
+        annotation = hints.get(param.name, Any)
+        if param.kind in _SKIPPED_KINDS or not needs_conversion(annotation):
+            continue
+        try:
+            adapters[param.name] = TypeAdapter(annotation)
+        except Exception:  # a type pydantic cannot build (only with a hand-written schema)
+            continue
+    return adapters
+
+
+def convert_arguments(
+    adapters: Mapping[str, TypeAdapter[Any]], arguments: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """``arguments`` (JSON, already valid against the schema) with every parameter that has an
+    adapter converted; and the problems, one per failed check, worded like schema errors.
+
+    Values are validated as JSON (``validate_json``), so strict models accept what their JSON
+    form allows (an ISO string for a ``datetime``, an array for a ``tuple``).
+    """
+    converted = dict(arguments)
+    problems: list[str] = []
+    for name, adapter in adapters.items():
+        if name not in arguments:
+            continue  # left to the function's default
+        try:
+            converted[name] = adapter.validate_json(json.dumps(arguments[name]))
+        except ValidationError as exc:
+            problems.extend(_conversion_problems(name, exc))
+        except (TypeError, ValueError) as exc:  # not JSON data (a hook put an object there)
+            problems.append(f"'{name}': {exc}")
+    return converted, problems
+
+
+def _conversion_problems(name: str, exc: ValidationError) -> list[str]:
+    found = []
+    for error in exc.errors(include_url=False):
+        path = ".".join(str(part) for part in (name, *error["loc"]))
+        found.append(f"'{path}': {error['msg']}")
+    return found
 
 
 def schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:

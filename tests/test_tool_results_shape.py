@@ -1,0 +1,187 @@
+"""What the model reads of a tool result: the status and the data or the error, nothing else.
+
+Timings, cache hits, truncation and fallbacks are the caller's business: they are in
+``RunResult.tool_calls[i].metadata``, not in the ``<tool_response>`` the model is fed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from hermes_agent import Agent, ScriptedModel, Tool
+from hermes_agent.events import ToolResultsEvent
+from hermes_agent.pipeline.context import RunContext
+from hermes_agent.protocol.chatml import render_tool_results
+from hermes_agent.types import ToolResult
+
+SHAPE = {"status", "data", "error"}
+HIDDEN = ("metadata", "execution_time_ms", "cache_hit", "tool_name", "status_code", '"truncated"')
+
+
+def call(name: str, **arguments: object) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def fed_back(model: ScriptedModel, request: int = 1) -> list[ToolResult]:
+    """The tool results in the model's ``request``-th request (0-based)."""
+    return model.requests[request].messages[-1].tool_results
+
+
+def assert_model_view(result: ToolResult) -> None:
+    assert set(result.content) == SHAPE
+    wire = render_tool_results([result])
+    for word in HIDDEN:
+        assert word not in wire, (word, wire)
+
+
+def test_a_success_is_status_and_data_and_the_timings_stay_with_the_caller() -> None:
+    model = ScriptedModel([call("add", a=2, b=3), "5"])
+    agent = Agent(model=model)
+
+    @agent.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    result = agent.run("2+3")
+    (seen,) = fed_back(model)
+    assert seen.content == {"status": "success", "data": 5, "error": None}
+    assert render_tool_results([seen]) == (
+        '<tool_response>\n{"name": "add", "content": {"status": "success", "data": 5, '
+        '"error": null}}\n</tool_response>'
+    )
+    record = result.tool_calls[0]
+    assert record.metadata["tool_name"] == "add"
+    assert record.metadata["cache_hit"] is False
+    assert record.metadata["execution_time_ms"] >= 0
+
+
+def test_a_cache_hit_reads_exactly_like_the_first_call() -> None:
+    model = ScriptedModel([call("lookup", key="a"), "ok", call("lookup", key="a"), "ok"])
+    agent = Agent(model=model)
+
+    @agent.tool(cache_ttl=60)
+    def lookup(key: str) -> dict[str, str]:
+        """Look a key up."""
+        return {"key": key, "value": "v"}
+
+    first = agent.run("a").tool_calls[0]
+    second = agent.run("a").tool_calls[0]
+    assert (first.metadata["cache_hit"], second.metadata["cache_hit"]) == (False, True)
+    assert fed_back(model, 1)[0].content == fed_back(model, 3)[0].content
+    assert_model_view(fed_back(model, 3)[0])
+
+
+def test_a_cut_result_carries_its_note_in_the_data() -> None:
+    model = ScriptedModel([call("big"), "ok"])
+    agent = Agent(model=model)
+
+    @agent.tool(max_result_chars=20)
+    def big() -> list[int]:
+        """Many numbers."""
+        return list(range(100))
+
+    result = agent.run("go")
+    (seen,) = fed_back(model)
+    assert_model_view(seen)
+    assert seen.content["status"] == "success"
+    assert seen.content["data"].startswith("[0, 1, 2, 3, 4, 5, 6… [truncated: the result has 390")
+    assert result.tool_calls[0].metadata["truncated"] is True
+    assert result.tool_calls[0].result == list(range(100))  # the caller keeps the whole value
+
+
+def test_a_fallback_is_recorded_for_the_caller_only() -> None:
+    model = ScriptedModel([call("live", symbol="X"), "ok"])
+    agent = Agent(model=model)
+
+    @agent.tool(check_fn=lambda: False, fallback="cached")
+    def live(symbol: str) -> float:
+        """Live price."""
+        raise AssertionError("must not run")
+
+    @agent.tool
+    def cached(symbol: str) -> float:
+        """Cached price."""
+        return 1.5
+
+    result = agent.run("price")
+    (seen,) = fed_back(model)
+    assert seen.content == {"status": "success", "data": 1.5, "error": None}
+    assert result.tool_calls[0].metadata["fallback_for"] == "live"
+
+
+def _veto(ctx: RunContext) -> None:
+    for plan in list(ctx.planned):
+        if plan.tool.name == "vetoed":
+            ctx.veto(plan, "not today")
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "error_start"),
+    [
+        (call("nope"), 404, "tool 'nope' does not exist"),
+        (call("fails", x="one"), 400, "invalid arguments: 'x' must be an integer"),
+        (call("fails", x=1), 500, "tool 'fails' raised RuntimeError: broken"),
+        (call("slow"), 408, "tool 'slow' timed out after 0.05 s"),
+        (call("vetoed"), 403, "call to 'vetoed' was refused: not today"),
+        ("<tool_call>\n{not json\n</tool_call>", 400, "could not parse your tool call"),
+    ],
+)
+def test_every_refusal_and_failure_has_the_same_three_keys(
+    reply: str, status: int, error_start: str
+) -> None:
+    model = ScriptedModel([reply, "sorry"])
+    agent = Agent(model=model)
+
+    @agent.tool
+    def fails(x: int) -> int:
+        """Fails."""
+        raise RuntimeError("broken")
+
+    @agent.tool(timeout=0.05)
+    async def slow() -> str:
+        """Slow."""
+        await asyncio.sleep(5)
+        return "late"
+
+    @agent.tool
+    def vetoed() -> str:
+        """Never runs."""
+        return "ran"
+
+    agent.add_hook("pre_execution", _veto)
+    started = time.monotonic()
+    agent.run("go")
+    assert time.monotonic() - started < 3
+    (seen,) = fed_back(model)
+    assert seen.status_code == status
+    assert seen.content["status"] == "error" and seen.content["data"] is None
+    assert seen.content["error"].startswith(error_start), seen.content["error"]
+    assert seen.content["error"] == seen.error
+    assert_model_view(seen)
+
+
+def test_streaming_consumers_see_what_the_model_sees() -> None:
+    events: list[Any] = []
+    model = ScriptedModel([call("echo", text="hi"), "hi"])
+    agent = Agent(model=model, tools=[Tool.from_function(echo)])
+
+    async def consume() -> None:
+        async for event in agent.astream("say hi"):
+            events.append(event)
+
+    asyncio.run(consume())
+    (results,) = [e for e in events if isinstance(e, ToolResultsEvent)]
+    assert [r.content for r in results.results] == [
+        {"status": "success", "data": "hi", "error": None}
+    ]
+
+
+def echo(text: str) -> str:
+    """Echo the text."""
+    return text
