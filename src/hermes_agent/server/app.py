@@ -1,0 +1,134 @@
+"""``create_app``: the agent as an HTTP, SSE and WebSocket service (FastAPI).
+
+    from hermes_agent.server import ServiceSettings, create_app
+
+    app = create_app("config.yaml", tools_files=["tools.py"], settings=ServiceSettings(port=8000))
+    # uvicorn.run(app, host="127.0.0.1", port=8000)
+
+The agent is built through ``hermes_agent.loading.build_agent`` (or given as ``agent=``) and
+served through one fork of it whose approver asks the run's owner over the API. Endpoints:
+``POST /v1/runs`` (JSON, 202 with pending approvals, or SSE), ``GET /v1/runs``,
+``GET /v1/runs/{id}``, ``GET /v1/runs/{id}/events`` (``Last-Event-ID``),
+``POST /v1/runs/{id}/cancel``, ``POST /v1/approvals/{id}``, ``GET|DELETE /v1/sessions[/{id}]``,
+``GET /v1/runs/{id}/trace[.jsonl]``, ``/v1/ws``, ``/healthz``, ``/readyz``, ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.responses import Response
+
+from hermes_agent.agent import Agent
+from hermes_agent.config import HermesConfig, load_config
+from hermes_agent.errors import ConfigError, HermesAgentError
+from hermes_agent.loading import build_agent, load_tools_file
+from hermes_agent.server import routes_data, routes_runs, ws
+from hermes_agent.server.approvals import ApprovalBook
+from hermes_agent.server.auth import KeyStore, open_key_store
+from hermes_agent.server.metrics import ServiceMetrics
+from hermes_agent.server.middleware import ServiceMiddleware
+from hermes_agent.server.runs import RunManager, RunRejected
+from hermes_agent.server.settings import ServiceSettings
+
+logger = logging.getLogger("hermes_agent.server")
+
+
+def create_app(
+    config: str | os.PathLike[str] | HermesConfig | None = None,
+    *,
+    agent: Agent | None = None,
+    tools_files: Sequence[str | os.PathLike[str]] = (),
+    settings: ServiceSettings | None = None,
+    keys: KeyStore | None = None,
+) -> FastAPI:
+    """The service app for the agent ``config`` describes (or ``agent``, which the app then
+    uses but does not close). ``keys`` overrides where API keys are kept (see
+    ``ServiceSettings.keys_url``). Raises ``ConfigError`` for a bad config, tools file, or
+    ``auth: none`` on a host that is not loopback."""
+    settings = settings or ServiceSettings()
+    if settings.auth == "none" and not is_loopback(settings.host):
+        raise ConfigError(
+            f"auth: none would let anyone who reaches {settings.host} run the agent; "
+            "use auth: keys, or bind to 127.0.0.1"
+        )
+    hermes_config = (
+        config if isinstance(config, HermesConfig) or config is None else load_config(config)
+    )
+    owns_agent = agent is None
+    if agent is None:
+        base = build_agent(hermes_config, tools_files=tools_files)
+    else:
+        base = agent
+        for item in (tool for path in tools_files for tool in load_tools_file(path)):
+            base.add_tool(item, replace=True)
+
+    metrics = ServiceMetrics()
+    manager = RunManager(settings, metrics, ApprovalBook())
+    # One fork serves every run, so tool pools, rate limits and caches are shared by all runs;
+    # without a store of its own the service keeps sessions and traces in memory.
+    if base.storage is None:
+        served = base.fork(approver=manager.approver, storage="memory://")
+    else:
+        served = base.fork(approver=manager.approver)
+    manager.agent = served
+    assert served.storage is not None
+    if keys is None:
+        storage_url = hermes_config.storage.url if hermes_config and hermes_config.storage else None
+        keys = open_key_store(settings.keys_url or storage_url or "memory://")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if settings.auth == "none":
+            logger.warning(
+                "auth: none — every request is the user 'local'; use only on a trusted machine"
+            )
+        try:
+            yield
+        finally:
+            await manager.shutdown(settings.shutdown_grace_s)
+            served.close()  # flushes the audit trail
+            if owns_agent:
+                base.close()
+            keys.close()
+
+    app = FastAPI(title="Hermes Agent", version="1", lifespan=lifespan)
+    app.state.settings = settings
+    app.state.manager = manager
+    app.state.metrics = metrics
+    app.state.storage = served.storage
+    app.state.keys = keys
+    app.state.agent = served
+    app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
+    app.add_exception_handler(RunRejected, _rejected)
+    app.add_exception_handler(HermesAgentError, _refused)
+    app.include_router(routes_runs.router)
+    app.include_router(routes_data.router)
+    app.include_router(ws.router)
+    return app
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address or ``localhost``."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def _rejected(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RunRejected)
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+    return JSONResponse({"detail": exc.message}, exc.status_code, headers=headers)
+
+
+async def _refused(_: Request, exc: Exception) -> Response:
+    return JSONResponse({"detail": str(exc)}, 422)

@@ -1,0 +1,68 @@
+"""Prometheus metrics, one registry per app (so two apps in one process never share counts)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_STAGE_EVENTS = {
+    "input": "input",
+    "thought": "thought",
+    "selection": "selection",
+    "tool_results": "execution",
+    "output": "output",
+}
+
+
+class ServiceMetrics:
+    """Runs by final status, runs in flight, tool calls by status, and per-stage latency.
+
+    Stage latency is measured between stage events (time from the previous stage's event, or
+    the run's start, to this stage's event), which is what the service can see through the
+    event seam; the audit records hold each stage's own latency.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.runs = Counter(
+            "hermes_runs", "Runs by how they ended.", ["status"], registry=self.registry
+        )
+        self.in_flight = Gauge(
+            "hermes_runs_in_flight", "Runs not finished yet.", registry=self.registry
+        )
+        self.tool_calls = Counter(
+            "hermes_tool_calls", "Tool calls by status code.", ["status"], registry=self.registry
+        )
+        self.stage_latency = Histogram(
+            "hermes_stage_latency_seconds",
+            "Time between stage events, by stage.",
+            ["stage"],
+            registry=self.registry,
+        )
+        self.rejections = Counter(
+            "hermes_rejections",
+            "Requests refused before a run started, by reason.",
+            ["reason"],
+            registry=self.registry,
+        )
+
+    def observe(self, event: dict[str, Any], since: float) -> float:
+        """Count what one wire event says; returns the time to measure the next stage from."""
+        now = time.perf_counter()
+        stage = _STAGE_EVENTS.get(event.get("kind", ""))
+        if stage is None:
+            return since
+        self.stage_latency.labels(stage).observe(now - since)
+        if stage == "execution":
+            for result in event.get("results", []):
+                self.tool_calls.labels(str(result.get("status"))).inc()
+        elif stage == "selection":
+            for refused in event.get("rejected", []):
+                self.tool_calls.labels(str(refused.get("status"))).inc()
+        return now
+
+    def exposition(self) -> bytes:
+        """The text format ``/metrics`` serves."""
+        return generate_latest(self.registry)

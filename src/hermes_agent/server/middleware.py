@@ -1,0 +1,104 @@
+"""One ASGI middleware for what every HTTP request gets: a request id, the body size limit
+(413), and one JSON access-log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+access_log = logging.getLogger("hermes_agent.server.access")
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class ServiceMiddleware:
+    """Request ids (``X-Request-ID``, the client's if valid), body limit, access log."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        given = headers.get("x-request-id", "")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        state: dict[str, Any] = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        started = time.perf_counter()
+        status = {"code": 0, "sent": False}
+        limit = self.max_body_bytes
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLarge
+            return message
+
+        async def tagged_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                status["sent"] = True
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            length = headers.get("content-length", "")
+            if scope["type"] == "http" and length.isdigit() and int(length) > limit:
+                await _too_large(tagged_send, limit)
+                return
+            await self.app(scope, counting_receive, tagged_send)
+        except _BodyTooLarge:
+            if not status["sent"]:
+                await _too_large(tagged_send, limit)
+        finally:
+            _log_access(scope, state, request_id, status["code"], started)
+
+
+async def _too_large(send: Send, limit: int) -> None:
+    body = json.dumps(
+        {"detail": f"the request body is larger than {limit} bytes (max_body_bytes); send less"}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _log_access(
+    scope: Scope, state: dict[str, Any], request_id: str, status: int, started: float
+) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    line = {
+        "ts": time.time(),
+        "request_id": request_id,
+        "type": scope["type"],
+        "method": scope.get("method", "WS"),
+        "path": scope["path"],
+        "status": status,
+        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+        "user": state.get("user_id"),
+        "client": scope["client"][0] if scope.get("client") else None,
+    }
+    access_log.info(json.dumps(line))

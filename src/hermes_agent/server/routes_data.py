@@ -1,0 +1,126 @@
+"""What the store holds, scoped to the caller: sessions, a run's stage records and their JSONL
+export; and the operational endpoints (health, readiness, metrics)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from starlette.responses import PlainTextResponse, Response
+
+from hermes_agent.audit.records import AuditRecord
+from hermes_agent.server.auth import CurrentUser, KeyStore, Principal
+from hermes_agent.server.metrics import ServiceMetrics
+from hermes_agent.server.routes_runs import json_response
+from hermes_agent.server.runs import RunManager, client_session_id, stored_session_id
+from hermes_agent.storage.base import Storage
+
+router = APIRouter()
+
+
+def _storage(request: Request) -> Storage:
+    storage: Storage = request.app.state.storage
+    return storage
+
+
+@router.get("/v1/sessions", response_model=None)
+def list_sessions(request: Request, user: CurrentUser) -> Response:
+    """The caller's sessions, most recently updated first."""
+    sessions = []
+    for row in _storage(request).sessions.list_sessions():
+        own = client_session_id(user.user_id, row["id"])
+        if own is not None:
+            sessions.append({**row, "id": own})
+    return json_response({"sessions": sessions})
+
+
+@router.get("/v1/sessions/{session_id}", response_model=None)
+def show_session(session_id: str, request: Request, user: CurrentUser) -> Response:
+    """A session's messages and the runs recorded for it."""
+    storage = _storage(request)
+    stored = stored_session_id(user.user_id, session_id)
+    messages = storage.sessions.load(stored)
+    runs = storage.session_requests(stored)
+    if not messages and not runs:
+        raise HTTPException(404, f"no session {session_id!r}")
+    return json_response(
+        {
+            "id": session_id,
+            "messages": [dataclasses.asdict(m) for m in messages],
+            "runs": runs,
+        }
+    )
+
+
+@router.delete("/v1/sessions/{session_id}", status_code=204, response_model=None)
+def delete_session(session_id: str, request: Request, user: CurrentUser) -> Response:
+    """Forget a session's messages (its audit records stay)."""
+    if not _storage(request).sessions.delete(stored_session_id(user.user_id, session_id)):
+        raise HTTPException(404, f"no session {session_id!r}")
+    return Response(status_code=204)
+
+
+def _owned_records(request: Request, request_id: str, user: Principal) -> list[AuditRecord]:
+    manager: RunManager = request.app.state.manager
+    records = _storage(request).records(request_id)
+    if manager.get(request_id, user.user_id, admin=user.admin) is not None:
+        return records
+    if not records or (
+        client_session_id(user.user_id, records[0].session_id) is None and not user.admin
+    ):
+        raise HTTPException(404, f"no run {request_id!r}")
+    return records
+
+
+@router.get("/v1/runs/{request_id}/trace", response_model=None)
+def trace(request_id: str, request: Request, user: CurrentUser) -> Response:
+    """The run's stage records, in order."""
+    records = _owned_records(request, request_id, user)
+    shown: list[dict[str, Any]] = []
+    for record in records:
+        data = record.to_dict()
+        data["session_id"] = (
+            client_session_id(user.user_id, record.session_id) or data["session_id"]
+        )
+        shown.append(data)
+    return json_response({"request_id": request_id, "records": shown})
+
+
+@router.get("/v1/runs/{request_id}/trace.jsonl", response_model=None)
+def trace_jsonl(request_id: str, request: Request, user: CurrentUser) -> Response:
+    """The run's stage records as JSON Lines (the store's export: session ids as stored)."""
+    _owned_records(request, request_id, user)
+    return PlainTextResponse(
+        _storage(request).export_jsonl(request_id), media_type="application/x-ndjson"
+    )
+
+
+@router.get("/healthz", response_model=None)
+async def healthz() -> Response:
+    """The process answers."""
+    return json_response({"status": "ok"})
+
+
+@router.get("/readyz", response_model=None)
+def readyz(request: Request) -> Response:
+    """The store and the key store answer; 503 otherwise."""
+    keys: KeyStore = request.app.state.keys
+    manager: RunManager = request.app.state.manager
+    try:
+        _storage(request).sessions.list_sessions(limit=1)
+        keys.ping()
+    except Exception as exc:
+        return json_response(
+            {"status": "unavailable", "error": f"{type(exc).__name__}: {exc}"}, 503
+        )
+    if not manager.accepting:
+        return json_response({"status": "shutting down"}, 503)
+    return json_response({"status": "ready"})
+
+
+@router.get("/metrics", response_model=None)
+async def metrics(request: Request) -> Response:
+    """Prometheus metrics of this app."""
+    service_metrics: ServiceMetrics = request.app.state.metrics
+    return Response(service_metrics.exposition(), media_type="text/plain; version=0.0.4")

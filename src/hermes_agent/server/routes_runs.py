@@ -1,0 +1,215 @@
+"""Runs and approvals over HTTP: start (JSON or SSE), status, list, events, cancel, answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from hermes_agent.server.approvals import ApprovalAnswered
+from hermes_agent.server.auth import CurrentUser, Principal
+from hermes_agent.server.runs import Run, RunManager, RunRequest, client_session_id
+from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.server.sse import EventStreamResponse, run_events, to_json
+from hermes_agent.storage.base import Storage
+
+router = APIRouter(prefix="/v1")
+
+_FAILED_CODES = {"cancelled": 409, "timed_out": 504, "failed": 500}
+
+
+class ApprovalAnswer(BaseModel):
+    """The body of ``POST /v1/approvals/{id}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approved: bool
+    reason: str = ""
+
+
+def json_response(data: Any, status_code: int = 200) -> Response:
+    """JSON that tolerates values JSON cannot hold (shown as their str)."""
+    return Response(to_json(data), status_code=status_code, media_type="application/json")
+
+
+def _manager(request: Request) -> RunManager:
+    manager: RunManager = request.app.state.manager
+    return manager
+
+
+def _settings(request: Request) -> ServiceSettings:
+    settings: ServiceSettings = request.app.state.settings
+    return settings
+
+
+def check_message(message: str, settings: ServiceSettings) -> None:
+    """413 for a message over ``max_message_chars``."""
+    if len(message) > settings.max_message_chars:
+        raise HTTPException(
+            413,
+            f"the message is {len(message)} characters long; this service accepts at most "
+            f"{settings.max_message_chars} (max_message_chars): send a shorter message",
+        )
+
+
+def finished_response(run: Run, manager: RunManager) -> Response:
+    """What a plain POST answers once the run is over or waits for an approval."""
+    if run.status == "completed":
+        return json_response(run.result)
+    summary = run.summary(manager.pending(run))
+    if run.status == "waiting_approval" or summary["pending_approvals"]:
+        return json_response(summary, 202)
+    return json_response(summary, _FAILED_CODES.get(run.status, 200))
+
+
+@router.post("/runs", response_model=None)
+async def create_run(body: RunRequest, request: Request, user: CurrentUser) -> Response:
+    """Start a run: the ``RunResult`` JSON, ``202`` with the pending approvals, or with
+    ``stream: true`` the run's events as Server-Sent Events."""
+    settings, manager = _settings(request), _manager(request)
+    check_message(body.message, settings)
+    run = await manager.start(user.user_id, body)
+    if body.stream:
+        return EventStreamResponse(
+            run_events(run, 0, settings.keepalive_s), settings.send_timeout_s
+        )
+    try:
+        while not run.done and not manager.pending(run):
+            await run.changed()
+    finally:
+        run.detach()
+    return finished_response(run, manager)
+
+
+def _owned_run(request: Request, request_id: str, user: Principal) -> Run:
+    run = _manager(request).get(request_id, user.user_id, admin=user.admin)
+    if run is None:
+        raise HTTPException(404, f"no run {request_id!r} in memory; GET /v1/runs/{request_id}")
+    return run
+
+
+def stored_run(storage: Storage, request_id: str, user: Principal) -> dict[str, Any] | None:
+    """A run's status from its audit records, if the caller owns it."""
+    records = storage.records(request_id)
+    if not records:
+        return None
+    session = client_session_id(user.user_id, records[0].session_id)
+    if session is None and not user.admin:
+        return None
+    last = records[-1]
+    output = last.stage == "OutputRenderer"
+    return {
+        "request_id": request_id,
+        "session_id": session if session is not None else records[0].session_id,
+        "status": ("completed" if last.status == "ok" else "failed") if output else "incomplete",
+        "status_code": last.status_code,
+        "output": last.content if output else None,
+        "records": len(records),
+        "source": "store",
+    }
+
+
+@router.get("/runs/{request_id}", response_model=None)
+async def get_run(request_id: str, request: Request, user: CurrentUser) -> Response:
+    """A run's status and result: from memory, or from the store's audit records."""
+    manager = _manager(request)
+    run = manager.get(request_id, user.user_id, admin=user.admin)
+    if run is not None:
+        return json_response(run.summary(manager.pending(run)))
+    storage: Storage = request.app.state.storage
+    found = await run_in_threadpool(stored_run, storage, request_id, user)
+    if found is None:
+        raise HTTPException(404, f"no run {request_id!r}")
+    return json_response(found)
+
+
+@router.get("/runs", response_model=None)
+async def list_runs(
+    request: Request,
+    user: CurrentUser,
+    session_id: str | None = None,
+    status: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> Response:
+    """The caller's runs, newest first: those in memory, then those in the store."""
+    manager = _manager(request)
+    storage: Storage = request.app.state.storage
+    found: dict[str, dict[str, Any]] = {}
+    for run in reversed(manager.runs.values()):
+        if run.owner == user.user_id and session_id in (None, run.session_id):
+            found[run.id] = {k: v for k, v in run.summary([]).items() if k != "result"}
+
+    def from_store() -> list[dict[str, Any]]:
+        rows = []
+        for row in storage.requests(limit=limit * 4):
+            session = client_session_id(user.user_id, row["session_id"])
+            if session is None or session_id not in (None, session):
+                continue
+            done = row["status"] != "incomplete"
+            rows.append(
+                {
+                    "request_id": row["request_id"],
+                    "session_id": session,
+                    "status": ("completed" if row["status"] == "ok" else "failed")
+                    if done
+                    else "incomplete",
+                    "created": row["started"],
+                    "source": "store",
+                }
+            )
+        return rows
+
+    for row in await run_in_threadpool(from_store):
+        found.setdefault(row["request_id"], row)
+    runs = [r for r in found.values() if status in (None, r["status"])][:limit]
+    return json_response({"runs": runs})
+
+
+@router.get("/runs/{request_id}/events", response_model=None)
+async def run_events_stream(
+    request_id: str,
+    request: Request,
+    user: CurrentUser,
+    last_event_id: Annotated[int, Header(alias="Last-Event-ID", ge=0)] = 0,
+) -> Response:
+    """Follow a run: every event after ``Last-Event-ID``, then live ones, then the end."""
+    run = _owned_run(request, request_id, user)
+    settings = _settings(request)
+    run.attach()
+    return EventStreamResponse(
+        run_events(run, last_event_id, settings.keepalive_s), settings.send_timeout_s
+    )
+
+
+@router.post("/runs/{request_id}/cancel", response_model=None)
+async def cancel_run(request_id: str, request: Request, user: CurrentUser) -> Response:
+    """Cancel a run in flight, its tools with it; answers once it has stopped."""
+    run = _owned_run(request, request_id, user)
+    cancelled = _manager(request).cancel(run)
+    if cancelled and run.task is not None:
+        await asyncio.wait({run.task}, timeout=10)
+    return json_response({"request_id": run.id, "cancelled": cancelled, "status": run.status})
+
+
+@router.post("/approvals/{approval_id}", response_model=None)
+async def answer_approval(
+    approval_id: str,
+    body: ApprovalAnswer,
+    request: Request,
+    user: CurrentUser,
+) -> Response:
+    """Approve or deny a pending tool call (once; only the run's owner)."""
+    manager = _manager(request)
+    pending = manager.approvals.get(approval_id, user.user_id)
+    if pending is None:
+        raise HTTPException(404, f"no approval {approval_id!r}")
+    reason = body.reason or f"{'approved' if body.approved else 'denied'} by {user.user_id}"
+    try:
+        manager.approvals.answer(pending, body.approved, reason)
+    except ApprovalAnswered:
+        raise HTTPException(409, f"approval {approval_id!r} was answered already") from None
+    return json_response({"approval_id": approval_id, "approved": body.approved, "reason": reason})

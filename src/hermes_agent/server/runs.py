@@ -1,0 +1,362 @@
+"""Runs that outlive their connection.
+
+Each run is an asyncio task of its own; what it emits goes into an in-memory log with
+increasing ids (1, 2, ...), so any number of clients can follow it, drop, and come back with
+the last id they saw. The log of a finished run is kept a while (``max_finished_runs``,
+``finished_run_ttl_s``); after that the store's audit records answer for it.
+
+Session ids are kept per user: the store holds ``<user_id>:<session_id>``, so one user's
+session id can never name another user's conversation, and ownership survives a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from hermes_agent.agent import Agent
+from hermes_agent.errors import HermesAgentError
+from hermes_agent.events import Event, InputEvent, ResultEvent
+from hermes_agent.server.approvals import EXPIRED, ApprovalBook
+from hermes_agent.server.events import ApprovalResolvedEvent, RunStoppedEvent
+from hermes_agent.server.metrics import ServiceMetrics
+from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import ToolCall
+
+logger = logging.getLogger("hermes_agent.server")
+
+_current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
+    "hermes_service_run", default=None
+)
+
+
+class RunRequest(BaseModel):
+    """The body of ``POST /v1/runs`` (and of a WebSocket ``run`` message)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    session_id: str | None = None
+    tool_choice: str | None = None
+    toolsets: list[str] | None = None
+    dry_run: bool = False
+    output_format: str | None = None
+    channel: str | None = None
+    stream: bool = False
+
+
+class RunRejected(Exception):
+    """A run that cannot start now: ``status_code`` (429, 503) and what to do."""
+
+    def __init__(self, status_code: int, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.retry_after = retry_after
+
+
+def stored_session_id(user_id: str, session_id: str) -> str:
+    """The id the store keeps a user's session under."""
+    return f"{user_id}:{session_id}"
+
+
+def client_session_id(user_id: str, stored: str) -> str | None:
+    """The user's own session id for a stored one, or ``None`` when it is not theirs."""
+    prefix = f"{user_id}:"
+    return stored[len(prefix) :] if stored.startswith(prefix) else None
+
+
+class Run:
+    """One run: its owner, its status, its event log, and its task."""
+
+    def __init__(self, owner: str, session_id: str) -> None:
+        self.id = ""
+        self.owner = owner
+        self.session_id = session_id
+        self.status: RunStatus = "running"
+        self.created = time.time()
+        self.finished: float | None = None
+        self.events: list[tuple[int, dict[str, Any]]] = []
+        self.result: dict[str, Any] | None = None
+        self.error: str | None = None
+        self.listeners = 0
+        """Clients following the run now (streams, sockets, a plain POST waiting)."""
+        self.cancel_reason: str | None = None
+        self.start_error: HermesAgentError | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    @property
+    def done(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    def add(self, wire: dict[str, Any]) -> int:
+        """Append one event (its wire dict); returns its id."""
+        event_id = len(self.events) + 1
+        self.events.append((event_id, wire))
+        self.poke()
+        return event_id
+
+    def poke(self) -> None:
+        """Wake everyone waiting for a change."""
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def attach(self) -> None:
+        """A client starts following the run."""
+        self.listeners += 1
+
+    def detach(self) -> None:
+        """A client stopped following the run."""
+        self.listeners = max(0, self.listeners - 1)
+
+    async def changed(self) -> None:
+        """Wait for the next event or status change."""
+        await self._wake.wait()
+
+    async def follow(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """Every event after id ``after``, then live ones, until the run is over."""
+        index = max(0, after)
+        while True:
+            while index < len(self.events):
+                yield self.events[index]
+                index += 1
+            if self.done:
+                return
+            await self.changed()
+
+    def summary(self, pending: list[dict[str, Any]]) -> dict[str, Any]:
+        """``GET /v1/runs/{id}``'s answer for a run this process holds."""
+        return {
+            "request_id": self.id,
+            "session_id": self.session_id,
+            "status": self.status,
+            "created": self.created,
+            "finished": self.finished,
+            "events": len(self.events),
+            "result": self.result,
+            "error": self.error,
+            "pending_approvals": pending,
+            "source": "memory",
+        }
+
+
+class RunManager:
+    """Starts runs, keeps their logs, answers approvals, cancels, and shuts down cleanly.
+
+    ``agent`` must have been made with ``approver=manager.approver`` (``Agent.fork``); the
+    approver finds its run through a context variable, so one agent — one tool pool, one set
+    of rate limits and caches — serves every run.
+    """
+
+    def __init__(
+        self, settings: ServiceSettings, metrics: ServiceMetrics, approvals: ApprovalBook
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.approvals = approvals
+        self.agent: Agent | None = None
+        self.runs: OrderedDict[str, Run] = OrderedDict()
+        self.accepting = True
+        self._live: set[Run] = set()
+
+    # -- starting and following ----------------------------------------------------------
+
+    async def start(self, owner: str, request: RunRequest, *, listening: bool = True) -> Run:
+        """Start a run and return it once it has an id. Raises ``RunRejected`` (limits,
+        shutting down) or ``HermesAgentError`` (a request the agent refuses before it starts:
+        unknown tool_choice, channel, output format, a session id the store cannot hold).
+
+        With ``listening`` the caller counts as following the run from the start (so an
+        approval can wait for it) and calls ``run.detach()`` when it stops following."""
+        if not self.accepting or self.agent is None:
+            raise RunRejected(503, "the service is shutting down; try again on another instance")
+        self._check_room(owner)
+        self._evict()
+        run = Run(owner, request.session_id or uuid.uuid4().hex)
+        run.listeners = int(listening)
+        self._live.add(run)
+        run.task = asyncio.create_task(self._drive(run, self.agent, request))
+        await run.ready.wait()
+        if run.start_error is not None:
+            raise run.start_error
+        return run
+
+    def get(self, request_id: str, owner: str, *, admin: bool = False) -> Run | None:
+        """A run this process holds, if ``owner`` may see it."""
+        run = self.runs.get(request_id)
+        if run is None or (run.owner != owner and not admin):
+            return None
+        return run
+
+    def pending(self, run: Run) -> list[dict[str, Any]]:
+        """The unanswered approvals of a run, as the API lists them."""
+        return [p.to_dict() for p in self.approvals.pending_for(run.id)]
+
+    def cancel(self, run: Run, reason: str = "cancelled by the client") -> bool:
+        """Cancel a run in flight (its tools with it); ``False`` when it was over already."""
+        if run.done or run.task is None:
+            return False
+        run.cancel_reason = reason
+        run.task.cancel()
+        return True
+
+    def in_flight(self, owner: str | None = None) -> int:
+        """Runs not finished, of one owner or of all."""
+        return sum(1 for run in self._live if owner is None or run.owner == owner)
+
+    def _check_room(self, owner: str) -> None:
+        retry = self.settings.retry_after_s
+        if self.in_flight() >= self.settings.max_runs_in_flight:
+            self.metrics.rejections.labels("runs_in_flight").inc()
+            raise RunRejected(
+                429,
+                f"the service has {self.settings.max_runs_in_flight} runs in flight, its limit; "
+                f"retry after {retry} s",
+                retry,
+            )
+        if self.in_flight(owner) >= self.settings.max_runs_in_flight_per_user:
+            self.metrics.rejections.labels("runs_in_flight_per_user").inc()
+            raise RunRejected(
+                429,
+                f"you have {self.settings.max_runs_in_flight_per_user} runs in flight, the limit "
+                f"per user; wait for one to finish (retry after {retry} s)",
+                retry,
+            )
+
+    # -- the run itself -------------------------------------------------------------------
+
+    async def _drive(self, run: Run, agent: Agent, request: RunRequest) -> None:
+        _current_run.set(run)
+        self.metrics.in_flight.inc()
+        since = time.perf_counter()
+
+        def listener(event: Event) -> None:
+            nonlocal since
+            if isinstance(event, InputEvent) and not run.id:
+                self._register(run, event.request_id)
+            wire = event.to_dict()
+            since = self.metrics.observe(wire, since)
+            run.add(wire)
+
+        try:
+            async with asyncio.timeout(self.settings.run_timeout_s):
+                result = await agent.arun(
+                    request.message,
+                    session_id=stored_session_id(run.owner, run.session_id),
+                    tool_choice=request.tool_choice,  # type: ignore[arg-type]
+                    toolsets=request.toolsets,
+                    listener=listener,
+                    stream=True,
+                    dry_run=request.dry_run,
+                    output_format=request.output_format,
+                    channel=request.channel,
+                )
+        except TimeoutError:
+            self._stop(
+                run,
+                "timed_out",
+                f"the run took longer than run_timeout_s ({self.settings.run_timeout_s:g} s) "
+                "and was stopped",
+            )
+        except asyncio.CancelledError:
+            self._stop(run, "cancelled", run.cancel_reason or "cancelled")
+        except HermesAgentError as exc:
+            if run.id:
+                self._stop(run, "failed", str(exc))
+            else:  # refused before it started: the caller gets the message (422)
+                run.start_error = exc
+                run.status = "failed"
+        except Exception as exc:
+            logger.exception("run %s failed", run.id or "(starting)")
+            self._stop(run, "failed", f"the run failed unexpectedly: {type(exc).__name__}: {exc}")
+        else:
+            if not run.id:
+                self._register(run, result.request_id)
+            wire = ResultEvent(result).to_dict()
+            wire["result"]["session_id"] = run.session_id
+            run.result = wire["result"]
+            run.add(wire)
+            run.status = "completed"
+        finally:
+            run.finished = time.time()
+            self._live.discard(run)
+            self.metrics.in_flight.dec()
+            if run.id:
+                self.metrics.runs.labels(run.status).inc()
+            run.ready.set()
+            run.poke()
+
+    def _register(self, run: Run, request_id: str) -> None:
+        run.id = request_id
+        self.runs[request_id] = run
+        run.ready.set()
+
+    def _stop(self, run: Run, status: RunStatus, error: str) -> None:
+        if not run.id:  # stopped before the agent gave it an id: give it one to report
+            self._register(run, str(uuid.uuid4()))
+        run.error = error
+        run.add(RunStoppedEvent(status=status, error=error).to_dict())
+        run.status = status
+
+    # -- approvals ------------------------------------------------------------------------
+
+    async def approver(self, call: ToolCall, tool: Tool) -> Literal[True] | tuple[bool, str]:
+        """The agent's approver: ask the run's owner over the API and wait for the answer."""
+        run = _current_run.get()
+        if run is None:
+            return False, "the call was not made by a service run, so nobody can approve it"
+        if self.settings.approval_policy == "deny" and run.listeners == 0:
+            return False, "nobody was listening to the run to approve it (approval_policy: deny)"
+        ttl = self.settings.approval_timeout_s
+        pending = self.approvals.open(run.id, run.owner, tool.name, call.arguments, ttl)
+        run.status = "waiting_approval"
+        run.add(pending.event().to_dict())
+        try:
+            approved, reason = await asyncio.wait_for(asyncio.shield(pending.decision), ttl)
+        except TimeoutError:
+            approved, reason = False, EXPIRED
+        finally:
+            if not pending.decision.done():  # expired or cancelled: no later answer counts
+                pending.decision.set_result((False, EXPIRED))
+            if not self.approvals.pending_for(run.id) and not run.done:
+                run.status = "running"
+        run.add(ApprovalResolvedEvent(pending.id, approved, reason).to_dict())
+        return True if approved else (False, reason)
+
+    # -- memory and shutdown ----------------------------------------------------------------
+
+    def _evict(self) -> None:
+        """Forget finished runs beyond the count or older than the age the settings allow."""
+        now = time.time()
+        finished = [run for run in self.runs.values() if run.done]
+        excess = len(finished) - self.settings.max_finished_runs
+        for index, run in enumerate(finished):
+            stale = (
+                run.finished is not None and now - run.finished > self.settings.finished_run_ttl_s
+            )
+            if index < excess or stale:
+                del self.runs[run.id]
+                self.approvals.forget_run(run.id)
+
+    async def shutdown(self, grace: float) -> None:
+        """Stop accepting runs, let those in flight finish for up to ``grace`` seconds, then
+        cancel the rest and wait for them to end."""
+        self.accepting = False
+        tasks = [run.task for run in self._live if run.task is not None]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace)
+            for run in list(self._live):
+                self.cancel(run, "the service shut down before the run finished")
+            if late:
+                await asyncio.wait(late, timeout=max(grace, 5.0))

@@ -1,0 +1,173 @@
+"""``/v1/ws``: runs, their events, approvals and cancels over one WebSocket.
+
+Client → server: ``{"type": "run", <RunRequest fields>, "client_ref"?}``,
+``{"type": "approve", "approval_id", "approved", "reason"?}``, ``{"type": "cancel",
+"request_id"}``. Server → client: ``{"type": "started", "request_id", "session_id",
+"client_ref"}``, ``{"type": "event", "request_id", "event_id", "event": <wire event>}``,
+``{"type": "approval_answered", ...}``, ``{"type": "cancelled", ...}`` and ``{"type": "error",
+"status", "detail", ...}``. Several runs may be in flight on one socket; a socket that drops
+cancels nothing (reconnect with ``GET /v1/runs/{id}/events``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from hermes_agent.errors import HermesAgentError
+from hermes_agent.server.approvals import ApprovalAnswered
+from hermes_agent.server.auth import LOCAL_USER, Principal, authenticate
+from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest
+
+router = APIRouter()
+
+
+@router.websocket("/v1/ws")
+async def websocket_endpoint(websocket: WebSocket) -> None:
+    """One client's socket."""
+    state = websocket.app.state
+    if state.settings.auth == "none":
+        user: Principal | None = Principal(LOCAL_USER)
+    else:
+        user = authenticate(state.keys, websocket.headers.get("authorization"))
+    if user is None:
+        await websocket.close(code=1008, reason="missing or invalid API key")
+        return
+    await websocket.accept()
+    session = _Socket(websocket, state.manager, user, state.settings.send_timeout_s)
+    try:
+        await session.serve()
+    finally:
+        for task in session.pumps:
+            task.cancel()
+
+
+class _Socket:
+    def __init__(
+        self, websocket: WebSocket, manager: RunManager, user: Principal, send_timeout: float
+    ) -> None:
+        self.websocket = websocket
+        self.manager = manager
+        self.user = user
+        self.send_timeout = send_timeout
+        self.pumps: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        async with self._lock:
+            await asyncio.wait_for(
+                self.websocket.send_text(json.dumps(message, ensure_ascii=False, default=str)),
+                self.send_timeout,
+            )
+
+    async def serve(self) -> None:
+        while True:
+            try:
+                raw = await self.websocket.receive_text()
+            except WebSocketDisconnect:
+                return
+            try:
+                message = json.loads(raw)
+                kind = message.pop("type") if isinstance(message, dict) else None
+            except (ValueError, KeyError):
+                kind, message = None, {}
+            handler = {"run": self._run, "approve": self._approve, "cancel": self._cancel}.get(
+                kind if isinstance(kind, str) else ""
+            )
+            if handler is None:
+                await self._error(400, "send a JSON object whose type is run, approve or cancel")
+            elif (
+                kind == "run"
+            ):  # in a task: a run waiting for its session must not block the socket
+                task = asyncio.create_task(handler(message))
+                self.pumps.add(task)
+                task.add_done_callback(self.pumps.discard)
+            else:
+                await handler(message)
+
+    async def _error(self, status: int, detail: str, **extra: Any) -> None:
+        await self.send({"type": "error", "status": status, "detail": detail, **extra})
+
+    async def _run(self, message: dict[str, Any]) -> None:
+        client_ref = message.pop("client_ref", None)
+        message.pop("stream", None)
+        try:
+            request = RunRequest(**message)
+        except ValidationError as exc:
+            await self._error(422, str(exc), client_ref=client_ref)
+            return
+        settings = self.websocket.app.state.settings
+        if len(request.message) > settings.max_message_chars:
+            detail = f"the message is longer than max_message_chars ({settings.max_message_chars})"
+            await self._error(413, detail, client_ref=client_ref)
+            return
+        try:
+            run = await self.manager.start(self.user.user_id, request)
+        except RunRejected as exc:
+            await self._error(exc.status_code, exc.message, client_ref=client_ref)
+            return
+        except HermesAgentError as exc:
+            await self._error(422, str(exc), client_ref=client_ref)
+            return
+        await self.send(
+            {
+                "type": "started",
+                "request_id": run.id,
+                "session_id": run.session_id,
+                "client_ref": client_ref,
+            }
+        )
+        task = asyncio.create_task(self._pump(run, client_ref))
+        self.pumps.add(task)
+        task.add_done_callback(self.pumps.discard)
+
+    async def _pump(self, run: Run, client_ref: Any) -> None:
+        try:
+            async for event_id, wire in run.follow(0):
+                await self.send(
+                    {
+                        "type": "event",
+                        "request_id": run.id,
+                        "client_ref": client_ref,
+                        "event_id": event_id,
+                        "event": wire,
+                    }
+                )
+        except (WebSocketDisconnect, RuntimeError, TimeoutError):
+            pass  # the socket is gone or stopped reading; the run goes on
+        finally:
+            run.detach()
+
+    async def _approve(self, message: dict[str, Any]) -> None:
+        approval_id = str(message.get("approval_id", ""))
+        approved = message.get("approved")
+        if not isinstance(approved, bool):
+            await self._error(422, "approve needs approved: true or false", approval_id=approval_id)
+            return
+        pending = self.manager.approvals.get(approval_id, self.user.user_id)
+        if pending is None:
+            await self._error(404, f"no approval {approval_id!r}", approval_id=approval_id)
+            return
+        verb = "approved" if approved else "denied"
+        reason = str(message.get("reason") or f"{verb} by {self.user.user_id}")
+        try:
+            self.manager.approvals.answer(pending, approved, reason)
+        except ApprovalAnswered:
+            await self._error(409, f"approval {approval_id!r} was answered already")
+            return
+        await self.send(
+            {"type": "approval_answered", "approval_id": approval_id, "approved": approved}
+        )
+
+    async def _cancel(self, message: dict[str, Any]) -> None:
+        request_id = str(message.get("request_id", ""))
+        run = self.manager.get(request_id, self.user.user_id, admin=self.user.admin)
+        if run is None:
+            await self._error(404, f"no run {request_id!r}", request_id=request_id)
+            return
+        cancelled = self.manager.cancel(run)
+        await self.send({"type": "cancelled", "request_id": request_id, "cancelled": cancelled})

@@ -1,0 +1,155 @@
+"""A real uvicorn server on a free loopback port, in a thread, for the service tests; and a
+scripted agent whose answers depend on the message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from hermes_agent import Agent, ScriptedModel
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import Message
+
+
+def call(name: str, **arguments: Any) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
+    """hello → an answer; ``slow`` → a 1 s tool, then an answer; ``delete X`` → a call that
+    needs approval; ``slow delete X`` → the slow tool first; ``nap F`` → a subprocess tool
+    that starts ``sleep 60`` (pid in F) and waits."""
+    user = next(m.content for m in reversed(messages) if m.role == "user")
+    done = sum(1 for m in messages[messages.index(_last_user(messages)) :] if m.role == "tool")
+    words = str(user).split()
+    if words[0] == "slow" and done == 0:
+        return call("wait", seconds=1.0)
+    if "delete" in words and done == (1 if words[0] == "slow" else 0):
+        return call("delete_file", path=words[-1])
+    if words[0] == "nap" and done == 0:
+        return call("nap", pid_file=words[1])
+    if done:
+        return f"done: {str(messages[-1].content)[:200]}"
+    return "Hello!"
+
+
+def _last_user(messages: Sequence[Message]) -> Message:
+    return next(m for m in reversed(messages) if m.role == "user")
+
+
+async def wait(seconds: float) -> str:
+    """Wait a while."""
+    await asyncio.sleep(seconds)
+    return "waited"
+
+
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+def nap(pid_file: str) -> str:
+    """Start a sleeper and wait for it."""
+    child = subprocess.Popen(["sleep", "60"])
+    Path(pid_file).write_text(str(child.pid))
+    child.wait()
+    return "woke"
+
+
+def make_agent(storage: str) -> Agent:
+    """The scripted agent the service tests serve."""
+    agent = Agent(model=ScriptedModel(script, chunk_size=8), storage=storage)
+    agent.add_tool(Tool.from_function(wait))
+    agent.add_tool(Tool.from_function(delete_file, requires_approval=True))
+    agent.add_tool(Tool.from_function(nap, execution_mode="subprocess", timeout=120))
+    return agent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Run ``app`` on uvicorn in a thread; yields its base URL; stops it (lifespan included)."""
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=3
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Parse SSE frames: ``{"id", "event", "data"}`` per frame; comments as ``{"comment"}``."""
+    frame: dict[str, Any] = {}
+    for line in lines:
+        if line == "":
+            if frame:
+                yield frame
+            frame = {}
+        elif line.startswith(":"):
+            yield {"comment": line[1:].strip()}
+        else:
+            field, _, value = line.partition(": ")
+            frame[field] = json.loads(value) if field == "data" else value
+
+
+def process_gone(pid: int) -> bool:
+    """True when ``pid`` no longer runs (gone, or a zombie nobody reaped yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def poll_run(client: httpx.Client, request_id: str, timeout: float = 10.0) -> dict[str, Any]:
+    """GET the run until it is over."""
+    deadline = time.monotonic() + timeout
+    while True:
+        body: dict[str, Any] = client.get(f"/v1/runs/{request_id}").json()
+        if body["status"] not in ("running", "waiting_approval"):
+            return body
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run still {body['status']}")
+        time.sleep(0.05)
+
+
+def pid_from(path: Path) -> int:
+    wait_for(lambda: path.exists() and path.read_text().strip() != "")
+    return int(path.read_text())
