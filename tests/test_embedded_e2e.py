@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from hermes_agent import Agent, Status
 from hermes_agent.demo_tools import calculator, demo_tools
@@ -18,13 +19,14 @@ def hermes_agent_command() -> list[str]:
     return [script] if script else [sys.executable, "-m", "hermes_agent"]
 
 
-def test_cli_required_tool_choice_runs_the_calculator() -> None:
+def test_cli_required_tool_choice_runs_the_calculator(tmp_path: Path) -> None:
     done = subprocess.run(
         [*hermes_agent_command(), "run", "--json", "--tool-choice", "required", "What is 17 * 23?"],
         capture_output=True,
         text=True,
         timeout=300,
         env={**os.environ, "HERMES_DEBUG": "0"},
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -39,7 +41,7 @@ def test_cli_required_tool_choice_runs_the_calculator() -> None:
     assert result["usage"]["completion_tokens"] > 0
 
 
-def test_debug_run_prints_five_stage_lines() -> None:
+def test_debug_run_prints_five_stage_lines(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             *hermes_agent_command(),
@@ -52,12 +54,13 @@ def test_debug_run_prints_five_stage_lines() -> None:
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     stages = {
         line.split(":")[0].removeprefix("[INFO] ")
         for line in done.stderr.splitlines()
-        if line.startswith("[INFO] ")
+        if line.startswith("[INFO] ") and not line.startswith("[INFO] storage:")
     }
     assert stages == {
         "InputParser",

@@ -182,11 +182,8 @@ def test_eval_writes_only_its_report(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.chdir(tmp_path)
     done = CliRunner().invoke(app, ["eval", "suite.yaml", "--quiet"])
     assert done.exit_code == 0, done.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "config.yaml",
-        "eval-report.json",
-        "suite.yaml",
-    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hermes", "config.yaml", "suite.yaml"]
+    assert [p.name for p in (tmp_path / ".hermes").iterdir()] == ["eval-report.json"]
 
 
 def test_the_command_line_keeps_its_default_storage(tmp_path: Path) -> None:

@@ -33,12 +33,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rich.console import Console
 
-from hermes_agent.agent import Agent, build_model
+from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.evals.report import CaseResult, Report, record_run, run_with_progress
 from hermes_agent.loading import load_tools_file
 from hermes_agent.models.base import Model
+from hermes_agent.models.registry import build_model
 from hermes_agent.tools.registry import Tool
 
 OPTIONAL = ""
