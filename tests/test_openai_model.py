@@ -565,3 +565,18 @@ def test_hermes_mode_with_grammar_sends_a_gbnf_grammar(server: ScriptedServer) -
     complete(native)
     assert "grammar" not in server.last and native.profile.tool_choice_enforcement == "server"
     assert make(server).profile.tool_choice_enforcement == "prompt"
+
+
+def test_a_stream_of_only_whitespace_counts_as_empty(server: ScriptedServer) -> None:
+    server.push(text("\n  "), text("Sunny."))
+    chunks = stream(make(server))
+    assert "".join(c.text for c in chunks).strip() == "Sunny."
+    assert [bool(r.get("stream")) for r in server.requests] == [True, False]
+
+
+def test_the_grammar_constrains_only_a_turn_that_must_call(server: ScriptedServer) -> None:
+    model = make(server, grammar=True)
+    complete(model, tool_choice="auto")
+    assert "grammar" not in server.last
+    complete(model, tool_choice="required")
+    assert "grammar" in server.last

@@ -53,3 +53,34 @@ def test_auto_still_lets_the_model_answer_in_text() -> None:
     result = agent.run("hi")
     assert result.status == Status.OK and result.output == "Hello!" and len(model.requests) == 1
     assert result.steps[0].tool_choice_enforcement is None
+
+
+def test_a_call_to_another_tool_does_not_meet_a_named_choice() -> None:
+    agent, model = make(call("add", a=1, b=1), "All done.", call("mul", a=2, b=3), "6")
+
+    @agent.tool
+    def mul(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    result = agent.run("2 * 3?", tool_choice="mul")
+    assert [c.name for c in result.tool_calls] == ["add", "mul"]
+    assert [r.settings.tool_choice for r in model.requests] == ["mul", "mul", "mul", "auto"]
+    assert result.status == Status.OK and result.output == "6"
+
+
+def test_a_malformed_call_does_not_meet_the_requirement() -> None:
+    script = ("<tool_call>{broken</tool_call>", "No call.", call("add", a=1, b=2), "3")
+    agent, model = make(*script, max_retries=5)
+    result = agent.run("1 + 2?", tool_choice="required")
+    assert result.status == Status.OK and result.output == "3"
+    assert [c.name for c in result.tool_calls][-1] == "add"
+    assert [r.settings.tool_choice for r in model.requests] == ["required"] * 3 + ["auto"]
+
+
+def test_the_reminder_is_sent_but_not_saved_to_the_session() -> None:
+    agent, model = make("No call.", call("add", a=1, b=2), "3")
+    agent.run("1 + 2?", session_id="s", tool_choice="required")
+    stored = agent.sessions.load("s")
+    assert not any("You must call" in m.content for m in stored)
+    assert any("You must call" in m.content for m in model.requests[1].messages)

@@ -439,3 +439,15 @@ def test_doctests_in_the_package_pass() -> None:
         attempted += outcome.attempted
     assert attempted > 5
     assert failures == 0
+
+
+def test_an_object_that_is_not_a_model_is_refused_with_what_it_lacks() -> None:
+    class Duck:
+        name = "duck"
+
+        async def complete(self, *args: Any) -> None: ...
+
+        async def stream(self, *args: Any) -> None: ...
+
+    with pytest.raises(hermes_agent.HermesAgentError, match="lacks profile, render_prompt"):
+        Agent(model=Duck())  # type: ignore[arg-type]

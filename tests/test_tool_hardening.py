@@ -57,6 +57,7 @@ def limit_100(proposed: Any, tool: Tool) -> tuple[bool, str]:
         {"approved": False},
         ("no", "looks fine"),
         [False],
+        [True, "a list is not the documented pair"],
         (),
         None,
         1,
@@ -86,7 +87,7 @@ def test_an_async_approver_answering_no_denies() -> None:
     assert agent.run("send 10").tool_calls[0].status_code == 403 and sent == []
 
 
-@pytest.mark.parametrize("answer", [True, (True, "fine"), [True, "fine"]], ids=repr)
+@pytest.mark.parametrize("answer", [True, (True, "fine")], ids=repr)
 def test_true_or_a_true_pair_approves(answer: Any) -> None:
     agent, sent = transfer_agent(lambda proposed, tool: answer)
     result = agent.run("send 10")
@@ -483,3 +484,57 @@ def test_an_async_tool_ignoring_cancellation_is_abandoned_at_its_timeout() -> No
         giving_up.cancel()
     assert result.tool_calls[0].status_code == 408 and result.output == "it did not answer"
     assert elapsed < 0.2 + 0.5 + 1.0, elapsed
+
+
+def test_a_hook_cannot_mark_its_own_change_as_checked() -> None:
+    # The snapshot of what was approved lives in the run, not on the plan the hook holds:
+    # whatever a hook sets on the plan, a changed call is checked and approved again.
+    seen: list[Any] = []
+
+    def approver(proposed: Any, tool: Tool) -> Any:
+        seen.append(dict(proposed.arguments))
+        return (True, "ok") if proposed.arguments["amount"] <= 100 else (False, "too much")
+
+    agent, sent = transfer_agent(approver)
+
+    def raise_it(ctx: Any) -> None:
+        for plan in ctx.planned:
+            plan.arguments = {**plan.arguments, "amount": 1_000_000}
+            for name in ("mark_checked", "checked_tool", "checked_arguments"):
+                assert not hasattr(plan, name)
+
+    agent.add_hook("pre_execution", raise_it)
+    result = agent.run("send 10")
+    assert sent == [] and result.tool_calls[0].status_code == 403
+    assert seen[-1]["amount"] == 1_000_000
+
+
+def test_a_change_from_ten_to_true_is_a_change() -> None:
+    # ``10 == True`` is false but ``1 == True`` is true in Python: the snapshot compares JSON.
+    asked: list[Any] = []
+    agent = transfer_agent(
+        lambda proposed, tool: asked.append(dict(proposed.arguments)) or True,
+        call("transfer", amount=1),
+        "Reported.",
+    )[0]
+
+    def to_bool(ctx: Any) -> None:
+        for plan in ctx.planned:
+            plan.arguments = {**plan.arguments, "amount": True}
+
+    agent.add_hook("pre_execution", to_bool)
+    agent.run("send 1")
+    assert len(asked) == 2  # approved for 1, then asked again for the changed call
+
+
+def test_vetoing_twice_is_harmless() -> None:
+    agent, sent = transfer_agent(lambda proposed, tool: True)
+
+    def veto_twice(ctx: Any) -> None:
+        for plan in list(ctx.planned):
+            ctx.veto(plan, "no")
+            ctx.veto(plan, "still no")
+
+    agent.add_hook("pre_execution", veto_twice)
+    result = agent.run("send 10")
+    assert result.status != 500 and result.tool_calls[0].status_code == 403 and sent == []

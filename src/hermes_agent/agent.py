@@ -108,6 +108,14 @@ class Agent:
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
+        if model is not None and not isinstance(model, Model):
+            members = ("name", "profile", "complete", "stream", "render_prompt", "count_tokens")
+            missing = [name for name in members if not hasattr(model, name)]
+            raise HermesAgentError(
+                f"{type(model).__name__} is not a Model: it lacks {', '.join(missing)}; "
+                "subclass hermes_agent.ModelBase (it supplies profile, render_prompt and "
+                "count_tokens) and write complete and stream"
+            )
         self._model = model
         self.system_prompt = system_prompt
         self.tool_choice = tool_choice
@@ -441,7 +449,7 @@ class Agent:
             if ctx.recorder is not None:
                 result.warnings.extend(ctx.recorder.warnings())
             if ctx.new_messages and not dry_run:
-                self._save_turn(session_id, ctx.new_messages, result)
+                self._save_turn(session_id, ctx.messages_to_save(), result)
             result.cost = self._cost(result.usage)
             return result
         finally:

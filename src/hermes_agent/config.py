@@ -84,8 +84,8 @@ class OpenAIConfig(ModelConfig):
     context_window: int | None = Field(default=None, gt=0)
     """The endpoint model's context size in tokens; prompts are fitted to it."""
     grammar: bool = False
-    """hermes mode: constrain decoding with a GBNF grammar of the tool calls (llama.cpp's
-    server and llama-cpp-python's server accept one)."""
+    """hermes mode: constrain a turn that must call a tool with a GBNF grammar of the calls
+    (llama.cpp's server and llama-cpp-python's server accept one)."""
 
     def secrets(self) -> list[str]:
         return [self.api_key] if self.api_key else []

@@ -19,9 +19,11 @@ what to check. An empty reply (no text and no call) is a failure too, retried up
 arrived (llama-cpp-python's server does this when it cannot stream with tools) is retried once
 without streaming, with a warning in the log.
 
-With ``grammar=True`` in ``hermes`` mode, each request also carries a GBNF grammar built from the
-tools (the ``grammar`` field that llama.cpp's server and llama-cpp-python's server accept), so a
-tool call is valid by construction there too.
+With ``grammar=True`` in ``hermes`` mode, a request whose turn must call a tool (``tool_choice``
+``required`` or a tool name) also carries a GBNF grammar built from the tools (the ``grammar``
+field that llama.cpp's server and llama-cpp-python's server accept), so that call is valid by
+construction there too; strings in it are bounded (256 characters) as for the embedded model.
+Turns free to answer in text are not constrained.
 
 Example::
 
@@ -257,7 +259,9 @@ class OpenAICompatible(ModelBase):
                     if not chunk.choices:
                         continue
                     delta = chunk.choices[0].delta
-                    received = received or bool(delta.content or delta.tool_calls)
+                    received = received or bool(
+                        (delta.content and delta.content.strip()) or delta.tool_calls
+                    )
                     if delta.content:
                         # Text after a native call would land inside its tags: close it first.
                         text = calls.finish() + delta.content
@@ -320,7 +324,10 @@ class OpenAICompatible(ModelBase):
             if tools:
                 params["tools"] = list(tools)
                 params["tool_choice"] = _native_tool_choice(settings.tool_choice)
-        if self.mode == "hermes" and self.grammar and tools:
+        forced = settings.tool_choice not in ("auto", "none")
+        if self.mode == "hermes" and self.grammar and tools and forced:
+            # Only a turn that must call is constrained: the grammar's bounds on free text
+            # (length, a leading "<") suit the embedded model, not an endpoint's answers.
             grammar = build_grammar(
                 tools, tool_choice=settings.tool_choice, scratch_pad=settings.scratch_pad
             )

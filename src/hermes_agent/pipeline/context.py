@@ -6,6 +6,7 @@ afterwards (steps, tool calls, usage, status) is collected here and turned into 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -20,7 +21,7 @@ from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool
-from hermes_agent.tools.runtime import ToolRuntime, private_copy
+from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import (
     Completion,
     LoopStatus,
@@ -64,8 +65,9 @@ class PlannedCall:
     """A call that passed the ToolSelector: the tool and the arguments to call it with.
 
     A ``pre_execution`` hook may change ``tool`` or ``arguments``. What the selector checked
-    (and the approver, if any, saw) is kept apart as a private snapshot, so the ToolExecutor can
-    tell a changed call from the checked one and check it again before it runs.
+    (and the approver, if any, saw) is kept apart in the run, out of the plan's reach
+    (``RunContext.mark_checked`` / ``plan_changed``), so the ToolExecutor can tell a changed call
+    from the checked one and check it again before it runs.
     """
 
     call: ToolCall
@@ -75,22 +77,6 @@ class PlannedCall:
     """The tool the model asked for, when this call goes to its fallback instead."""
     position: int = 0
     """Where the call stands in the model's turn (its result goes back in that place)."""
-    checked_tool: Tool | None = None
-    """The tool as checked; set from ``tool`` when the plan is made."""
-    checked_arguments: dict[str, Any] = field(default_factory=dict)
-    """A private copy of the arguments as checked (and approved); set when the plan is made."""
-
-    def __post_init__(self) -> None:
-        self.mark_checked()
-
-    def mark_checked(self) -> None:
-        """Record the current tool and arguments as the checked (and approved) ones."""
-        self.checked_tool = self.tool
-        self.checked_arguments = private_copy(self.arguments)
-
-    def changed(self) -> bool:
-        """Whether the tool or the arguments differ from what was checked."""
-        return self.tool is not self.checked_tool or self.arguments != self.checked_arguments
 
 
 @dataclass(slots=True)
@@ -128,7 +114,9 @@ class RunContext:
     messages: list[Message] = field(default_factory=list)
     """The conversation as the model sees it: system, history, this run's turns."""
     new_messages: list[Message] = field(default_factory=list)
-    """The messages this run added (saved to the session at the end)."""
+    """The messages this run added (saved to the session at the end, but for ``unsaved``)."""
+    unsaved: list[Message] = field(default_factory=list)
+    """Turns of ``new_messages`` that are for this run's prompts only (see ``add_message``)."""
     tool_specs: list[dict[str, Any]] = field(default_factory=list)
     step: int = 0
     steps: list[Step] = field(default_factory=list)
@@ -140,6 +128,9 @@ class RunContext:
     completion_text: str = ""
     planned: list[PlannedCall] = field(default_factory=list)
     rejected: list[tuple[int, ToolResult]] = field(default_factory=list)
+    checked: dict[int, tuple[Tool, str]] = field(default_factory=dict)
+    """What the ToolSelector checked of each planned call, by position: the tool and the
+    arguments as JSON text (see ``mark_checked``)."""
     """Calls refused by the ToolSelector, with their position in the model's turn."""
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     last_results: list[ToolResult] = field(default_factory=list)
@@ -175,12 +166,41 @@ class RunContext:
             extra = "".join(f", {key}={value!r}" for key, value in details.items())
             logger.info("%s: status=%d%s", stage, status, extra)
 
-    def add_message(self, message: Message) -> None:
+    def add_message(self, message: Message, *, save: bool = True) -> None:
+        """Add a turn to the conversation; ``save=False``: for this run's prompts only (a
+        reminder from the runtime), never saved to the session."""
         self.messages.append(message)
         self.new_messages.append(message)
+        if not save:
+            self.unsaved.append(message)
+
+    def messages_to_save(self) -> list[Message]:
+        """The turns this run adds to the session."""
+        if not self.unsaved:
+            return self.new_messages
+        return [m for m in self.new_messages if not any(m is u for u in self.unsaved)]
+
+    def mark_checked(self, plan: PlannedCall) -> None:
+        """Record the plan's tool and arguments as the checked (and approved) ones."""
+        self.checked[plan.position] = (plan.tool, _fingerprint(plan.arguments))
+
+    def plan_changed(self, plan: PlannedCall) -> bool:
+        """Whether the plan's tool or arguments differ from what was checked. Arguments are
+        compared as JSON text, so ``1`` and ``true`` differ as they do on the wire."""
+        checked = self.checked.get(plan.position)
+        if checked is None:
+            return True
+        tool, fingerprint = checked
+        return plan.tool is not tool or _fingerprint(plan.arguments) != fingerprint
+
+    def checked_tool(self, plan: PlannedCall) -> Tool | None:
+        checked = self.checked.get(plan.position)
+        return checked[0] if checked else None
 
     def veto(self, plan: PlannedCall, reason: str) -> None:
         """Refuse a planned call (from a ``pre_execution`` hook): the model gets a 403 result."""
+        if plan not in self.planned:
+            return  # vetoed already, or not a call of this step: nothing left to refuse
         position = plan.position
         self.planned.remove(plan)
         message = f"call to '{plan.call.name}' was refused: {reason}"
@@ -234,3 +254,10 @@ def error_result(call_id: str, name: str, status: Status, message: str) -> ToolR
         status_code=int(status),
         error=message,
     )
+
+
+def _fingerprint(arguments: Any) -> str:
+    try:
+        return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return f"<unserialisable {id(arguments)}>"  # never equal to a checked snapshot

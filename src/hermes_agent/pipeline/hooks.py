@@ -53,10 +53,12 @@ HOOK_POINTS = tuple(f"{when}_{stage}" for stage in STAGES for when in ("pre", "p
 class HookContext:
     """What a hook sees of a run, and what it may change (see the module docstring)."""
 
-    __slots__ = ("_run", "point")
+    # The run is held under a mangled name: hooks are trusted code (a config file is code),
+    # but nothing here should invite them to reach past the sanctioned operations.
+    __slots__ = ("__run", "point")
 
     def __init__(self, run: RunContext, point: str) -> None:
-        self._run = run
+        self.__run = run
         self.point = point
         """The hook point being run, e.g. ``"pre_execution"``."""
 
@@ -64,87 +66,87 @@ class HookContext:
 
     @property
     def request_id(self) -> str:
-        return self._run.request_id
+        return self.__run.request_id
 
     @property
     def session_id(self) -> str:
-        return self._run.session_id
+        return self.__run.session_id
 
     @property
     def user_message(self) -> str:
-        return self._run.user_message
+        return self.__run.user_message
 
     @property
     def step(self) -> int:
         """The loop iteration (0 for the first model turn)."""
-        return self._run.step
+        return self.__run.step
 
     @property
     def messages(self) -> Sequence[Message]:
         """The conversation as the model sees it: system, history, this run's turns."""
-        return tuple(self._run.messages)
+        return tuple(self.__run.messages)
 
     @property
     def tools(self) -> Sequence[Tool]:
         """The tools visible to this run."""
-        return tuple(self._run.tools.values())
+        return tuple(self.__run.tools.values())
 
     @property
     def completion(self) -> Completion:
         """The model's latest turn, parsed. In ``pre_selection`` its calls may be adjusted
         (they are validated afterwards)."""
-        return self._run.completion
+        return self.__run.completion
 
     @property
     def planned(self) -> Sequence[PlannedCall]:
         """The calls that passed the ToolSelector and are about to run."""
-        return tuple(self._run.planned)
+        return tuple(self.__run.planned)
 
     @property
     def results(self) -> Sequence[ToolResult]:
         """The results of the latest ToolExecutor step, in call order."""
-        return tuple(self._run.last_results)
+        return tuple(self.__run.last_results)
 
     last_results = results  # the name hooks used before the hook context existed
 
     @property
     def tool_calls(self) -> Sequence[ToolCallRecord]:
         """Every call of this run so far, with its result."""
-        return tuple(self._run.tool_calls)
+        return tuple(self.__run.tool_calls)
 
     @property
     def status(self) -> int:
-        return int(self._run.status)
+        return int(self.__run.status)
 
     @property
     def error(self) -> str | None:
-        return self._run.error
+        return self.__run.error
 
     # -- changing --------------------------------------------------------------------------
 
     @property
     def variables(self) -> dict[str, Any]:
         """Values for ``{{ name }}`` placeholders in the system prompt; hooks fill them."""
-        return self._run.variables
+        return self.__run.variables
 
     @property
     def output(self) -> str:
         """The answer (set it in ``pre_output`` / ``post_output`` to change it)."""
-        return self._run.output
+        return self.__run.output
 
     @output.setter
     def output(self, value: str) -> None:
         if not isinstance(value, str):
             raise TypeError(f"the output must be a string, got {type(value).__name__}")
-        self._run.output = value
+        self.__run.output = value
 
     def veto(self, plan: PlannedCall, reason: str) -> None:
         """Refuse a planned call (``pre_execution``): the model gets a 403 result."""
-        self._run.veto(plan, reason)
+        self.__run.veto(plan, reason)
 
     def rewrite_result(self, call_id: str, content: Any) -> None:
         """Replace what a tool returned (``post_execution``), everywhere it shows."""
-        self._run.rewrite_result(call_id, content)
+        self.__run.rewrite_result(call_id, content)
 
 
 Hook = Callable[[HookContext], Any]

@@ -24,7 +24,7 @@ from hermes_agent.events import (
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.context_window import fit_to_context
-from hermes_agent.pipeline.status import Status
+from hermes_agent.pipeline.status import REFUSED, Status
 from hermes_agent.protocol.parser import (
     ScratchPadDelta,
     StreamEvent,
@@ -51,7 +51,7 @@ class ThoughtGenerator:
                 ctx.messages[0] = Message("system", system)
                 ctx.prompt_rewrites += 1
         forced = settings.tool_choice not in ("auto", "none")
-        if forced and _called(ctx):
+        if forced and _requirement_met(ctx, settings.tool_choice):
             # A forced call applies until the model has called; afterwards it must be free to
             # answer in text, or it could never finish.
             settings = dataclasses.replace(settings, tool_choice="auto")
@@ -117,11 +117,13 @@ class ThoughtGenerator:
         return ctx
 
 
-def _called(ctx: RunContext) -> bool:
-    """Whether the model has already written a tool call in this run (parsed or not)."""
+def _requirement_met(ctx: RunContext, tool_choice: str) -> bool:
+    """Whether a call that satisfies the forced choice passed the ToolSelector in this run
+    (the named tool, or any tool for ``required``); a malformed or refused call does not."""
     return any(
-        message.role == "assistant" and (message.tool_calls or message.raw)
-        for message in ctx.new_messages
+        record.status_code not in REFUSED
+        and (tool_choice == "required" or record.name == tool_choice)
+        for record in ctx.tool_calls
     )
 
 
@@ -140,11 +142,13 @@ def _required_call_missing(ctx: RunContext, tool_choice: str) -> Status:
         )
         ctx.output = f"I could not complete the request: {ctx.error}."
     else:
+        # The reminder is the runtime's, not the user's: it is sent, and not saved.
         ctx.add_message(
             Message(
                 "user",
                 f"You must call {wanted} now. Answer with a <tool_call> block only, no text.",
-            )
+            ),
+            save=False,
         )
     return Status.INVALID
 

@@ -57,7 +57,7 @@ class ToolExecutor:
         if ctx.planned:
             runnable: list[PlannedCall] = []
             for plan in ctx.planned:
-                refusal = await recheck(ctx, plan) if plan.changed() else None
+                refusal = await recheck(ctx, plan) if ctx.plan_changed(plan) else None
                 if refusal is None:
                     runnable.append(plan)
                 else:

@@ -110,12 +110,14 @@ class ToolSelector:
             if refusal is not None:
                 return refusal
 
-        ctx.planned.append(PlannedCall(call, tool, arguments, fallback_for, position))
+        plan = PlannedCall(call, tool, arguments, fallback_for, position)
+        ctx.planned.append(plan)
+        ctx.mark_checked(plan)
         return None
 
 
 async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
-    """Check again a plan that a ``pre_execution`` hook changed (``plan.changed()``): the tool
+    """Check again a plan that a ``pre_execution`` hook changed (``ctx.plan_changed``): the tool
     must still be a visible, available tool (404), the arguments must pass its schema (400), and
     a tool that needs approval is approved again for exactly these arguments (403). On success
     the plan holds the validated arguments and counts as checked; otherwise the refusal."""
@@ -141,10 +143,10 @@ async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
         refusal = await _approve(ctx, call_id, tool, arguments)
         if refusal is not None:
             return refusal
-    if tool is not plan.checked_tool:
+    if tool is not ctx.checked_tool(plan):
         plan.fallback_for = None  # no longer the fallback the selector chose
     plan.arguments = arguments
-    plan.mark_checked()
+    ctx.mark_checked(plan)
     return None
 
 
@@ -215,7 +217,7 @@ def verdict(answer: Any) -> tuple[bool, str]:
         return True, "approved"
     if answer is False:
         return False, "denied by the approver"
-    if isinstance(answer, tuple | list) and len(answer) == 2 and isinstance(answer[0], bool):
+    if isinstance(answer, tuple) and len(answer) == 2 and isinstance(answer[0], bool):
         reason = answer[1] if isinstance(answer[1], str) else _shown(answer[1])
         return answer[0], _bounded(reason)
     return False, (
