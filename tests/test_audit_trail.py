@@ -52,6 +52,7 @@ def test_every_stage_has_a_record_with_content_and_latency(db_url: str) -> None:
             (0, "ThoughtGenerator", "completion"),
             (0, "ToolSelector", "selection"),
             (0, "ToolExecutor", "tool"),
+            (0, "ToolExecutor", "tool_calls"),
             (1, "ThoughtGenerator", "prompt_added"),
             (1, "ThoughtGenerator", "completion"),
             (1, "OutputRenderer", "output"),
@@ -88,6 +89,7 @@ def test_a_run_that_fails_in_a_tool_keeps_all_records(db_url: str) -> None:
             "ThoughtGenerator",
             "ThoughtGenerator",
             "ToolSelector",
+            "ToolExecutor",
             "ToolExecutor",
             "ThoughtGenerator",
             "ThoughtGenerator",
@@ -143,7 +145,7 @@ def test_secrets_never_reach_the_database(tmp_path: Path) -> None:
     storage = agent.storage
     assert storage is not None
     records = storage.records(result.request_id)
-    assert len(records) == 8 and any("[REDACTED]" in r.content for r in records)
+    assert len(records) == 9 and any("[REDACTED]" in r.content for r in records)
     with storage.engine.connect() as conn:
         stored = [row[0] for row in conn.execute(select(messages_table.c.content))]
     assert any("[REDACTED]" in text for text in stored)
@@ -164,7 +166,7 @@ def test_export_is_lossless(db_url: str) -> None:
         result = agent.run("Weather, please", session_id="s")
         records = storage.records(result.request_id)
         exported = storage.export_jsonl(result.request_id)
-        assert exported.count("\n") == len(records) == 8
+        assert exported.count("\n") == len(records) == 9
         assert parse_jsonl(exported) == records
         assert json.loads(exported.split("\n")[0])["stage"] == "InputParser"
         agent.close()

@@ -63,8 +63,8 @@ WORKER = textwrap.dedent(
 )
 
 WHOLE_STEPS = (
-    {"prompt", "completion", "selection", "tool"},  # the first, tool-calling step
-    {"prompt_added", "completion", "selection", "tool"},  # a later tool-calling step
+    {"prompt", "completion", "selection", "tool", "tool_calls"},  # the first, tool-calling step
+    {"prompt_added", "completion", "selection", "tool", "tool_calls"},  # a later tool-calling step
     {"prompt", "completion", "output"},  # a first step that answered
     {"prompt_added", "completion", "output"},  # a later final step
     {"output"},  # the run ended (max_iterations) after the loop

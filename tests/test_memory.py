@@ -157,7 +157,14 @@ def test_every_stage_leaves_a_record_written_in_whole_steps_and_redacted() -> No
     batches = storage.audit.batches
     # Step 0 (input, thought, selection, execution), then step 1 (thought, output).
     assert [[r.stage for r in batch] for batch in batches] == [
-        ["InputParser", "ThoughtGenerator", "ThoughtGenerator", "ToolSelector", "ToolExecutor"],
+        [
+            "InputParser",
+            "ThoughtGenerator",
+            "ThoughtGenerator",
+            "ToolSelector",
+            "ToolExecutor",
+            "ToolExecutor",
+        ],
         ["ThoughtGenerator", "ThoughtGenerator", "OutputRenderer"],
     ]
     records = [r for batch in batches for r in batch]
@@ -170,6 +177,7 @@ def test_every_stage_leaves_a_record_written_in_whole_steps_and_redacted() -> No
         "completion",
         "selection",
         "tool",
+        "tool_calls",
         "prompt_added",
         "completion",
         "output",
@@ -179,7 +187,7 @@ def test_every_stage_leaves_a_record_written_in_whole_steps_and_redacted() -> No
     generation = "<|im_start|>assistant\n"
     second = agent.model.requests[1]  # type: ignore[attr-defined]
     sent = agent.model.render_prompt(second.messages, second.tools, second.settings)  # type: ignore[attr-defined]
-    rebuilt = records[1].content.removesuffix(generation) + records[5].content + generation
+    rebuilt = records[1].content.removesuffix(generation) + records[6].content + generation
     assert rebuilt == agent.redactor(sent)
     assert all(r.latency_ms >= 0 and r.timestamp_ns > 0 for r in records)
     prompt = records[1].content
@@ -210,6 +218,7 @@ def test_a_run_that_fails_in_a_hook_still_leaves_its_records() -> None:
         "ThoughtGenerator",
         "ThoughtGenerator",
         "ToolSelector",
+        "ToolExecutor",
         "ToolExecutor",
         "OutputRenderer",
     ]

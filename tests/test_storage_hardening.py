@@ -77,6 +77,7 @@ def test_unstorable_text_in_arguments_output_and_errors_is_escaped_not_fatal(db_
             "completion",
             "selection",
             "tool",
+            "tool_calls",
             "prompt_added",
             "completion",
             "output",

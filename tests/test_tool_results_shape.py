@@ -185,3 +185,28 @@ def test_streaming_consumers_see_what_the_model_sees() -> None:
 def echo(text: str) -> str:
     """Echo the text."""
     return text
+
+
+def test_timings_and_cache_flags_stay_in_the_audit_trail() -> None:
+    from hermes_agent import InMemoryStorage
+
+    store = InMemoryStorage()
+    model = ScriptedModel(
+        ['<tool_call>\n{"name": "twice", "arguments": {"n": 2}}\n</tool_call>', "4"]
+    )
+    agent = Agent(model=model, storage=store)
+
+    @agent.tool(cache_ttl=60)
+    def twice(n: int) -> int:
+        """Double a number."""
+        return 2 * n
+
+    result = agent.run("2 * 2?")
+    records = store.records(result.request_id)
+    tool = next(r for r in records if r.role == "tool")
+    assert "execution_time_ms" not in tool.content and "cache_hit" not in tool.content
+    calls = json.loads(next(r for r in records if r.role == "tool_calls").content)
+    assert calls[0]["name"] == "twice" and calls[0]["status"] == 200
+    assert calls[0]["metadata"]["cache_hit"] is False
+    assert calls[0]["metadata"]["execution_time_ms"] >= 0
+    assert calls[0]["id"] == result.tool_calls[0].id

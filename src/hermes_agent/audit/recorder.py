@@ -25,7 +25,7 @@ from hermes_agent.audit.records import AuditRecord, AuditSink, Role
 from hermes_agent.audit.redaction import Redactor, sanitized_note, storable
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.protocol.chatml import render_conversation, render_tool_results, to_chatml
-from hermes_agent.types import Message, ToolResult
+from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
 logger = logging.getLogger("hermes_agent")
 
@@ -123,6 +123,11 @@ class RunView(Protocol):
 
     @property
     def last_results(self) -> Sequence[ToolResult]: ...
+
+    @property
+    def tool_calls(self) -> Sequence[ToolCallRecord]:
+        """Every call of the run so far, with its status and metadata."""
+        ...
 
     @property
     def output(self) -> str: ...
@@ -262,7 +267,15 @@ def _contents(ctx: RunView, stage: str) -> list[tuple[Role, str]]:
         }
         return [(Role.SELECTION, _json(selection))]
     if stage == "execution":
-        return [(Role.TOOL, render_tool_results(ctx.last_results))]
+        ran = ctx.tool_calls[len(ctx.tool_calls) - len(ctx.last_results) :]
+        calls = [
+            {"id": c.id, "name": c.name, "status": c.status_code, "metadata": c.metadata}
+            for c in ran
+        ]
+        return [
+            (Role.TOOL, render_tool_results(ctx.last_results)),
+            (Role.TOOL_CALLS, _json(calls)),
+        ]
     return [(Role.OUTPUT, ctx.output)]
 
 

@@ -35,6 +35,9 @@ class Role(StrEnum):
     """The calls the ToolSelector planned and refused (JSON)."""
     TOOL = "tool"
     """The ``<tool_response>`` text the model was fed (ToolExecutor)."""
+    TOOL_CALLS = "tool_calls"
+    """What the caller sees of the step's calls and the model does not: id, name, status and
+    metadata (execution time, cache hit, truncation, fallback) of each (ToolExecutor; JSON)."""
     OUTPUT = "output"
     """The final answer (OutputRenderer); one per request."""
 
