@@ -6,7 +6,6 @@ afterwards (steps, tool calls, usage, status) is collected here and turned into 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -21,7 +20,7 @@ from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool
-from hermes_agent.tools.runtime import ToolRuntime
+from hermes_agent.tools.runtime import ToolRuntime, private_copy
 from hermes_agent.types import (
     Completion,
     LoopStatus,
@@ -128,9 +127,9 @@ class RunContext:
     completion_text: str = ""
     planned: list[PlannedCall] = field(default_factory=list)
     rejected: list[tuple[int, ToolResult]] = field(default_factory=list)
-    checked: dict[int, tuple[Tool, str]] = field(default_factory=dict)
-    """What the ToolSelector checked of each planned call, by position: the tool and the
-    arguments as JSON text (see ``mark_checked``)."""
+    checked: dict[int, tuple[Tool, Any]] = field(default_factory=dict)
+    """What the ToolSelector checked of each planned call, by position: the tool and a private
+    copy of the arguments (see ``mark_checked``)."""
     """Calls refused by the ToolSelector, with their position in the model's turn."""
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     last_results: list[ToolResult] = field(default_factory=list)
@@ -182,16 +181,16 @@ class RunContext:
 
     def mark_checked(self, plan: PlannedCall) -> None:
         """Record the plan's tool and arguments as the checked (and approved) ones."""
-        self.checked[plan.position] = (plan.tool, _fingerprint(plan.arguments))
+        self.checked[plan.position] = (plan.tool, private_copy(plan.arguments))
 
     def plan_changed(self, plan: PlannedCall) -> bool:
         """Whether the plan's tool or arguments differ from what was checked. Arguments are
-        compared as JSON text, so ``1`` and ``true`` differ as they do on the wire."""
+        compared with their types, so ``1`` and ``true`` differ as they do on the wire."""
         checked = self.checked.get(plan.position)
         if checked is None:
             return True
-        tool, fingerprint = checked
-        return plan.tool is not tool or _fingerprint(plan.arguments) != fingerprint
+        tool, arguments = checked
+        return plan.tool is not tool or not _same(plan.arguments, arguments)
 
     def checked_tool(self, plan: PlannedCall) -> Tool | None:
         checked = self.checked.get(plan.position)
@@ -256,8 +255,12 @@ def error_result(call_id: str, name: str, status: Status, message: str) -> ToolR
     )
 
 
-def _fingerprint(arguments: Any) -> str:
-    try:
-        return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=repr)
-    except (TypeError, ValueError, RecursionError):
-        return f"<unserialisable {id(arguments)}>"  # never equal to a checked snapshot
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down (``1 == True`` in Python, not in JSON)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)

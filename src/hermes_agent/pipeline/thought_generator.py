@@ -105,15 +105,16 @@ class ThoughtGenerator:
         )
         names = [call.name for call in completion.tool_calls]
         ctx.log_stage(self.name, status, selected_tools=names)
-        ctx.emit(
-            ThoughtEvent(
-                status=int(status),
-                step=ctx.step,
-                content=completion.content,
-                tool_calls=names,
-                parse_errors=[error.message for error in completion.errors],
+        if ctx.listening:
+            ctx.emit(
+                ThoughtEvent(
+                    status=int(status),
+                    step=ctx.step,
+                    content=completion.content,
+                    tool_calls=names,
+                    parse_errors=[error.message for error in completion.errors],
+                )
             )
-        )
         return ctx
 
 
