@@ -249,3 +249,16 @@ def test_a_model_summary_is_recorded_with_the_input_stage() -> None:
     summary_prompt = next(r for r in records if r.role == "summary_prompt").content
     assert "Summarise the conversation" in summary_prompt and "User: first" in summary_prompt
     assert next(r for r in records if r.role == "summary").content == "They asked two questions."
+
+
+def test_changing_the_history_window_after_construction_takes_effect() -> None:
+    from hermes_agent import Agent, ScriptedModel
+
+    model = ScriptedModel(["a", "b", "c"])
+    agent = Agent(model=model, history_window=10)
+    agent.run("one", session_id="s")
+    agent.history_window = 0
+    agent.summary_max_chars = 0
+    agent.run("two", session_id="s")
+    assert [m.content for m in model.requests[1].messages] == ["two"]
+    assert agent.history.history_window == 0

@@ -129,8 +129,6 @@ class Agent:
             max_concurrency=max_concurrency,
             max_calls_per_turn=max_calls_per_turn,
         )
-        self.history_window = history_window
-        self.summary_max_chars = summary_max_chars
         self.toolsets = list(toolsets) if toolsets is not None else None
         self._audit = audit
         self._session_store = session_store
@@ -262,6 +260,24 @@ class Agent:
         self.audit_sink: AuditSink | None = (
             storage.audit if storage is not None and self._audit else None
         )
+
+    @property
+    def history_window(self) -> int:
+        """How many recent turns the prompt carries verbatim (older ones are summarised)."""
+        return self.history.history_window
+
+    @history_window.setter
+    def history_window(self, value: int) -> None:
+        self.history.history_window = value
+
+    @property
+    def summary_max_chars(self) -> int:
+        """The longest summary of old turns the prompt carries (0: none)."""
+        return self.history.summary_max_chars
+
+    @summary_max_chars.setter
+    def summary_max_chars(self, value: int) -> None:
+        self.history.summary_max_chars = value
 
     @property
     def model(self) -> Model:

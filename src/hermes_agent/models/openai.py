@@ -56,7 +56,6 @@ from hermes_agent.models.base import (
     ModelProfile,
     ModelSettings,
     ToolChoiceEnforcement,
-    estimate_tokens,
 )
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
@@ -161,7 +160,7 @@ class OpenAICompatible(ModelBase):
     @property
     def profile(self) -> ModelProfile:
         # An endpoint model can summarise old turns; its tokenizer is not ours to call, so
-        # token counts are estimated (``count_tokens``).
+        # token counts are ModelBase's estimate.
         enforcement: ToolChoiceEnforcement = "server" if self.mode == "native" else "prompt"
         if self.mode == "hermes" and self.grammar:
             enforcement = "grammar"
@@ -171,9 +170,6 @@ class OpenAICompatible(ModelBase):
             can_summarize=True,
             tool_choice_enforcement=enforcement,
         )
-
-    def count_tokens(self, text: str) -> int:
-        return estimate_tokens(text)
 
     def _client(self) -> AsyncOpenAI:
         if self._given_client is not None:
