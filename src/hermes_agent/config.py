@@ -30,7 +30,7 @@ import os
 import re
 import reprlib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
@@ -43,6 +43,7 @@ MAX_CONFIG_NODES = 100_000
 _MAX_ERROR_LINES = 20
 _MAX_VALUE_CHARS = 120
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_Section = TypeVar("_Section", bound=BaseModel)
 
 
 class _Strict(BaseModel):
@@ -212,6 +213,10 @@ class HermesConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     storage: StorageConfig | None = None
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    service: dict[str, Any] | None = None
+    """The service's settings (``hermes-agent serve``, ``create_app``): validated by
+    ``hermes_agent.server.settings.service_settings`` when the agent is served, so a config
+    with a ``service:`` section loads without the ``server`` extra."""
     source: str = Field(default="<config>", exclude=True)
     """Where the config came from (for error messages); set by the loader."""
 
@@ -286,6 +291,15 @@ def parse_config(data: dict[str, Any], *, source: str = "<config>") -> HermesCon
         config.model = model
     config.source = source
     return config
+
+
+def validate_section(section: type[_Section], data: Any, *, source: str, key: str) -> _Section:
+    """Validate the section ``key`` of a config (already interpolated) with ``section``; a
+    ``ConfigError`` names the file and each bad key, as for the rest of the file."""
+    try:
+        return section.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, source, prefix=(key,), root=section)) from None
 
 
 def _interpolate(node: Any, source: str, path: tuple[str, ...]) -> Any:

@@ -34,8 +34,9 @@ from hermes_agent.server.approvals import ApprovalBook
 from hermes_agent.server.auth import KeyStore, open_key_store
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.middleware import ServiceMiddleware
+from hermes_agent.server.quotas import Quotas, quota_store_for
 from hermes_agent.server.runs import RunManager, RunRejected
-from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.server.settings import ServiceSettings, service_settings
 
 logger = logging.getLogger("hermes_agent.server")
 
@@ -52,15 +53,15 @@ def create_app(
     uses but does not close). ``keys`` overrides where API keys are kept (see
     ``ServiceSettings.keys_url``). Raises ``ConfigError`` for a bad config, tools file, or
     ``auth: none`` on a host that is not loopback."""
-    settings = settings or ServiceSettings()
+    hermes_config = (
+        config if isinstance(config, HermesConfig) or config is None else load_config(config)
+    )
+    settings = settings or service_settings(hermes_config)  # the config's service: section
     if settings.auth == "none" and not is_loopback(settings.host):
         raise ConfigError(
             f"auth: none would let anyone who reaches {settings.host} run the agent; "
             "use auth: keys, or bind to 127.0.0.1"
         )
-    hermes_config = (
-        config if isinstance(config, HermesConfig) or config is None else load_config(config)
-    )
     owns_agent = agent is None
     if agent is None:
         base = build_agent(hermes_config, tools_files=tools_files)
@@ -82,6 +83,7 @@ def create_app(
     if keys is None:
         storage_url = hermes_config.storage.url if hermes_config and hermes_config.storage else None
         keys = open_key_store(settings.keys_url or storage_url or "memory://")
+    manager.quotas = Quotas(settings.quotas, quota_store_for(keys))  # beside the keys
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

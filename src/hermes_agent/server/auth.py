@@ -2,11 +2,12 @@
 
 With ``auth: keys`` the caller presents ``Authorization: Bearer <key>``. A key is
 ``hk_<key_id>.<secret>``; the store keeps the key id, the SHA-256 of the whole key, the user
-id it is bound to and whether it is an admin key. The presented key's hash is compared with
-``hmac.compare_digest``. With ``auth: none`` every caller is the user ``local``.
+id it is bound to, whether it is an admin key, and an optional name (what the key is for). The
+presented key's hash is compared with ``hmac.compare_digest``. With ``auth: none`` every
+caller is the user ``local``.
 
-``KeyStore`` is the seam for key management (a ``keys`` command, quotas keyed by the same
-stable user id) and for other ways of knowing the user.
+``KeyStore`` is the seam for key management (``hermes-agent keys``; quotas are keyed by the
+same stable user id and kept in the same database) and for other ways of knowing the user.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import hmac
 import re
 import secrets
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Protocol
@@ -24,9 +27,13 @@ from typing import Annotated, Protocol
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Request
 
+from hermes_agent.storage.base import StorageError
+from hermes_agent.storage.sql import _is_memory, _make_engine, _safe_url
+
 _USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _KEY = re.compile(r"^hk_([0-9a-f]{16})\.([A-Za-z0-9_-]{20,128})$")
 LOCAL_USER = "local"
+MAX_NAME_CHARS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +54,14 @@ class KeyInfo:
     admin: bool
     created: str
     revoked: bool
+    name: str | None = None
+    """What the key is for (``--name``), if it was given one."""
 
 
 class KeyStore(Protocol):
     """Where API keys are kept."""
 
-    def create(self, user_id: str, *, admin: bool = False) -> str:
+    def create(self, user_id: str, *, admin: bool = False, name: str | None = None) -> str:
         """A new key for ``user_id``; the only time the key itself is seen."""
         ...
 
@@ -107,9 +116,9 @@ class MemoryKeyStore:
         self._keys: dict[str, tuple[str, KeyInfo]] = {}
         self._lock = threading.Lock()
 
-    def create(self, user_id: str, *, admin: bool = False) -> str:
+    def create(self, user_id: str, *, admin: bool = False, name: str | None = None) -> str:
         key_id, key, digest = _new_key()
-        info = KeyInfo(key_id, check_user_id(user_id), admin, _now(), False)
+        info = KeyInfo(key_id, check_user_id(user_id), admin, _now(), False, check_name(name))
         with self._lock:
             self._keys[key_id] = (digest, info)
         return key
@@ -150,18 +159,35 @@ api_keys = sa.Table(
     sa.Column("admin", sa.Boolean, nullable=False, default=False),
     sa.Column("created", sa.String(40), nullable=False),
     sa.Column("revoked", sa.Boolean, nullable=False, default=False),
+    sa.Column("name", sa.String(MAX_NAME_CHARS), nullable=True),
 )
 
 
 class SqlKeyStore:
     """Keys in a table of their own (``hermes_api_keys``), in any SQLAlchemy database — by
-    default the one the agent's storage uses."""
+    default the one the agent's storage uses. The engine is made as the storage makes its own
+    (a SQLite file's folder is created; WAL and a busy timeout), and the quota counts share it
+    (``quotas.quota_store_for``)."""
 
     def __init__(self, url: str) -> None:
-        self.engine = sa.create_engine(url, pool_pre_ping=True)
-        _metadata.create_all(self.engine)
+        self.engine = _make_engine(url, echo=False)
+        # An in-memory SQLite database is one connection for every thread: take turns on it.
+        self.in_memory = self.engine.dialect.name == "sqlite" and _is_memory(url)
+        self._guard: threading.Lock | None = threading.Lock() if self.in_memory else None
+        try:
+            with self._turn():
+                _metadata.create_all(self.engine)
+                _add_missing_columns(self.engine)
+        except sa.exc.SQLAlchemyError as exc:
+            self.engine.dispose()
+            raise StorageError(f"cannot open the key store {_safe_url(url)}: {exc}") from exc
 
-    def create(self, user_id: str, *, admin: bool = False) -> str:
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        with self._guard if self._guard is not None else nullcontext():
+            yield
+
+    def create(self, user_id: str, *, admin: bool = False, name: str | None = None) -> str:
         key_id, key, digest = _new_key()
         row = {
             "key_id": key_id,
@@ -170,8 +196,9 @@ class SqlKeyStore:
             "admin": admin,
             "created": _now(),
             "revoked": False,
+            "name": check_name(name),
         }
-        with self.engine.begin() as conn:
+        with self._turn(), self.engine.begin() as conn:
             conn.execute(api_keys.insert().values(**row))
         return key
 
@@ -179,7 +206,7 @@ class SqlKeyStore:
         match = _KEY.match(key)
         if match is None:
             return None
-        with self.engine.connect() as conn:
+        with self._turn(), self.engine.connect() as conn:
             row = conn.execute(
                 sa.select(api_keys).where(api_keys.c.key_id == match.group(1))
             ).first()
@@ -188,29 +215,60 @@ class SqlKeyStore:
         return Principal(row.user_id, bool(row.admin))
 
     def revoke(self, key_id: str) -> bool:
-        with self.engine.begin() as conn:
+        with self._turn(), self.engine.begin() as conn:
             done = conn.execute(
                 api_keys.update().where(api_keys.c.key_id == key_id).values(revoked=True)
             )
         return bool(done.rowcount)
 
     def list(self) -> list[KeyInfo]:
-        with self.engine.connect() as conn:
+        with self._turn(), self.engine.connect() as conn:
             rows = conn.execute(sa.select(api_keys).order_by(api_keys.c.created)).all()
         return [
-            KeyInfo(r.key_id, r.user_id, bool(r.admin), r.created, bool(r.revoked)) for r in rows
+            KeyInfo(r.key_id, r.user_id, bool(r.admin), r.created, bool(r.revoked), r.name)
+            for r in rows
         ]
 
     def ping(self) -> None:
-        with self.engine.connect() as conn:
+        with self._turn(), self.engine.connect() as conn:
             conn.execute(sa.select(1))
 
     def close(self) -> None:
         self.engine.dispose()
 
 
+def _add_missing_columns(engine: sa.Engine) -> None:
+    # A table made before keys had names gets the column (nullable: old keys have none).
+    def present() -> bool:
+        columns = sa.inspect(engine).get_columns(api_keys.name)
+        return any(column["name"] == "name" for column in columns)
+
+    if present():
+        return
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text(f"ALTER TABLE {api_keys.name} ADD COLUMN name VARCHAR({MAX_NAME_CHARS})")
+            )
+    except sa.exc.SQLAlchemyError:
+        if not present():  # else another process added it first
+            raise
+
+
+def check_name(name: str | None) -> str | None:
+    """``name`` if it is a valid key name (or ``None``), else ``ValueError`` saying why."""
+    if name is None:
+        return None
+    if not name.strip() or len(name) > MAX_NAME_CHARS or not name.isprintable():
+        raise ValueError(
+            f"key name {name!r} is invalid: use 1-{MAX_NAME_CHARS} printable characters"
+        )
+    return name
+
+
 def open_key_store(url: str) -> KeyStore:
-    """``MemoryKeyStore`` for ``memory://``, else ``SqlKeyStore(url)``."""
+    """``MemoryKeyStore`` for ``memory://``, else ``SqlKeyStore(url)`` (``StorageError`` when
+    the database cannot be opened)."""
     if url.startswith("memory:"):
         return MemoryKeyStore()
     return SqlKeyStore(url)

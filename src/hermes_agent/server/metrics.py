@@ -17,7 +17,8 @@ _STAGE_EVENTS = {
 
 
 class ServiceMetrics:
-    """Runs by final status, runs in flight, tool calls by status, and per-stage latency.
+    """Runs by final status, runs in flight, tool calls by status, per-stage latency, and
+    requests refused before a run started (quota rejections also on their own).
 
     Stage latency is measured between stage events (time from the previous stage's event, or
     the run's start, to this stage's event), which is what the service can see through the
@@ -45,6 +46,13 @@ class ServiceMetrics:
             "hermes_rejections",
             "Requests refused before a run started, by reason.",
             ["reason"],
+            registry=self.registry,
+        )
+        self.quota_rejections = Counter(
+            "hermes_quota_rejections",
+            "Runs refused because the user's daily quota was spent, by quota "
+            "(runs_per_day, tokens_per_day); also counted in hermes_rejections.",
+            ["quota"],
             registry=self.registry,
         )
 

@@ -7,6 +7,10 @@ the last id they saw. The log of a finished run is kept a while (``max_finished_
 
 Session ids are kept per user: the store holds ``<user_id>:<session_id>``, so one user's
 session id can never name another user's conversation, and ownership survives a restart.
+
+Every run passes the same gate in ``start``, whichever endpoint asked for it: the service is
+accepting, the global and per-user limits on runs in flight, then the user's daily quota
+(``quotas.Quotas``: the run is counted, and its tokens are added when it ends).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.server.approvals import EXPIRED, ApprovalBook
 from hermes_agent.server.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.server.metrics import ServiceMetrics
+from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
 from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
@@ -166,6 +171,8 @@ class RunManager:
         self.metrics = metrics
         self.approvals = approvals
         self.agent: Agent | None = None
+        self.quotas = Quotas(settings.quotas, MemoryQuotaStore())
+        """The daily quotas; ``create_app`` keeps their counts where the API keys are."""
         self.runs: OrderedDict[str, Run] = OrderedDict()
         self.accepting = True
         self._live: set[Run] = set()
@@ -182,6 +189,7 @@ class RunManager:
         if not self.accepting or self.agent is None:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         self._check_room(owner)
+        quota_day = await self._take_quota(owner)
         self._evict()
         run = Run(owner, request.session_id or uuid.uuid4().hex)
         run.listeners = int(listening)
@@ -189,6 +197,8 @@ class RunManager:
         run.task = asyncio.create_task(self._drive(run, self.agent, request))
         await run.ready.wait()
         if run.start_error is not None:
+            if quota_day is not None:  # it never started: it does not count
+                await asyncio.to_thread(self.quotas.refund, owner, quota_day)
             raise run.start_error
         return run
 
@@ -234,6 +244,35 @@ class RunManager:
                 retry,
             )
 
+    async def _take_quota(self, owner: str) -> str | None:
+        """Count a run against ``owner``'s daily quota; returns the day it counts on (``None``
+        when the user has no quota). ``RunRejected`` (429) when the quota is spent."""
+        if not self.quotas.applies_to(owner):
+            return None
+        try:
+            day, exceeded = await asyncio.to_thread(self.quotas.admit, owner)
+        except Exception:
+            logger.exception("cannot check the quota of %s", owner)
+            retry = self.settings.retry_after_s
+            raise RunRejected(
+                503, f"the quota store cannot be reached; retry after {retry} s", retry
+            ) from None
+        if exceeded is not None:
+            self.metrics.quota_rejections.labels(exceeded.quota).inc()
+            self.metrics.rejections.labels(exceeded.quota).inc()
+            raise RunRejected(429, exceeded.message, exceeded.retry_after)
+        return day
+
+    async def _spend_tokens(self, owner: str, tokens: int) -> None:
+        """Add a finished run's tokens to ``owner``'s day (a store that fails is logged: the
+        run's answer is not lost for it)."""
+        if tokens <= 0 or not self.quotas.applies_to(owner):
+            return
+        try:
+            await asyncio.to_thread(self.quotas.spend, owner, tokens)
+        except Exception:
+            logger.exception("cannot add %d tokens to the quota of %s", tokens, owner)
+
     # -- the run itself -------------------------------------------------------------------
 
     async def _drive(self, run: Run, agent: Agent, request: RunRequest) -> None:
@@ -262,6 +301,7 @@ class RunManager:
                     output_format=request.output_format,
                     channel=request.channel,
                 )
+                await self._spend_tokens(run.owner, result.usage.total_tokens)
         except TimeoutError:
             self._stop(
                 run,

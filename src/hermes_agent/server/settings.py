@@ -1,10 +1,66 @@
-"""What the service is told: where it listens, who may call it, and its limits."""
+"""What the service is told: where it listens, who may call it, and its limits.
+
+The settings come from the ``service:`` section of the agent's config file (``service_settings``)
+or are given in code (``ServiceSettings(...)``); the command line's flags override the file.
+
+    service:
+      host: 127.0.0.1
+      port: 8000
+      auth: keys
+      max_runs_in_flight_per_user: 4
+      quotas:
+        runs_per_day: 200
+        tokens_per_day: 500000
+        users:
+          ops: {runs_per_day: null}      # no limit on runs for the user ops
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from hermes_agent.config import HermesConfig, validate_section
+
+
+class QuotaLimits(BaseModel):
+    """One user's daily limits (UTC days); ``None`` means no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runs_per_day: int | None = Field(default=None, ge=0)
+    """Runs a user may start per day; a run counts when it starts."""
+    tokens_per_day: int | None = Field(default=None, ge=0)
+    """Model tokens (prompt and completion) a user's runs may use per day; a run is refused
+    once the day's total has reached it (the run that crosses it finishes)."""
+
+
+class QuotaSettings(QuotaLimits):
+    """The daily quotas of every user, and per-user ``users`` overrides: a key an override
+    sets replaces the default for that user (``null`` lifts the limit), one it leaves out
+    keeps the default. Quotas apply to admin keys' users too (give them an override)."""
+
+    users: dict[str, QuotaLimits] = Field(default_factory=dict)
+
+    def limits_for(self, user_id: str) -> QuotaLimits:
+        """The limits that apply to ``user_id``."""
+        override = self.users.get(user_id)
+        if override is None:
+            return QuotaLimits(runs_per_day=self.runs_per_day, tokens_per_day=self.tokens_per_day)
+        given = override.model_fields_set
+        return QuotaLimits(
+            runs_per_day=override.runs_per_day if "runs_per_day" in given else self.runs_per_day,
+            tokens_per_day=(
+                override.tokens_per_day if "tokens_per_day" in given else self.tokens_per_day
+            ),
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any user has a limit (else nothing is counted)."""
+        limits = [self, *self.users.values()]
+        return any(q.runs_per_day is not None or q.tokens_per_day is not None for q in limits)
 
 
 class ServiceSettings(BaseModel):
@@ -42,7 +98,31 @@ class ServiceSettings(BaseModel):
     store."""
     finished_run_ttl_s: float = Field(default=3600.0, gt=0)
     retry_after_s: int = Field(default=1, ge=1)
-    """The ``Retry-After`` sent with a 429."""
+    """The ``Retry-After`` sent with a 429 for runs in flight (a quota's says when the day
+    resets)."""
+    quotas: QuotaSettings = Field(default_factory=QuotaSettings)
+    """Per-user daily quotas (runs and tokens), kept where the API keys are."""
+
+
+def service_settings(config: HermesConfig | None = None, **overrides: Any) -> ServiceSettings:
+    """The settings of the config's ``service:`` section, with ``overrides`` (those not
+    ``None``) on top. Raises ``ConfigError`` naming the file and the key for a bad value."""
+    data: dict[str, Any] = dict(config.service or {}) if config is not None else {}
+    data.update({key: value for key, value in overrides.items() if value is not None})
+    source = config.source if config is not None else "<settings>"
+    return validate_section(ServiceSettings, data, source=source, key="service")
+
+
+def store_url(
+    settings: ServiceSettings, config: HermesConfig | None, default: str = "memory://"
+) -> str:
+    """Where API keys and quota counts are kept: ``keys_url``, else the config's storage URL,
+    else ``default``."""
+    if settings.keys_url:
+        return settings.keys_url
+    if config is not None and config.storage is not None:
+        return config.storage.url
+    return default
 
 
 RunStatus = Literal["running", "waiting_approval", "completed", "failed", "cancelled", "timed_out"]

@@ -108,7 +108,9 @@ class _Socket:
         try:
             run = await self.manager.start(self.user.user_id, request)
         except RunRejected as exc:
-            await self._error(exc.status_code, exc.message, client_ref=client_ref)
+            await self._error(
+                exc.status_code, exc.message, client_ref=client_ref, retry_after=exc.retry_after
+            )
             return
         except HermesAgentError as exc:
             await self._error(422, str(exc), client_ref=client_ref)

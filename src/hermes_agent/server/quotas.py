@@ -1,0 +1,294 @@
+"""Per-user daily quotas: runs per day and model tokens per day.
+
+    service:
+      quotas:
+        runs_per_day: 200
+        tokens_per_day: 500000
+        users:
+          alice: {runs_per_day: 1000}
+
+A quota belongs to the stable user id an API key is bound to (``Principal.user_id``) — never
+to a session id or a request id, so a client that makes up a new session for every message
+still spends one user's quota. Days are UTC days. ``RunManager`` asks ``Quotas.admit`` before
+every run, whichever endpoint started it, and ``Quotas.spend`` adds the run's tokens when it
+ends; a refused run gets ``429`` with ``Retry-After`` set to the seconds left until the day
+resets.
+
+The counts live in the key store's database (a table ``hermes_quota_usage``, one row per user
+and day), so they survive a restart and are shared by every process on that database; with keys
+in memory they are kept in memory (today's only).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal, Protocol
+
+import sqlalchemy as sa
+
+from hermes_agent.server.auth import KeyStore, SqlKeyStore
+from hermes_agent.server.settings import QuotaLimits, QuotaSettings
+
+QuotaName = Literal["runs_per_day", "tokens_per_day"]
+
+
+@dataclass(frozen=True, slots=True)
+class DailyUsage:
+    """What one user used on one day."""
+
+    runs: int = 0
+    tokens: int = 0
+
+
+class QuotaStore(Protocol):
+    """Where the daily counts are kept. Every method is safe to call from several threads
+    (and, for a database, several processes) at once."""
+
+    def admit(self, user_id: str, day: str, limits: QuotaLimits) -> tuple[bool, DailyUsage]:
+        """Count one run of ``user_id`` on ``day`` if the user is under both limits, in one
+        step (two runs at once cannot both take the last one); returns whether it was counted
+        and the usage after it."""
+        ...
+
+    def refund(self, user_id: str, day: str) -> None:
+        """Uncount one run (it was refused before it started)."""
+        ...
+
+    def add_tokens(self, user_id: str, day: str, tokens: int) -> None:
+        """Add the tokens a run used."""
+        ...
+
+    def usage(self, user_id: str, day: str) -> DailyUsage:
+        """What ``user_id`` used on ``day``."""
+        ...
+
+
+class MemoryQuotaStore:
+    """Counts in this process, for keys in memory; only the current day is kept, so the
+    store holds one entry per user active today."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, list[int]] = {}
+        self._day = ""
+        self._lock = threading.Lock()
+
+    def _entry(self, user_id: str, day: str) -> list[int]:
+        if day != self._day:
+            if day < self._day:  # a late call about a day already gone: not kept
+                return [0, 0]
+            self._counts.clear()
+            self._day = day
+        return self._counts.setdefault(user_id, [0, 0])
+
+    def admit(self, user_id: str, day: str, limits: QuotaLimits) -> tuple[bool, DailyUsage]:
+        with self._lock:
+            entry = self._entry(user_id, day)
+            admitted = _under(limits, entry[0], entry[1])
+            if admitted:
+                entry[0] += 1
+            return admitted, DailyUsage(entry[0], entry[1])
+
+    def refund(self, user_id: str, day: str) -> None:
+        with self._lock:
+            entry = self._entry(user_id, day)
+            entry[0] = max(0, entry[0] - 1)
+
+    def add_tokens(self, user_id: str, day: str, tokens: int) -> None:
+        with self._lock:
+            self._entry(user_id, day)[1] += tokens
+
+    def usage(self, user_id: str, day: str) -> DailyUsage:
+        with self._lock:
+            found = self._counts.get(user_id) if day == self._day else None
+            return DailyUsage(*found) if found else DailyUsage()
+
+
+_metadata = sa.MetaData()
+quota_usage = sa.Table(
+    "hermes_quota_usage",
+    _metadata,
+    sa.Column("user_id", sa.String(64), primary_key=True),
+    sa.Column("day", sa.String(10), primary_key=True),
+    sa.Column("runs", sa.Integer, nullable=False, default=0),
+    sa.Column("tokens", sa.BigInteger, nullable=False, default=0),
+)
+
+
+class SqlQuotaStore:
+    """Counts in ``hermes_quota_usage`` (SQLite or PostgreSQL), on the key store's engine.
+
+    ``admit`` is one conditional ``UPDATE ... WHERE runs < limit``: SQLite's write lock, or
+    PostgreSQL's row lock, makes concurrent admissions take turns, so a quota is never
+    overrun by runs that start at the same moment, even from several processes.
+    """
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        _metadata.create_all(engine)
+
+    def _begin(self) -> sa.engine.Connection:
+        # SQLite: take the write lock up front (see storage.sql), so the read after the write
+        # cannot fail on a lock another writer took meanwhile.
+        return self.engine.connect().execution_options(hermes_write=True)
+
+    def admit(self, user_id: str, day: str, limits: QuotaLimits) -> tuple[bool, DailyUsage]:
+        q = quota_usage.c
+        counted = (
+            sa.update(quota_usage).where(q.user_id == user_id, q.day == day).values(runs=q.runs + 1)
+        )
+        if limits.runs_per_day is not None:
+            counted = counted.where(q.runs < limits.runs_per_day)
+        if limits.tokens_per_day is not None:
+            counted = counted.where(q.tokens < limits.tokens_per_day)
+        with self._begin() as conn, conn.begin():
+            _insert_if_missing(conn, user_id, day)
+            admitted = conn.execute(counted).rowcount == 1
+            row = conn.execute(
+                sa.select(q.runs, q.tokens).where(q.user_id == user_id, q.day == day)
+            ).one()
+        return admitted, DailyUsage(row.runs, row.tokens)
+
+    def refund(self, user_id: str, day: str) -> None:
+        q = quota_usage.c
+        with self._begin() as conn, conn.begin():
+            conn.execute(
+                sa.update(quota_usage)
+                .where(q.user_id == user_id, q.day == day, q.runs > 0)
+                .values(runs=q.runs - 1)
+            )
+
+    def add_tokens(self, user_id: str, day: str, tokens: int) -> None:
+        q = quota_usage.c
+        with self._begin() as conn, conn.begin():
+            _insert_if_missing(conn, user_id, day)
+            conn.execute(
+                sa.update(quota_usage)
+                .where(q.user_id == user_id, q.day == day)
+                .values(tokens=q.tokens + tokens)
+            )
+
+    def usage(self, user_id: str, day: str) -> DailyUsage:
+        q = quota_usage.c
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(q.runs, q.tokens).where(q.user_id == user_id, q.day == day)
+            ).first()
+        return DailyUsage(row.runs, row.tokens) if row is not None else DailyUsage()
+
+
+def _insert_if_missing(conn: sa.engine.Connection, user_id: str, day: str) -> None:
+    values = {"user_id": user_id, "day": day, "runs": 0, "tokens": 0}
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        conn.execute(pg_insert(quota_usage).values(values).on_conflict_do_nothing())
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        conn.execute(sqlite_insert(quota_usage).values(values).on_conflict_do_nothing())
+    else:
+        q = quota_usage.c
+        found = conn.execute(sa.select(q.runs).where(q.user_id == user_id, q.day == day)).first()
+        if found is None:
+            conn.execute(sa.insert(quota_usage).values(values))
+
+
+def _under(limits: QuotaLimits, runs: int, tokens: int) -> bool:
+    return (limits.runs_per_day is None or runs < limits.runs_per_day) and (
+        limits.tokens_per_day is None or tokens < limits.tokens_per_day
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaExceeded:
+    """Why a run was refused: which quota, the usage and limit, and when the day resets."""
+
+    quota: QuotaName
+    used: int
+    limit: int
+    retry_after: int
+    """Seconds until the next UTC day."""
+
+    @property
+    def message(self) -> str:
+        hours, minutes = divmod(math.ceil(self.retry_after / 60), 60)
+        what = "runs started" if self.quota == "runs_per_day" else "tokens used by your runs"
+        return (
+            f"daily quota reached: {self.used:,} of {self.limit:,} {what} today "
+            f"(quota {self.quota}); it resets at 00:00 UTC, in {hours} h {minutes} min "
+            f"(Retry-After: {self.retry_after} s)"
+        )
+
+
+class Quotas:
+    """The quotas the settings set, counted in a ``QuotaStore``.
+
+    ``clock`` gives the time in seconds since the epoch (tests move it to another day).
+    """
+
+    def __init__(
+        self,
+        settings: QuotaSettings,
+        store: QuotaStore,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+
+    def applies_to(self, user_id: str) -> bool:
+        """Whether ``user_id`` has any limit (a user without one is not counted at all)."""
+        limits = self.settings.limits_for(user_id)
+        return limits.runs_per_day is not None or limits.tokens_per_day is not None
+
+    def today(self) -> str:
+        """The current UTC day, ``YYYY-MM-DD``."""
+        return datetime.fromtimestamp(self.clock(), UTC).date().isoformat()
+
+    def seconds_to_reset(self) -> int:
+        """Whole seconds until the next UTC day begins (at least 1)."""
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
+        return max(1, math.ceil((midnight - now).total_seconds()))
+
+    def admit(self, user_id: str) -> tuple[str, QuotaExceeded | None]:
+        """Count one run of ``user_id`` today; returns the day it was counted on, and why it
+        was refused (``None`` when it was counted)."""
+        day = self.today()
+        limits = self.settings.limits_for(user_id)
+        admitted, usage = self.store.admit(user_id, day, limits)
+        if admitted:
+            return day, None
+        retry = self.seconds_to_reset()
+        if limits.runs_per_day is not None and usage.runs >= limits.runs_per_day:
+            return day, QuotaExceeded("runs_per_day", usage.runs, limits.runs_per_day, retry)
+        assert limits.tokens_per_day is not None
+        return day, QuotaExceeded("tokens_per_day", usage.tokens, limits.tokens_per_day, retry)
+
+    def refund(self, user_id: str, day: str) -> None:
+        """Uncount a run ``admit`` counted on ``day`` that never started."""
+        self.store.refund(user_id, day)
+
+    def spend(self, user_id: str, tokens: int) -> None:
+        """Add the tokens of a run that ended today."""
+        if tokens > 0:
+            self.store.add_tokens(user_id, self.today(), tokens)
+
+    def usage(self, user_id: str) -> DailyUsage:
+        """What ``user_id`` used today."""
+        return self.store.usage(user_id, self.today())
+
+
+def quota_store_for(keys: KeyStore) -> QuotaStore:
+    """Where the counts of a key store's users go: the same database (``SqlKeyStore`` on a
+    file or a server), else this process's memory."""
+    if isinstance(keys, SqlKeyStore) and not keys.in_memory:
+        return SqlQuotaStore(keys.engine)
+    return MemoryQuotaStore()
