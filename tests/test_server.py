@@ -143,11 +143,6 @@ def test_cancel_stops_a_run_whose_tool_is_sleeping(tmp_path: Path) -> None:
         assert client.post("/v1/runs/nope/cancel").status_code == 404
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the library's subprocess pool kills a busy worker only when its call returns; "
-    "a cancelled run's subprocess call should kill its worker (tools/sandbox.py)",
-)
 def test_cancel_kills_the_sleeping_subprocess_of_a_tool(tmp_path: Path) -> None:
     pid_file = tmp_path / "sleeper.pid"
     with serve(create_app(agent=make_agent(sqlite(tmp_path)), settings=local())) as url:

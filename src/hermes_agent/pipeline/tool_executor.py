@@ -182,12 +182,9 @@ async def _call(
     tool = plan.tool
     if tool.execution_mode == "subprocess":
         # Only JSON crosses into the worker, which converts the arguments itself
-        # (``Tool.json_function``). It enforces the timeout itself (and kills the process);
-        # the outer bound only guards against a pool that cannot even start a worker.
-        pool = ctx.runtime.pool(tool)
-        future = ctx.executor.submit(pool.call, plan.arguments, timeout)
-        async with asyncio.timeout(timeout + 5):
-            return await _in_thread(future)
+        # (``Tool.json_function``). The pool enforces the timeout (and kills the process),
+        # and kills the worker at once when this run is cancelled.
+        return await ctx.runtime.pool(tool).acall(plan.arguments, timeout, ctx.executor)
     if tool.execution_mode == "inline":
         return tool.function(**arguments)  # opted in: fast and pure, no thread hop
     if tool.is_async:

@@ -22,7 +22,11 @@ What can happen to a call, and what the agent sees:
   group is killed with SIGKILL and the worker reaped → ``TimeoutError`` (408);
 - the worker dies (``os._exit``, a segfault, the CPU limit) → ``ToolProcessError`` naming the
   exit code or signal, or saying it went past its CPU time limit (500);
-- it sends a frame over the size bound or that is not a valid reply → ``ToolProcessError`` (500).
+- it sends a frame over the size bound or that is not a valid reply → ``ToolProcessError`` (500);
+- the caller gives up on it (the run awaiting ``acall`` is cancelled, or ``Abort.abort()`` is
+  called from any thread) → the worker's process group is killed with SIGKILL at once, not when
+  the tool returns, and the call ends with ``CallAborted``; a call still waiting for a free
+  worker leaves the line without starting one.
 
 Each worker leads a session (and process group) of its own, and whenever a worker is killed —
 on timeout, on a failed call, on ``close()`` and at interpreter exit — the whole group is
@@ -37,8 +41,10 @@ over its own socket.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
+import functools
 import json
 import math
 import os
@@ -52,6 +58,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,10 +72,62 @@ _EXIT_GRACE = 1.0  # a worker whose socket closed gets this long to finish exiti
 _REAP_WAIT = 5.0  # how long a SIGKILLed worker may take to be reaped
 _CPU_REUSE_SHARE = 0.1  # a worker that used this share of its CPU budget is replaced
 _MAX_ERROR_CHARS = 100_000
+_STUCK_GRACE = 5.0  # ``acall`` gives up this long after the timeout (a pool that cannot fork)
 
 
 class ToolProcessError(Exception):
     """The tool failed inside its worker process (raised, died, or sent what is not data)."""
+
+
+class CallAborted(Exception):
+    """The caller aborted the call (``Abort.abort``); its worker, if it had one, was killed."""
+
+
+class Abort:
+    """Stops one ``SubprocessPool.call`` from another thread (``acall`` makes and uses one).
+
+    ``abort()`` never blocks: it sends SIGKILL to the process group of the worker the call is
+    using, if any, and marks the call, which then ends with ``CallAborted`` (within
+    ``_CHECK_INTERVAL`` when it was still waiting for a free worker). The calling thread reaps
+    the worker, and the pool starts a new one for its next call. Aborting a call that is over
+    does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._aborted = False
+        self._worker: _Worker | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    def abort(self) -> None:
+        # Under the lock: the call cannot hand its worker back to the pool (and so to another
+        # call) between the check and the signal.
+        with self._lock:
+            self._aborted = True
+            if self._worker is not None:
+                self._worker.interrupt()
+
+    def _attach(self, worker: _Worker) -> bool:
+        """The call now uses ``worker``; False when it was aborted already."""
+        with self._lock:
+            if self._aborted:
+                return False
+            self._worker = worker
+            return True
+
+    def _detach(self) -> bool:
+        """The call is done with its worker; False when it was aborted meanwhile (the worker
+        may have been signalled and must not go back to the pool)."""
+        with self._lock:
+            self._worker = None
+            return not self._aborted
+
+    def _check(self) -> None:
+        if self._aborted:
+            raise CallAborted("the call was aborted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +170,11 @@ class _Worker:
 
     # -- one call -----------------------------------------------------------------------
 
-    def call(self, arguments: dict[str, Any], deadline: float, timeout: float) -> Any:
-        """Send the arguments and wait for the reply, never past ``deadline`` (monotonic)."""
+    def call(
+        self, arguments: dict[str, Any], deadline: float, timeout: float, abort: Abort | None = None
+    ) -> Any:
+        """Send the arguments and wait for the reply, never past ``deadline`` (monotonic), and
+        no longer than ``abort`` allows."""
         try:
             body = json.dumps({"arguments": arguments}, default=_refuse).encode("ascii")
         except (TypeError, ValueError) as exc:
@@ -120,16 +182,22 @@ class _Worker:
         if len(body) > self.max_frame:
             raise ToolProcessError(_too_big("the arguments are", len(body), self.max_frame))
         try:
-            self._send(_HEADER.pack(len(body)) + body, deadline)
-            header = self._receive(_HEADER.size, deadline)
+            self._send(_HEADER.pack(len(body)) + body, deadline, abort)
+            header = self._receive(_HEADER.size, deadline, abort)
             (size,) = _HEADER.unpack(header)
             if size > self.max_frame:
                 raise ToolProcessError(_too_big("the reply is", size, self.max_frame))
-            frame = self._receive(size, deadline)
+            frame = self._receive(size, deadline, abort)
         except TimeoutError:
             self.kill()
             raise TimeoutError(f"no result within {timeout:g} s") from None
+        except CallAborted:
+            self.kill()
+            raise
         except (_Gone, OSError, ValueError):  # ValueError: the socket was closed under us
+            if abort is not None and abort.aborted:  # it died of the abort's SIGKILL
+                self.kill()
+                raise CallAborted("the call was aborted; its process was killed") from None
             raise ToolProcessError(self._death()) from None
         ok, payload, cpu = _decode_reply(frame)
         self.cpu_used = cpu
@@ -137,10 +205,10 @@ class _Worker:
             raise ToolProcessError(payload)
         return payload
 
-    def _send(self, data: bytes, deadline: float) -> None:
+    def _send(self, data: bytes, deadline: float, abort: Abort | None) -> None:
         view = memoryview(data)
         while view:
-            self._wait(select.POLLOUT, deadline)
+            self._wait(select.POLLOUT, deadline, abort)
             try:
                 sent = self.socket.send(view)
             except BlockingIOError:
@@ -149,12 +217,12 @@ class _Worker:
                 raise _Gone from None
             view = view[sent:]
 
-    def _receive(self, size: int, deadline: float) -> bytes:
+    def _receive(self, size: int, deadline: float, abort: Abort | None) -> bytes:
         """Exactly ``size`` bytes, read as they come (memory grows with what actually arrived)."""
         chunks: list[bytes] = []
         missing = size
         while missing:
-            self._wait(select.POLLIN, deadline)
+            self._wait(select.POLLIN, deadline, abort)
             try:
                 chunk = self.socket.recv(min(missing, _CHUNK))
             except BlockingIOError:
@@ -167,12 +235,15 @@ class _Worker:
             missing -= len(chunk)
         return b"".join(chunks)
 
-    def _wait(self, event: int, deadline: float) -> None:
+    def _wait(self, event: int, deadline: float, abort: Abort | None) -> None:
         """Until the socket is ready for ``event``; TimeoutError at the deadline, _Gone when
-        the worker has exited (a process it forked may still hold its end of the socket)."""
+        the worker has exited (a process it forked may still hold its end of the socket),
+        CallAborted once ``abort`` says so."""
         poller = select.poll()
         poller.register(self.socket, event)
         while True:
+            if abort is not None:
+                abort._check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError
@@ -190,6 +261,17 @@ class _Worker:
         """Whether the worker used enough of its CPU budget that a new one should take over."""
         limit = self.limits.cpu_seconds
         return limit is not None and self.cpu_used >= limit * _CPU_REUSE_SHARE
+
+    def interrupt(self) -> None:
+        """SIGKILL the worker's process group now, from any thread, without waiting or reaping
+        (the thread using the worker does that). Skipped while ``kill`` runs: it kills too."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if not self._reaped:  # unreaped, the pid (and group id) cannot belong to another
+                _kill_group(self.pid)
+        finally:
+            self._lock.release()
 
     def kill(self) -> None:
         """SIGKILL the worker's process group, reap the worker, close the socket. Idempotent."""
@@ -281,21 +363,30 @@ class SubprocessPool:
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.size)
 
-    def call(self, arguments: dict[str, Any], timeout: float) -> Any:
+    def call(self, arguments: dict[str, Any], timeout: float, *, abort: Abort | None = None) -> Any:
         """Run the tool with ``arguments`` in a worker (blocking; call it from a thread).
 
         ``timeout`` covers everything: waiting for a free worker, sending, running, replying.
+        ``abort`` lets another thread stop the call (and kill its worker) before that.
         """
         deadline = time.monotonic() + timeout
-        if not self._slots.acquire(timeout=max(0.0, timeout)):
+        if not self._take_slot(deadline, abort):
             raise TimeoutError(f"no worker of this tool was free within {timeout:g} s")
         try:
             worker = self._borrow()
+            if abort is not None and not abort._attach(worker):
+                self._give_back(worker)  # it never received the call: still as good as new
+                raise CallAborted("the call was aborted before it started")
             try:
-                result = worker.call(arguments, deadline, timeout)
+                result = worker.call(arguments, deadline, timeout, abort)
             except BaseException:
                 worker.kill()  # its state is unknown after a failure mid-call
                 raise
+            finally:
+                intact = abort is None or abort._detach()
+            if not intact:  # aborted as the reply came: the worker may have been signalled
+                worker.kill()
+                raise CallAborted("the call was aborted; its process was killed")
             if worker.spent():
                 worker.kill()
             else:
@@ -303,6 +394,42 @@ class SubprocessPool:
             return result
         finally:
             self._slots.release()
+
+    async def acall(
+        self, arguments: dict[str, Any], timeout: float, executor: Executor | None = None
+    ) -> Any:
+        """``call`` from async code, on a thread of ``executor`` (the loop's default one when
+        ``None``). Cancelling the task that awaits it aborts the call: the worker is killed
+        at once, with its process group, and the pool starts a new one for the next call.
+
+        The call enforces ``timeout`` itself; the bound here, a little longer, only covers a
+        thread that cannot even start the call (an executor with no free thread, a fork that
+        hangs), and aborts the call too.
+        """
+        abort = Abort()
+        call = functools.partial(self.call, arguments, timeout, abort=abort)
+        running = asyncio.get_running_loop().run_in_executor(executor, call)
+        try:
+            async with asyncio.timeout(timeout + _STUCK_GRACE):
+                return await running
+        except BaseException:
+            abort.abort()  # nobody waits for the call any more (no effect once it is over)
+            raise
+
+    def _take_slot(self, deadline: float, abort: Abort | None) -> bool:
+        """Wait for a free worker slot until ``deadline``; an aborted wait raises CallAborted."""
+        if abort is None:
+            return self._slots.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        while True:
+            abort._check()
+            remaining = deadline - time.monotonic()
+            if self._slots.acquire(timeout=max(0.0, min(remaining, _CHECK_INTERVAL))):
+                if abort.aborted:
+                    self._slots.release()
+                    abort._check()
+                return True
+            if remaining <= _CHECK_INTERVAL:
+                return False
 
     def _borrow(self) -> _Worker:
         with self._lock:
