@@ -44,6 +44,8 @@ TRACE_SHOW = "hermes-agent trace show REQUEST_ID"
 REPLAY = "hermes-agent replay REQUEST_ID"
 EVAL_SUITE = "hermes-agent eval examples/eval_cases.yaml"
 EVAL_BFCL = "hermes-agent eval bfcl"
+SERVE = "hermes-agent serve"  # with CURL: run as a pair by test_cli_serve.py
+CURL = "curl -s http://127.0.0.1:8000/v1/runs"
 RUN_BY_TESTS = (
     RUN_REQUIRED,
     RUN_JSON_DEBUG,
@@ -57,6 +59,8 @@ RUN_BY_TESTS = (
     REPLAY,
     EVAL_SUITE,
     EVAL_BFCL,
+    SERVE,
+    CURL,
 )
 STAGES = ("InputParser", "ThoughtGenerator", "ToolSelector", "ToolExecutor", "OutputRenderer")
 

@@ -10,6 +10,7 @@ and its input is cut to fit the model's context window.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,11 @@ class LoadedHistory:
 
 class HistoryLoader:
     """Builds the prompt's history from a session's stored messages, caching one summary per
-    session (in a bounded, least-recently-used cache, so a long-lived process does not grow)."""
+    session (in a bounded, least-recently-used cache, so a long-lived process does not grow).
+
+    Runs on several threads (sync ``Agent.run`` callers, each on its own event loop) share the
+    cache: a lock guards each look-up and update, and is never held while a summary is written.
+    """
 
     def __init__(
         self,
@@ -59,10 +64,12 @@ class HistoryLoader:
         self.summarize_with_model = summarize_with_model
         self.max_cached = max_cached
         self._summaries: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def forget(self) -> None:
         """Drop every cached summary."""
-        self._summaries.clear()
+        with self._lock:
+            self._summaries.clear()
 
     async def load(
         self, session_id: str, stored: Sequence[Message], model: Model
@@ -71,18 +78,21 @@ class HistoryLoader:
         if not old or self.summary_max_chars <= 0:
             return LoadedHistory(kept)
         loaded = LoadedHistory()
-        cached = self._summaries.get(session_id)
+        with self._lock:
+            cached = self._summaries.get(session_id)
+            if cached is not None and cached[0] == len(old):
+                self._summaries.move_to_end(session_id)
         if cached is not None and cached[0] == len(old):
             summary = cached[1]
-            self._summaries.move_to_end(session_id)
         else:  # one more turn left the window since the last summary
             summary, loaded.summary_call = await self._summarize(old, model)
             if loaded.summary_call is not None:
                 loaded.usage = loaded.summary_call.usage
-            self._summaries[session_id] = (len(old), summary)
-            self._summaries.move_to_end(session_id)
-            while len(self._summaries) > self.max_cached:
-                self._summaries.popitem(last=False)
+            with self._lock:
+                self._summaries[session_id] = (len(old), summary)
+                self._summaries.move_to_end(session_id)
+                while len(self._summaries) > self.max_cached:
+                    self._summaries.popitem(last=False)
         loaded.messages = ([Message("system", summary)] if summary else []) + kept
         return loaded
 

@@ -17,6 +17,8 @@ from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.sandbox import Limits, SubprocessPool
 
 _MINUTE = 60.0
+MAX_CACHED_RESULTS = 4096
+"""Cached tool results an agent keeps; past it, expired ones go, then the oldest."""
 _IMMUTABLE = (str, int, float, bool, bytes, type(None))
 
 
@@ -83,9 +85,16 @@ class ToolRuntime:
             kept = private_copy(value)
         except Exception:  # e.g. a result holding a lock or a socket
             return
+        key = self.cache_key(tool, arguments)
         with self._lock:
-            expires = time.monotonic() + tool.cache_ttl
-            self._cache[self.cache_key(tool, arguments)] = (expires, kept)
+            now = time.monotonic()
+            self._cache.pop(key, None)  # re-inserted last: the dict is oldest first
+            if len(self._cache) >= MAX_CACHED_RESULTS:
+                for stale in [k for k, (expires, _) in self._cache.items() if expires <= now]:
+                    del self._cache[stale]
+                while len(self._cache) >= MAX_CACHED_RESULTS:
+                    del self._cache[next(iter(self._cache))]
+            self._cache[key] = (now + tool.cache_ttl, kept)
 
     # -- rate limit (per tool ``rate_limit`` calls per minute) ---------------------------
 

@@ -1,0 +1,196 @@
+"""``hermes-agent serve``: the agent as an HTTP, SSE and WebSocket service (the ``server`` extra).
+
+    hermes-agent serve                                  # embedded model + demo tools, loopback
+    hermes-agent serve --config config.yaml --tools tools.py --port 8080
+
+The service's settings are the config's ``service:`` section (``--host`` and ``--port``
+override it); it listens on 127.0.0.1:8000 unless told otherwise. Keys and quota counts are
+kept where ``hermes-agent keys`` puts them (``service.keys_url``, else ``storage.url``, else
+``.hermes/state.db``), sessions and the audit trail in the config's storage (else
+``.hermes/state.db``, as ``hermes-agent run`` does).
+
+With no config, the demo tools are served and a key for the user ``local`` is made on the first
+start and kept in ``.hermes/api-key`` (readable only by its owner), so that
+
+    curl -s http://127.0.0.1:8000/v1/runs -H "Authorization: Bearer $(cat .hermes/api-key)" ...
+
+works at once from the same folder. The key is never printed. ``Ctrl-C`` or ``SIGTERM`` stops
+accepting, lets runs in flight finish for ``shutdown_grace_s``, cancels the rest and flushes the
+audit trail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from hermes_agent.cli._common import (
+    ConfigOption,
+    ToolsOption,
+    cli_agent,
+    config_error,
+    err,
+    fail,
+    styled,
+)
+from hermes_agent.config import DEFAULT_STORAGE_URL, HermesConfig, load_config
+from hermes_agent.errors import HermesAgentError
+
+if TYPE_CHECKING:
+    from hermes_agent.server.auth import KeyStore
+
+SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")
+LOCAL_KEY_FILE = Path(".hermes") / "api-key"
+"""Where ``serve`` with no config keeps the key of the user ``local``."""
+EXAMPLE_MESSAGE = '{"message": "What is 17 * 23?", "tool_choice": "required"}'
+
+
+def require_server_extra(command: str) -> None:
+    """Fail (exit 2) saying how to install the ``server`` extra when a module it brings is
+    missing."""
+    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(
+            f"`hermes-agent {command}` needs the server extra ({', '.join(missing)} is not "
+            'installed): pip install "hermes-agent-core[server]"'
+        )
+
+
+def serve(
+    config: ConfigOption = None,
+    tools: ToolsOption = None,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Address to listen on (default: service.host, 127.0.0.1)."),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", "-p", min=0, max=65535, help="Port (default: service.port, 8000)."),
+    ] = None,
+    demo_tools: Annotated[
+        bool | None,
+        typer.Option(
+            "--demo-tools/--no-demo-tools",
+            help="Serve the built-in demo tools (default: only without --config).",
+        ),
+    ] = None,
+    log_level: Annotated[
+        str,
+        typer.Option("--log-level", help="debug | info | warning | error (info: access log)."),
+    ] = "info",
+) -> None:
+    """Serve the agent over HTTP, Server-Sent Events and WebSocket (docs/service.md)."""
+    require_server_extra("serve")
+    import uvicorn
+
+    from hermes_agent.cli.keys import key_store_url
+    from hermes_agent.server import create_app, open_key_store
+    from hermes_agent.server.settings import service_settings
+
+    level = log_level.lower()
+    if level not in ("debug", "info", "warning", "error"):
+        fail(f"--log-level {log_level!r}: use debug, info, warning or error")
+    try:
+        settings_file = load_config(config) if config else None
+        settings = service_settings(settings_file, host=host, port=port)
+        url = key_store_url(settings_file)
+    except HermesAgentError as exc:
+        fail(config_error(config, exc))
+    if url.startswith("memory:") and settings.auth == "keys":
+        where = f"{config}: " if config is not None else ""
+        fail(
+            f"{where}the key store is {url}: no key made by `hermes-agent keys` could reach "
+            "it, so nobody could call the service; set service.keys_url (or storage.url) to a "
+            "database, or auth: none on loopback"
+        )
+    settings = settings.model_copy(update={"keys_url": url})
+    with_demo = config is None if demo_tools is None else demo_tools
+    agent = cli_agent(config, tools, not with_demo)
+    try:
+        keys = open_key_store(url)
+        key_file = local_key(keys) if settings_file is None and settings.auth == "keys" else None
+        app = create_app(settings_file, agent=agent, settings=settings, keys=keys)
+    except HermesAgentError as exc:
+        agent.close()
+        fail(config_error(config, exc))
+    _setup_logging(level)
+    _banner(settings.host, settings.port, settings_file, with_demo, key_file)
+    # uvicorn shuts down gracefully on SIGINT and SIGTERM, then raises the signal again with
+    # the handlers it found: these, so that the agent is closed and the exit status is 0.
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=level,
+            access_log=False,  # the service writes its own JSON access log
+            timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
+        )
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        agent.close()
+
+
+class _Stopped(Exception):
+    """A signal asked the service to stop (after uvicorn's graceful shutdown)."""
+
+
+def _stop(signum: int, _frame: object) -> None:
+    raise _Stopped(signum)
+
+
+def local_key(keys: KeyStore) -> Path:
+    """The key file of the user ``local`` for ``serve`` with no config: the key it holds when
+    the store still knows it, else a new key written there (mode 0600)."""
+    from hermes_agent.server.auth import LOCAL_USER
+
+    if LOCAL_KEY_FILE.is_file():
+        principal = keys.lookup(LOCAL_KEY_FILE.read_text(encoding="utf-8").strip())
+        if principal is not None and principal.user_id == LOCAL_USER:
+            return LOCAL_KEY_FILE
+    key = keys.create(LOCAL_USER, name="hermes-agent serve (no config)")
+    LOCAL_KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
+    LOCAL_KEY_FILE.unlink(missing_ok=True)
+    descriptor = os.open(LOCAL_KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        file.write(key + "\n")
+    return LOCAL_KEY_FILE
+
+
+def _setup_logging(level: str) -> None:
+    # The access log is one JSON object per line; the service's own notices (a warning for
+    # auth: none, a run that failed) go beside it.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("hermes_agent.server")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def _banner(
+    host: str, port: int, config: HermesConfig | None, demo: bool, key_file: Path | None
+) -> None:
+    base = f"http://{host}:{port}"
+    what = config.source if config is not None else "the embedded model (no config)"
+    tools = ", with the demo tools" if demo else ""
+    err().print(styled("Serving ", (what, "bold"), f"{tools} on {base}"))
+    if key_file is not None:
+        err().print(
+            f"The API key of the user 'local' is in {key_file}. Try, from this folder:\n"
+            f'  curl -s {base}/v1/runs -H "Authorization: Bearer $(cat {key_file})" '
+            f"-H \"Content-Type: application/json\" -d '{EXAMPLE_MESSAGE}'"
+        )
+    if config is None:
+        err().print(f"Sessions, the audit trail and the key are kept in {DEFAULT_STORAGE_URL}.")
