@@ -264,7 +264,7 @@ def test_a_bad_service_section_names_the_file_and_the_key(tmp_path: Path) -> Non
     done = runner.invoke(app, ["serve", "--config", str(config)])
     assert done.exit_code == 2
     assert f"{config}: service.prot: unknown key; did you mean 'port'?" in done.output
-    config.write_text("service:\n  auth: none\n", encoding="utf-8")
+    config.write_text("model: {provider: scripted}\nservice:\n  auth: none\n", encoding="utf-8")
     done = runner.invoke(app, ["serve", "--config", str(config), "--host", "0.0.0.0"])
     assert done.exit_code == 2
     assert "auth: none would let anyone who reaches 0.0.0.0 run the agent" in done.output
