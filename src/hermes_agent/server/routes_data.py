@@ -10,6 +10,14 @@ from fastapi import APIRouter, HTTPException, Request
 from starlette.responses import PlainTextResponse, Response
 
 from hermes_agent.audit.records import AuditRecord
+from hermes_agent.server.api_models import (
+    AUTHENTICATED,
+    SessionBody,
+    SessionListBody,
+    StatusBody,
+    TraceBody,
+    errors,
+)
 from hermes_agent.server.auth import CurrentUser, KeyStore, Principal
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.routes_runs import json_response
@@ -24,7 +32,7 @@ def _storage(request: Request) -> Storage:
     return storage
 
 
-@router.get("/v1/sessions", response_model=None)
+@router.get("/v1/sessions", response_model=SessionListBody, responses=errors(*AUTHENTICATED))
 def list_sessions(request: Request, user: CurrentUser) -> Response:
     """The caller's sessions, most recently updated first."""
     sessions = []
@@ -35,7 +43,11 @@ def list_sessions(request: Request, user: CurrentUser) -> Response:
     return json_response({"sessions": sessions})
 
 
-@router.get("/v1/sessions/{session_id}", response_model=None)
+@router.get(
+    "/v1/sessions/{session_id}",
+    response_model=SessionBody,
+    responses=errors(404, *AUTHENTICATED),
+)
 def show_session(session_id: str, request: Request, user: CurrentUser) -> Response:
     """A session's messages and the runs recorded for it."""
     storage = _storage(request)
@@ -53,7 +65,12 @@ def show_session(session_id: str, request: Request, user: CurrentUser) -> Respon
     )
 
 
-@router.delete("/v1/sessions/{session_id}", status_code=204, response_model=None)
+@router.delete(
+    "/v1/sessions/{session_id}",
+    status_code=204,
+    response_model=None,
+    responses=errors(404, *AUTHENTICATED),
+)
 def delete_session(session_id: str, request: Request, user: CurrentUser) -> Response:
     """Forget a session's messages (its audit records stay)."""
     if not _storage(request).sessions.delete(stored_session_id(user.user_id, session_id)):
@@ -73,7 +90,11 @@ def _owned_records(request: Request, request_id: str, user: Principal) -> list[A
     return records
 
 
-@router.get("/v1/runs/{request_id}/trace", response_model=None)
+@router.get(
+    "/v1/runs/{request_id}/trace",
+    response_model=TraceBody,
+    responses=errors(404, *AUTHENTICATED),
+)
 def trace(request_id: str, request: Request, user: CurrentUser) -> Response:
     """The run's stage records, in order."""
     records = _owned_records(request, request_id, user)
@@ -87,7 +108,18 @@ def trace(request_id: str, request: Request, user: CurrentUser) -> Response:
     return json_response({"request_id": request_id, "records": shown})
 
 
-@router.get("/v1/runs/{request_id}/trace.jsonl", response_model=None)
+@router.get(
+    "/v1/runs/{request_id}/trace.jsonl",
+    response_model=None,
+    response_class=Response,
+    responses={
+        200: {
+            "description": "One JSON object per line",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        },
+        **errors(404, *AUTHENTICATED),
+    },
+)
 def trace_jsonl(request_id: str, request: Request, user: CurrentUser) -> Response:
     """The run's stage records as JSON Lines (the store's export: session ids as stored)."""
     _owned_records(request, request_id, user)
@@ -96,13 +128,19 @@ def trace_jsonl(request_id: str, request: Request, user: CurrentUser) -> Respons
     )
 
 
-@router.get("/healthz", response_model=None)
+@router.get("/healthz", response_model=StatusBody)
 async def healthz() -> Response:
     """The process answers."""
     return json_response({"status": "ok"})
 
 
-@router.get("/readyz", response_model=None)
+@router.get(
+    "/readyz",
+    response_model=StatusBody,
+    responses={
+        503: {"model": StatusBody, "description": "The store is unreachable, or shutting down"}
+    },
+)
 def readyz(request: Request) -> Response:
     """The store and the key store answer; 503 otherwise."""
     keys: KeyStore = request.app.state.keys
@@ -119,7 +157,12 @@ def readyz(request: Request) -> Response:
     return json_response({"status": "ready"})
 
 
-@router.get("/metrics", response_model=None)
+@router.get(
+    "/metrics",
+    response_model=None,
+    response_class=Response,
+    responses={200: {"description": "Prometheus text format", "content": {"text/plain": {}}}},
+)
 async def metrics(request: Request) -> Response:
     """Prometheus metrics of this app."""
     service_metrics: ServiceMetrics = request.app.state.metrics

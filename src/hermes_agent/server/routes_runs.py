@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
+from hermes_agent.server.api_models import (
+    AUTHENTICATED,
+    EVENT_STREAM,
+    ApprovalAnsweredBody,
+    CancelBody,
+    RunListBody,
+    RunResultBody,
+    RunStatusBody,
+    StoredRunBody,
+    errors,
+)
 from hermes_agent.server.approvals import ApprovalAnswered
-from hermes_agent.server.auth import CurrentUser, Principal
+from hermes_agent.server.auth import CurrentUser, KeyStore, Principal, current_user
 from hermes_agent.server.runs import Run, RunManager, RunRequest, client_session_id
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.server.sse import EventStreamResponse, run_events, to_json
@@ -66,7 +78,21 @@ def finished_response(run: Run, manager: RunManager) -> Response:
     return json_response(summary, _FAILED_CODES.get(run.status, 200))
 
 
-@router.post("/runs", response_model=None)
+@router.post(
+    "/runs",
+    response_model=RunResultBody,
+    responses={
+        200: {
+            "description": "The run's result; with `stream: true`, its events",
+            "content": EVENT_STREAM,
+        },
+        202: {"model": RunStatusBody, "description": "A tool call waits for an approval"},
+        409: {"model": RunStatusBody, "description": "The run was cancelled"},
+        500: {"model": RunStatusBody, "description": "The run failed"},
+        504: {"model": RunStatusBody, "description": "The run took longer than run_timeout_s"},
+        **errors(400, 413, 429, 503, *AUTHENTICATED),
+    },
+)
 async def create_run(body: RunRequest, request: Request, user: CurrentUser) -> Response:
     """Start a run: the ``RunResult`` JSON, ``202`` with the pending approvals, or with
     ``stream: true`` the run's events as Server-Sent Events."""
@@ -113,7 +139,11 @@ def stored_run(storage: Storage, request_id: str, user: Principal) -> dict[str, 
     }
 
 
-@router.get("/runs/{request_id}", response_model=None)
+@router.get(
+    "/runs/{request_id}",
+    response_model=RunStatusBody | StoredRunBody,
+    responses=errors(404, *AUTHENTICATED),
+)
 async def get_run(request_id: str, request: Request, user: CurrentUser) -> Response:
     """A run's status and result: from memory, or from the store's audit records."""
     manager = _manager(request)
@@ -127,7 +157,7 @@ async def get_run(request_id: str, request: Request, user: CurrentUser) -> Respo
     return json_response(found)
 
 
-@router.get("/runs", response_model=None)
+@router.get("/runs", response_model=RunListBody, responses=errors(*AUTHENTICATED))
 async def list_runs(
     request: Request,
     user: CurrentUser,
@@ -157,7 +187,7 @@ async def list_runs(
                     "status": ("completed" if row["status"] == "ok" else "failed")
                     if done
                     else "incomplete",
-                    "created": row["started"],
+                    "created": datetime.fromisoformat(row["started"]).timestamp(),
                     "source": "store",
                 }
             )
@@ -169,14 +199,45 @@ async def list_runs(
     return json_response({"runs": runs})
 
 
-@router.get("/runs/{request_id}/events", response_model=None)
+def stream_user(
+    request: Request,
+    access_token: Annotated[
+        str | None,
+        Query(
+            description="The API key, for a browser's EventSource (it cannot send headers); "
+            "anywhere else send Authorization: Bearer <key>"
+        ),
+    ] = None,
+) -> Principal:
+    """The caller of an event stream: the ``Authorization`` header, or ``?access_token=``."""
+    settings = _settings(request)
+    if access_token and settings.auth == "keys" and "authorization" not in request.headers:
+        keys: KeyStore = request.app.state.keys
+        principal = keys.lookup(access_token)
+        if principal is not None:
+            request.state.user_id = principal.user_id
+            return principal
+    return current_user(request)
+
+
+@router.get(
+    "/runs/{request_id}/events",
+    response_model=None,
+    response_class=EventStreamResponse,
+    status_code=200,
+    responses={
+        200: {"description": "The run's events", "content": EVENT_STREAM},
+        **errors(404, *AUTHENTICATED),
+    },
+)
 async def run_events_stream(
     request_id: str,
     request: Request,
-    user: CurrentUser,
+    user: Annotated[Principal, Depends(stream_user)],
     last_event_id: Annotated[int, Header(alias="Last-Event-ID", ge=0)] = 0,
 ) -> Response:
-    """Follow a run: every event after ``Last-Event-ID``, then live ones, then the end."""
+    """Follow a run: every event after ``Last-Event-ID``, then live ones, then the end. A
+    browser's ``EventSource`` may give its key as ``?access_token=``."""
     run = _owned_run(request, request_id, user)
     settings = _settings(request)
     run.attach()
@@ -185,7 +246,11 @@ async def run_events_stream(
     )
 
 
-@router.post("/runs/{request_id}/cancel", response_model=None)
+@router.post(
+    "/runs/{request_id}/cancel",
+    response_model=CancelBody,
+    responses=errors(404, 413, *AUTHENTICATED),
+)
 async def cancel_run(request_id: str, request: Request, user: CurrentUser) -> Response:
     """Cancel a run in flight, its tools with it; answers once it has stopped."""
     run = _owned_run(request, request_id, user)
@@ -195,7 +260,11 @@ async def cancel_run(request_id: str, request: Request, user: CurrentUser) -> Re
     return json_response({"request_id": run.id, "cancelled": cancelled, "status": run.status})
 
 
-@router.post("/approvals/{approval_id}", response_model=None)
+@router.post(
+    "/approvals/{approval_id}",
+    response_model=ApprovalAnsweredBody,
+    responses=errors(400, 404, 409, 413, *AUTHENTICATED),
+)
 async def answer_approval(
     approval_id: str,
     body: ApprovalAnswer,

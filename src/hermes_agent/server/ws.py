@@ -7,6 +7,10 @@ Client → server: ``{"type": "run", <RunRequest fields>, "client_ref"?}``,
 ``{"type": "approval_answered", ...}``, ``{"type": "cancelled", ...}`` and ``{"type": "error",
 "status", "detail", ...}``. Several runs may be in flight on one socket; a socket that drops
 cancels nothing (reconnect with ``GET /v1/runs/{id}/events``).
+
+The key comes in ``Authorization: Bearer <key>``, or — from a browser, whose ``WebSocket``
+cannot send headers — as the second of two subprotocols, ``new WebSocket(url, ["bearer",
+key])``; the server then answers with the subprotocol ``bearer`` (never the key).
 """
 
 from __future__ import annotations
@@ -25,19 +29,26 @@ from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest
 
 router = APIRouter()
 
+BEARER_SUBPROTOCOL = "bearer"
+
 
 @router.websocket("/v1/ws")
 async def websocket_endpoint(websocket: WebSocket) -> None:
     """One client's socket."""
     state = websocket.app.state
+    header = websocket.headers.get("authorization")
+    offered = list(websocket.scope.get("subprotocols") or [])
+    subprotocol = BEARER_SUBPROTOCOL if offered[:1] == [BEARER_SUBPROTOCOL] else None
+    if header is None and subprotocol is not None and len(offered) == 2:
+        header = f"Bearer {offered[1]}"
     if state.settings.auth == "none":
         user: Principal | None = Principal(LOCAL_USER)
     else:
-        user = authenticate(state.keys, websocket.headers.get("authorization"))
+        user = await asyncio.to_thread(authenticate, state.keys, header)
     if user is None:
         await websocket.close(code=1008, reason="missing or invalid API key")
         return
-    await websocket.accept()
+    await websocket.accept(subprotocol=subprotocol)
     session = _Socket(websocket, state.manager, user, state.settings.send_timeout_s)
     try:
         await session.serve()
