@@ -27,7 +27,7 @@ from hermes_agent.evals.bfcl import (
     shared_model,
     to_tool,
 )
-from hermes_agent.evals.oracle import parse_call_string
+from hermes_agent.evals.oracle import DATA_CONFLICTS, parse_call_string
 
 runner = CliRunner()
 needs_bfcl = pytest.mark.skipif(not bfcl_compat.available(), reason=bfcl_install.missing_message())
@@ -35,12 +35,22 @@ needs_bfcl = pytest.mark.skipif(not bfcl_compat.available(), reason=bfcl_install
 
 @needs_bfcl
 @pytest.mark.parametrize("category", CATEGORIES)
-def test_oracle_scores_100_percent_on_the_first_20_cases(category: str) -> None:
-    report = BfclHarness(oracle_model_for).run(load_cases(category, 20))
-    assert report.total == 20
-    assert [(r.id, r.error) for r in report.failures()] == []
+def test_oracle_passes_the_first_20_cases_but_known_data_conflicts(category: str) -> None:
+    cases = load_cases(category, 20)
+    report = BfclHarness(oracle_model_for).run(cases)
+    assert report.total == min(20, len(cases)) and report.total >= 16  # live_(ir)relevance: 16
+    conflicts = {c.id for c in cases} & set(DATA_CONFLICTS)
+    assert {r.id for r in report.failures()} == conflicts
     for result in report.results:
-        assert result.completions and not result.malformed and not result.invalid
+        assert result.completions and not result.malformed
+        # A conflict's only passing answer breaks the declared schema: the pipeline refuses it.
+        assert result.invalid == (result.id in conflicts)
+
+
+def test_data_conflicts_name_real_categories() -> None:
+    for case_id, reason in DATA_CONFLICTS.items():
+        assert any(case_id.startswith(f"{name}_") for name in CATEGORIES), case_id
+        assert len(reason) > 20
 
 
 def test_bfcl_types_convert_to_json_schema() -> None:
@@ -159,8 +169,8 @@ def test_cli_oracle_run_writes_a_report(tmp_path: Path) -> None:
     assert report["cases"][0]["completions"][0].startswith("<tool_call>")
     assert report["cases"][0]["verdict"] == {"valid": True, "error": []}
 
-    bad = runner.invoke(app, ["eval", "bfcl", "--category", "simple_java"])
-    assert bad.exit_code == 2 and "unknown BFCL category simple_java" in bad.output
+    bad = runner.invoke(app, ["eval", "bfcl", "--category", "web_search"])
+    assert bad.exit_code == 2 and "unknown BFCL category web_search" in bad.output
 
 
 @needs_bfcl

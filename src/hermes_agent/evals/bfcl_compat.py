@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import re
 import sys
 import types
 from collections.abc import Callable
@@ -142,8 +143,26 @@ def ast_checker() -> AstChecker:
 
 def python_language() -> Any:
     """``bfcl_eval.constants.enums.Language.PYTHON`` (what the AST checker wants)."""
+    return checker_language("python")
+
+
+def checker_language(name: str) -> Any:
+    """The ``bfcl_eval.constants.enums.Language`` member for ``python``, ``java`` or
+    ``javascript`` (what the AST checker wants)."""
     package()
-    return importlib.import_module("bfcl_eval.constants.enums").Language.PYTHON
+    return getattr(importlib.import_module("bfcl_eval.constants.enums").Language, name.upper())
+
+
+def type_converter(language: str) -> Callable[..., Any]:
+    """BFCL's reader of Java or JavaScript source text (``java_type_converter``,
+    ``js_type_converter``): what its checker applies to every argument of those languages."""
+    package()
+    short = {"java": "java", "javascript": "js"}[language]
+    module = importlib.import_module(
+        f"bfcl_eval.eval_checker.ast_eval.type_convertor.{short}_type_converter"
+    )
+    converter: Callable[..., Any] = getattr(module, f"{short}_type_converter")
+    return converter
 
 
 @cache
@@ -155,17 +174,28 @@ def multi_turn_checker() -> MultiTurnChecker:
     return checker
 
 
-def forget_checker_instances(key: str) -> int:
+def forget_checker_instances(key: str, case_id: str | None = None) -> int:
     """Drop the backend instances the multi-turn checker cached for model name ``key``.
 
     ``execute_multi_turn_func_call`` keeps every instance it makes in its module globals, under
     a name built from the model name and the test id, and reuses it on the next call with the
     same name. A run uses a model name of its own (so no two runs share state), and drops its
-    instances once a case is scored (so a long run does not hold 200 file systems).
+    instances once a case is scored (so a long run does not hold 200 file systems). With
+    ``case_id``, only that case's instances go (other cases may be checked at the same time).
     """
     package()
     module = importlib.import_module("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils")
-    names = [name for name in vars(module) if name.startswith(key)]
+    names = [name for name in list(vars(module)) if name.startswith(key)]
+    if case_id is not None:
+        # BFCL names an instance f"{model}_{test id}_{class}_instance", with -./: made _, and
+        # the model name gains _eval (the model's calls) or _ground_truth_eval when checking.
+        config = importlib.import_module("bfcl_eval.constants.executable_backend_config")
+        classes = "|".join(re.escape(name) for name in config.CLASS_FILE_PATH_MAPPING)
+        pattern = re.compile(
+            rf"{re.escape(key)}(?:_ground_truth)?(?:_eval)?_"
+            rf"{re.escape(re.sub(r'[-./:]', '_', case_id))}_(?:{classes})_instance"
+        )
+        names = [name for name in names if pattern.fullmatch(name)]
     for name in names:
         delattr(module, name)
     return len(names)

@@ -51,7 +51,9 @@ class CaseResult:
     ``refused`` those it turned down (with the status and the error the model was shown), and
     ``verdict`` what the checker said. ``malformed`` means a ``<tool_call>`` block could not be
     parsed; ``invalid`` that a parsed call was refused (unknown tool or arguments failing the
-    schema). ``error`` says why a case is not correct, in one line.
+    schema). ``error`` says why a case is not correct, in one line; ``model_error`` is set when
+    a run ended because the model did not answer at all (an endpoint down, a timeout, an
+    empty reply).
     """
 
     id: str
@@ -67,6 +69,7 @@ class CaseResult:
     invalid: bool = False
     made_call: bool = False
     duration_s: float = 0.0
+    model_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -86,12 +89,19 @@ def record_run(result: CaseResult, run: RunResult) -> None:
                 result.invalid = result.invalid or (
                     call.status_code in _INVALID and call.name != PARSE_ERROR_NAME
                 )
+                # The pipeline could not read a call its parser was given (for instance native
+                # arguments that are not JSON, though the text they were rendered as reads).
+                result.malformed = result.malformed or call.name == PARSE_ERROR_NAME
                 result.refused.append(
                     {"name": call.name, "status": call.status_code, "error": call.error}
                 )
             else:
                 result.calls.append({"name": call.name, "arguments": call.arguments})
     result.made_call = bool(result.parsed_calls) or result.malformed
+    # A 502 is also how a run ends when a required call never came: that one the model did
+    # answer (in text), so it is a verdict on the model, not a failure to reach it.
+    if run.status == Status.MODEL_ERROR and not (run.error or "").startswith("tool_choice"):
+        result.model_error = run.error or "the model failed"
 
 
 @dataclass(slots=True)
