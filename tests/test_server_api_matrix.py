@@ -148,7 +148,9 @@ def test_runs_streams_a_dropped_client_sessions_traces_and_cancel(
         assert (last["event"], last["data"]["status"]) == ("run_stopped", "cancelled")
 
 
-def test_approvals_over_http_and_on_a_websocket(sql_url: str, keys: dict[str, str]) -> None:
+def test_approvals_over_http_and_on_a_websocket_that_may_drop(
+    sql_url: str, keys: dict[str, str]
+) -> None:
     alice, bob = _bearer(keys["alice"]), _bearer(keys["bob"])
     settings = _settings(sql_url, approval_timeout_s=1.0)
     with serve(create_app(agent=make_agent(sql_url), settings=settings)) as url:
@@ -205,6 +207,18 @@ def test_approvals_over_http_and_on_a_websocket(sql_url: str, keys: dict[str, st
         # The answer was recorded in the store's audit trail.
         trace = client.get(f"/v1/runs/{result['request_id']}/trace").json()["records"]
         assert any(r["stage"] == "ToolExecutor" and r["status_code"] == 200 for r in trace)
+
+        # A socket that drops mid-run cancels nothing: the run finishes, and its events are
+        # all there for a client that comes back over HTTP.
+        with connect(ws_url, additional_headers=alice) as socket:
+            socket.send(json.dumps({"type": "run", "message": "slow"}))
+            started = _receive(socket)
+            assert started["type"] == "started"
+        assert poll_run(client, started["request_id"])["status"] == "completed"
+        with client.stream("GET", f"/v1/runs/{started['request_id']}/events") as reply:
+            frames = list(_frames(reply))
+        assert [int(f["id"]) for f in frames] == list(range(1, len(frames) + 1))
+        assert frames[-1]["data"]["result"]["tool_calls"][0]["result"] == "waited"
 
 
 def _receive(socket: ClientConnection) -> dict[str, Any]:
