@@ -40,6 +40,9 @@ class Role(StrEnum):
     metadata (execution time, cache hit, truncation, fallback) of each (ToolExecutor; JSON)."""
     OUTPUT = "output"
     """The final answer (OutputRenderer); one per request."""
+    STOPPED = "stopped"
+    """Why a run ended without an output: cancelled, timed out or failed (JSON ``status`` and
+    ``error``; written by the service that stopped it, stage ``RunManager``)."""
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import time
 import uuid
@@ -27,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from hermes_agent.agent import Agent
+from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.server.approvals import EXPIRED, ApprovalBook
@@ -38,6 +40,10 @@ from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
 
 logger = logging.getLogger("hermes_agent.server")
+
+STOP_CODES: dict[str, int] = {"cancelled": 409, "timed_out": 504, "failed": 500}
+"""The status code of a stopped run's ``stopped`` audit record (the API answers a plain POST
+for such a run with the same code)."""
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "hermes_service_run", default=None
@@ -336,6 +342,48 @@ class RunManager:
                 self.metrics.runs.labels(run.status).inc()
             run.ready.set()
             run.poke()
+            if run.error is not None and not request.dry_run:  # stopped after it started
+                await self._record_stop(run, agent)
+
+    async def _record_stop(self, run: Run, agent: Agent) -> None:
+        """End the audit trail of a run that stopped without an output (cancelled, timed out,
+        failed) with one record saying so: stage ``RunManager``, role ``stopped``, the status
+        code of ``STOP_CODES``, content ``{"status", "error"}`` as JSON, numbered after the
+        records the run left (read back from the store). A run's trail thus ends with an
+        ``output`` or a ``stopped`` record; one that ends with neither was cut short by a
+        crash. A store that cannot take it is logged; the run is over either way."""
+        sink, storage = agent.audit_sink, agent.storage
+        if sink is None or storage is None:
+            return
+        stopped_at = time.time()
+
+        def write() -> None:
+            left = storage.records(run.id)  # flushes what the run's recorder handed over
+            last = left[-1] if left else None
+            session = last.session_id if last else stored_session_id(run.owner, run.session_id)
+            content = json.dumps({"status": run.status, "error": run.error}, ensure_ascii=False)
+            record = AuditRecord(
+                request_id=run.id,
+                session_id=session,
+                step=last.step if last else 0,
+                stage="RunManager",
+                role=Role.STOPPED.value,
+                content=content,
+                timestamp_ns=time.time_ns(),
+                latency_ms=round((stopped_at - run.created) * 1000, 3),
+                status="error",
+                status_code=STOP_CODES.get(run.status, 500),
+                model_name=last.model_name if last else "",
+                system_prompt_sha256=last.system_prompt_sha256 if last else "",
+                seq=last.seq + 1 if last else 0,
+            )
+            sink.write([record])
+
+        try:
+            # Shielded: cancelled again while it writes, the record is still written.
+            await asyncio.shield(asyncio.to_thread(write))
+        except Exception:
+            logger.exception("cannot record in the audit trail how run %s stopped", run.id)
 
     def _register(self, run: Run, request_id: str) -> None:
         run.id = request_id
@@ -389,9 +437,22 @@ class RunManager:
                 del self.runs[run.id]
                 self.approvals.forget_run(run.id)
 
+    _shutdown: asyncio.Future[None] | None = None
+    """The shutdown in progress, once ``shutdown`` was called."""
+
     async def shutdown(self, grace: float) -> None:
         """Stop accepting runs, let those in flight finish for up to ``grace`` seconds, then
-        cancel the rest and wait for them to end."""
+        cancel the rest (their trails end with a ``stopped`` record) and wait for them to end.
+
+        A server may call it as soon as it is told to stop (SIGTERM), while it still waits for
+        its connections: clients following a run then get its ``run_stopped`` event, and the
+        app's own call at lifespan shutdown waits for that same shutdown instead of granting
+        a second grace period."""
+        if self._shutdown is None:
+            self._shutdown = asyncio.ensure_future(self._drain(grace))
+        await asyncio.shield(self._shutdown)
+
+    async def _drain(self, grace: float) -> None:
         self.accepting = False
         tasks = [run.task for run in self._live if run.task is not None]
         if tasks:
