@@ -37,6 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.server.routes_runs import stored_status
 from hermes_agent.storage import open_storage
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 
@@ -373,12 +374,15 @@ def test_sigterm_during_100_runs_completes_or_records_each_and_leaves_whole_trai
     # The store: every run completed or is recorded as cancelled, with a whole trail.
     storage = open_storage(sql_url)
     try:
-        stored = {row["request_id"] for row in storage.requests(limit=10 * RUNS)}
-        assert stored == {run.request_id for run in runs}  # nothing else, nothing missing
+        summaries = {row["request_id"]: row for row in storage.requests(limit=10 * RUNS)}
+        assert set(summaries) == {run.request_id for run in runs}  # nothing else or missing
         states: dict[str, str] = {}
         for run in runs:
             state = check_trail(storage.records(run.request_id), run.request_id)
             states[run.request_id] = state
+            # What GET /v1/runs/{id} answers once the run is known only from the store.
+            summary = summaries[run.request_id]
+            assert stored_status(summary["status"], summary["status_code"]) == state
             assert run.ending == ("result" if state == "completed" else "run_stopped:cancelled")
             messages = storage.sessions.load(f"local:{run.session_id}")
             if state == "completed":  # the turn was saved whole

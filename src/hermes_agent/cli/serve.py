@@ -21,13 +21,14 @@ audit trail.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -126,20 +127,43 @@ def serve(
     # the handlers it found: these, so that the agent is closed and the exit status is 0.
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.run(
+        server_config = uvicorn.Config(
             app,
             host=settings.host,
             port=settings.port,
             log_level=level,
             access_log=False,  # the service writes its own JSON access log
-            timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
+            # The runs' grace period starts at the signal (see _DrainingServer); uvicorn's
+            # own wait for connections gets a few seconds more, to deliver the last events.
+            timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
         )
+        _draining_server(uvicorn, app.state.manager, settings.shutdown_grace_s)(
+            server_config
+        ).run()
     except _Stopped:
         pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         agent.close()
+
+
+def _draining_server(uvicorn: Any, manager: Any, grace: float) -> Any:
+    """A uvicorn server that starts draining runs the moment it is told to stop.
+
+    Plain uvicorn first waits for open connections (clients following runs never close
+    theirs) and only then runs the app's lifespan shutdown, which grants the runs a grace
+    period of their own: twice the grace in all, and followers dropped without their run's
+    end. Starting ``RunManager.shutdown`` with uvicorn's shutdown makes it one grace period,
+    after which followers receive ``run_stopped`` and close."""
+
+    class DrainingServer(uvicorn.Server):  # type: ignore[misc, name-defined]
+        async def shutdown(self, sockets: Any = None) -> None:
+            draining = asyncio.ensure_future(manager.shutdown(grace))
+            await super().shutdown(sockets)
+            await draining
+
+    return DrainingServer
 
 
 class _Stopped(Exception):

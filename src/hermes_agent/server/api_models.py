@@ -96,7 +96,7 @@ class StoredRunBody(_Open):
 
     request_id: str
     session_id: str
-    status: Literal["completed", "failed", "incomplete"]
+    status: Literal["completed", "failed", "cancelled", "timed_out", "incomplete"]
     status_code: int
     output: str | None
     records: int

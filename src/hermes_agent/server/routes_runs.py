@@ -11,6 +11,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
+from hermes_agent.audit.records import Role
 from hermes_agent.server.api_models import (
     AUTHENTICATED,
     EVENT_STREAM,
@@ -118,6 +119,20 @@ def _owned_run(request: Request, request_id: str, user: Principal) -> Run:
     return run
 
 
+_STOPPED_STATUS = {409: "cancelled", 504: "timed_out"}
+
+
+def stored_status(status: str, status_code: int) -> str:
+    """A run's status as the API names it, from the store's summary of its trail: the output
+    record's ``ok``/``error``, a service's ``stopped`` record (its code says why), or
+    ``incomplete`` (the trail was cut short: the process died mid-run)."""
+    if status == "ok":
+        return "completed"
+    if status == "stopped":
+        return _STOPPED_STATUS.get(status_code, "failed")
+    return "incomplete" if status == "incomplete" else "failed"
+
+
 def stored_run(storage: Storage, request_id: str, user: Principal) -> dict[str, Any] | None:
     """A run's status from its audit records, if the caller owns it."""
     records = storage.records(request_id)
@@ -128,10 +143,13 @@ def stored_run(storage: Storage, request_id: str, user: Principal) -> dict[str, 
         return None
     last = records[-1]
     output = last.stage == "OutputRenderer"
+    stopped = last.role == Role.STOPPED
     return {
         "request_id": request_id,
         "session_id": session if session is not None else records[0].session_id,
-        "status": ("completed" if last.status == "ok" else "failed") if output else "incomplete",
+        "status": stored_status(
+            last.status if output else "stopped" if stopped else "incomplete", last.status_code
+        ),
         "status_code": last.status_code,
         "output": last.content if output else None,
         "records": len(records),
@@ -179,14 +197,11 @@ async def list_runs(
             session = client_session_id(user.user_id, row["session_id"])
             if session is None or session_id not in (None, session):
                 continue
-            done = row["status"] != "incomplete"
             rows.append(
                 {
                     "request_id": row["request_id"],
                     "session_id": session,
-                    "status": ("completed" if row["status"] == "ok" else "failed")
-                    if done
-                    else "incomplete",
+                    "status": stored_status(row["status"], row["status_code"]),
                     "created": datetime.fromisoformat(row["started"]).timestamp(),
                     "source": "store",
                 }

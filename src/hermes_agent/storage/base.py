@@ -59,7 +59,9 @@ class RequestSummary(TypedDict):
     steps: int
     """Model turns."""
     status: str
-    """Of the final output record: ok or error; ``incomplete`` when the run never got there."""
+    """Of the final output record: ok or error; ``stopped`` when a service stopped the run
+    (``status_code`` says why: 409 cancelled, 504 timed out, 500 failed); ``incomplete``
+    when the run never got there."""
     status_code: int
     model: str
     records: int

@@ -110,14 +110,15 @@ def _summary(request_id: str, records: list[AuditRecord]) -> RequestSummary:
     started = min(r.timestamp_ns for r in records)
     ended = max(r.timestamp_ns for r in records)
     final = next((r for r in records if r.role == Role.OUTPUT), None)
+    stopped = next((r for r in records if r.role == Role.STOPPED), None)
     return RequestSummary(
         request_id=request_id,
         session_id=min(r.session_id for r in records),
         started=datetime.fromtimestamp(started / 1e9, tz=UTC).isoformat(timespec="milliseconds"),
         duration_ms=round((ended - started) / 1e6, 3),
         steps=sum(1 for r in records if r.role == Role.COMPLETION),
-        status=final.status if final else "incomplete",
-        status_code=final.status_code if final else 0,
+        status=final.status if final else "stopped" if stopped else "incomplete",
+        status_code=final.status_code if final else stopped.status_code if stopped else 0,
         model=max(r.model_name for r in records),
         records=len(records),
     )

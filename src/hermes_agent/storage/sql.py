@@ -239,7 +239,8 @@ class SqlStorage:
     def requests(self, limit: int = 50) -> list[RequestSummary]:
         """The latest recorded requests, newest first: ``request_id``, ``session_id``,
         ``started`` (ISO 8601, UTC), ``steps`` (model turns), ``status`` / ``status_code``
-        (of the final OutputRenderer record; ``incomplete`` when the run never got there),
+        (of the final OutputRenderer record; ``stopped`` with the code of the ``stopped``
+        record a service wrote when it stopped the run; ``incomplete`` when neither exists),
         ``model``, ``records``."""
         self.audit.flush()
         a = audit_table.c
@@ -263,11 +264,15 @@ class SqlStorage:
             turns: dict[str, int] = {}
             if ids:
                 for row in conn.execute(
-                    select(a.request_id, a.status, a.status_code).where(
-                        a.request_id.in_(ids), a.role == Role.OUTPUT.value
+                    select(a.request_id, a.role, a.status, a.status_code).where(
+                        a.request_id.in_(ids),
+                        a.role.in_([Role.OUTPUT.value, Role.STOPPED.value]),
                     )
                 ):
-                    finals[row.request_id] = (row.status, row.status_code)
+                    if row.role == Role.OUTPUT.value:
+                        finals[row.request_id] = (row.status, row.status_code)
+                    else:
+                        finals.setdefault(row.request_id, ("stopped", row.status_code))
                 for row in conn.execute(
                     select(a.request_id, func.count())
                     .where(a.request_id.in_(ids), a.role == Role.COMPLETION.value)
