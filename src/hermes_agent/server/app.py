@@ -29,7 +29,14 @@ from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import build_agent, load_tools_file
-from hermes_agent.server import routes_data, routes_openai, routes_runs, ws
+from hermes_agent.server import (
+    routes_console,
+    routes_data,
+    routes_openai,
+    routes_replay,
+    routes_runs,
+    ws,
+)
 from hermes_agent.server.approvals import ApprovalBook
 from hermes_agent.server.auth import KeyStore, open_key_store
 from hermes_agent.server.metrics import ServiceMetrics
@@ -114,6 +121,8 @@ def create_app(
     app.include_router(routes_data.router)
     app.include_router(ws.router)
     app.include_router(routes_openai.router)
+    app.include_router(routes_replay.router)
+    app.include_router(routes_console.router)  # the web console, at /console/
     return app
 
 

@@ -1,0 +1,668 @@
+"""The web console: ``/console/`` serves one page built from plain ES modules and CSS shipped in
+the package (``server/console/``: no build step, nothing fetched from elsewhere), and the few
+read endpoints it needs beyond the service API, behind the same keys:
+
+- ``GET /v1/console/me``: who the key belongs to (the page asks for a key on 401);
+- ``GET /v1/console/runs``: the caller's runs, newest first, filtered by session, status, tool
+  and time, each with its steps, duration and the tools it called;
+- ``GET /v1/console/runs/{id}``: one run laid out per step — the five stages with their
+  latency and status code, the prompt, the raw completion, each call with its arguments,
+  result, time, cache hit and approval — with usage and cost while the run is in memory;
+- ``GET /v1/approvals``: the caller's pending approvals, over all their runs.
+
+The page itself and its assets need no key (they hold no data); every answer that holds data
+does. Assets are sent with a Content-Security-Policy that allows scripts and styles from this
+origin only, so even a slip in escaping could not run a script that a tool result carried.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from functools import cache
+from importlib import resources
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import RedirectResponse, Response
+
+from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.protocol.parser import parse_completion
+from hermes_agent.server.auth import CurrentUser, Principal
+from hermes_agent.server.routes_runs import json_response
+from hermes_agent.server.runs import Run, RunManager, client_session_id
+from hermes_agent.storage.base import Storage
+
+router = APIRouter()
+
+STAGES = ("InputParser", "ThoughtGenerator", "ToolSelector", "ToolExecutor", "OutputRenderer")
+"""The five stages, in the order a step runs them."""
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+_ASSET_NAME = re.compile(r"^[a-z0-9_-]{1,64}\.(html|js|css|svg)$")
+_MAX_SCAN = 2000
+"""The most stored requests one list request looks through."""
+
+RunStatusFilter = Literal[
+    "running", "waiting_approval", "completed", "failed", "cancelled", "timed_out", "incomplete"
+]
+_ERROR_TEXT = {
+    401: "No valid API key (send `Authorization: Bearer <key>`)",
+    404: "No such run that belongs to the caller",
+    422: "The request does not match its schema",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {code: {"model": ErrorAnswer, "description": _ERROR_TEXT[code]} for code in codes}
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ErrorAnswer(_Open):
+    """An error: ``detail`` says what went wrong."""
+
+    detail: str | list[dict[str, Any]]
+
+
+class ConsoleMe(_Open):
+    """The caller, and how the service checks keys (``keys`` or ``none``)."""
+
+    user_id: str
+    admin: bool
+    auth: str
+
+
+class ConsoleRunRow(_Open):
+    """One run of the list."""
+
+    request_id: str
+    session_id: str
+    status: str
+    created: float
+    """Seconds since the epoch."""
+    duration_ms: float | None
+    steps: int | None
+    tools: list[str]
+    """The tools the model called in this run (run or refused), first call first."""
+    status_code: int | None
+    pending_approvals: int
+    source: Literal["memory", "store"]
+
+
+class ConsoleRunList(_Open):
+    runs: list[ConsoleRunRow]
+
+
+class StageView(_Open):
+    """One of the five stages of a step; ``ran`` is false for a stage the step did not run."""
+
+    stage: str
+    ran: bool
+    status_code: int | None
+    latency_ms: float | None
+    offset_ms: float | None
+    """When the stage started, from the start of its step."""
+
+
+class StepView(_Open):
+    step: int
+    offset_ms: float
+    """When the step started, from the start of the run."""
+    duration_ms: float
+    stages: list[StageView]
+    prompt: dict[str, str] | None
+    completion: str | None
+    calls: list[dict[str, Any]]
+    output: str | None
+
+
+class ConsoleRunView(_Open):
+    """A run laid out for reading (see the module docstring)."""
+
+    request_id: str
+    session_id: str
+    status: str
+    source: Literal["memory", "store"]
+    created: float | None
+    duration_ms: float | None
+    model: str | None
+    user_message: str | None
+    output: str | None
+    error: str | None
+    usage: dict[str, int] | None
+    cost: float | None
+    steps: list[StepView]
+    pending_approvals: list[dict[str, Any]]
+    warnings: list[str]
+
+
+class PendingApprovalRow(_Open):
+    approval_id: str
+    request_id: str
+    session_id: str
+    tool: str
+    arguments: dict[str, Any]
+    created: str
+    expires: str
+
+
+class PendingApprovalList(_Open):
+    approvals: list[PendingApprovalRow]
+
+
+# -- the page and its assets ---------------------------------------------------------------
+
+
+@cache
+def _asset(name: str) -> bytes | None:
+    if not _ASSET_NAME.match(name):
+        return None
+    found = resources.files("hermes_agent.server").joinpath("console", name)
+    return found.read_bytes() if found.is_file() else None
+
+
+def _asset_response(name: str) -> Response:
+    body = _asset(name)
+    if body is None:
+        raise HTTPException(404, f"no console asset {name!r}")
+    suffix = name[name.rindex(".") :]
+    return Response(
+        body,
+        media_type=_MEDIA_TYPES[suffix],
+        headers={
+            "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            "Cache-Control": "no-cache",
+        },
+    )
+
+
+@router.get("/", include_in_schema=False)
+async def root() -> Response:
+    """The console is the service's home page."""
+    return RedirectResponse("/console/")
+
+
+@router.get("/console", include_in_schema=False)
+async def console_redirect() -> Response:
+    return RedirectResponse("/console/")
+
+
+@router.get("/console/", include_in_schema=False)
+async def console_page() -> Response:
+    """The console's single page (data comes from the API, with the caller's key)."""
+    return _asset_response("index.html")
+
+
+@router.get("/console/{name}", include_in_schema=False)
+async def console_asset(name: str) -> Response:
+    """A module or stylesheet of the console."""
+    return _asset_response(name)
+
+
+# -- who is calling ------------------------------------------------------------------------
+
+
+@router.get("/v1/console/me", response_model=ConsoleMe, responses=_errors(401, 422))
+async def me(request: Request, user: CurrentUser) -> Response:
+    """The caller's user id, whether the key is an admin key, and the service's auth mode."""
+    return json_response(
+        {"user_id": user.user_id, "admin": user.admin, "auth": request.app.state.settings.auth}
+    )
+
+
+# -- the runs list -------------------------------------------------------------------------
+
+
+def _manager(request: Request) -> RunManager:
+    manager: RunManager = request.app.state.manager
+    return manager
+
+
+def _storage(request: Request) -> Storage:
+    storage: Storage = request.app.state.storage
+    return storage
+
+
+def _tools_of_events(run: Run) -> list[str]:
+    names: list[str] = []
+    for _, wire in run.events:
+        if wire.get("kind") == "selection":
+            names.extend(c["name"] for c in wire.get("planned", []) if c.get("name"))
+            names.extend(c["name"] for c in wire.get("rejected", []) if c.get("name"))
+    return names
+
+
+def _tools_of_records(records: Iterable[AuditRecord]) -> list[str]:
+    names: list[str] = []
+    for record in records:
+        if record.role == Role.SELECTION:
+            planned, rejected = _selection(record.content)
+            names.extend(str(c.get("name")) for c in planned + rejected if c.get("name"))
+    return names
+
+
+def _memory_row(run: Run, manager: RunManager) -> dict[str, Any]:
+    result = run.result or {}
+    end = run.finished if run.finished is not None else time.time()
+    steps = sum(1 for _, wire in run.events if wire.get("kind") == "thought")
+    return {
+        "request_id": run.id,
+        "session_id": run.session_id,
+        "status": run.status,
+        "created": run.created,
+        "duration_ms": result.get("duration_ms", round((end - run.created) * 1000, 3)),
+        "steps": len(result["steps"]) if "steps" in result else steps,
+        "tools": _distinct(_tools_of_events(run)),
+        "status_code": result.get("status"),
+        "pending_approvals": len(manager.pending(run)),
+        "source": "memory",
+    }
+
+
+def _distinct(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def _epoch(iso: str) -> float:
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return 0.0
+
+
+@router.get("/v1/console/runs", response_model=ConsoleRunList, responses=_errors(401, 422))
+async def console_runs(
+    request: Request,
+    user: CurrentUser,
+    session_id: Annotated[str | None, Query(max_length=255)] = None,
+    status: RunStatusFilter | None = None,
+    tool: Annotated[str | None, Query(max_length=200)] = None,
+    since: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+    until: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> Response:
+    """The caller's runs, newest first: in flight and recent ones from memory, older ones from
+    the store. ``since`` and ``until`` are seconds since the epoch; ``tool`` keeps the runs
+    that called that tool."""
+    manager, storage = _manager(request), _storage(request)
+
+    def wanted(row: dict[str, Any]) -> bool:
+        return (
+            session_id in (None, "", row["session_id"])
+            and status in (None, row["status"])
+            and (since is None or row["created"] >= since)
+            and (until is None or row["created"] <= until)
+        )
+
+    found: dict[str, dict[str, Any]] = {}
+    for run in reversed(manager.runs.values()):  # newest first
+        cheap = {"session_id": run.session_id, "status": run.status, "created": run.created}
+        if run.owner != user.user_id or not wanted(cheap):
+            continue
+        row = _memory_row(run, manager)
+        if not tool or tool in row["tools"]:
+            found[run.id] = row
+            if len(found) >= limit:
+                break
+
+    def from_store() -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        for summary in storage.requests(limit=min(_MAX_SCAN, limit * 4)):
+            if summary["request_id"] in found:
+                continue
+            own = client_session_id(user.user_id, summary["session_id"])
+            if own is None:
+                continue
+            row: dict[str, Any] = {
+                "request_id": summary["request_id"],
+                "session_id": own,
+                "status": {"ok": "completed", "error": "failed"}.get(
+                    summary["status"], "incomplete"
+                ),
+                "created": _epoch(summary["started"]),
+                "duration_ms": summary["duration_ms"],
+                "steps": summary["steps"],
+                "tools": [],
+                "status_code": summary["status_code"],
+                "pending_approvals": 0,
+                "source": "store",
+            }
+            if not wanted(row):
+                continue
+            row["tools"] = _distinct(_tools_of_records(storage.records(summary["request_id"])))
+            if tool and tool not in row["tools"]:
+                continue
+            rows.append(row)
+            if len(rows) + len(found) >= limit:
+                break
+        return rows
+
+    rows = list(found.values()) + await run_in_threadpool(from_store)
+    rows.sort(key=lambda row: row["created"], reverse=True)
+    return json_response({"runs": rows[:limit]})
+
+
+# -- one run -------------------------------------------------------------------------------
+
+
+@router.get(
+    "/v1/console/runs/{request_id}",
+    response_model=ConsoleRunView,
+    responses=_errors(404, 401, 422),
+)
+async def console_run(request_id: str, request: Request, user: CurrentUser) -> Response:
+    """One run, per step: the five stages, the prompt, the completion, the calls."""
+    manager, storage = _manager(request), _storage(request)
+    run = manager.get(request_id, user.user_id, admin=user.admin)
+    pending = manager.pending(run) if run is not None else []
+    records = await run_in_threadpool(storage.records, request_id)
+    if run is None:
+        if not records:
+            raise HTTPException(404, f"no run {request_id!r}")
+        if client_session_id(user.user_id, records[0].session_id) is None and not user.admin:
+            raise HTTPException(404, f"no run {request_id!r}")
+    return json_response(run_view(request_id, records, run, pending, user))
+
+
+def run_view(
+    request_id: str,
+    records: list[AuditRecord],
+    run: Run | None,
+    pending: list[dict[str, Any]],
+    user: Principal,
+) -> dict[str, Any]:
+    """The console's view of a run: from its audit records, and from memory while the
+    process holds it (status, usage, cost, approvals)."""
+    result = run.result if run is not None else None
+    approvals = _answered_approvals(run) if run is not None else []
+    if not approvals and result:
+        approvals = list(result["approvals"])
+    unmatched = list(approvals)  # each answer goes to one call
+    origin = min((_started_ns(r) for r in records), default=0)
+    steps = [
+        _step_view(step, [r for r in records if r.step == step], origin, unmatched)
+        for step in sorted({r.step for r in records})
+    ]
+    if result:
+        for step in steps:
+            found = next((s for s in result["steps"] if s["index"] == step["step"]), None)
+            if found is not None:
+                step["usage"] = found["usage"]
+    first = records[0] if records else None
+    output = next((r for r in reversed(records) if r.role == Role.OUTPUT), None)
+    user_message = next((r.content for r in records if r.role == Role.USER), None)
+    status: str
+    if run is not None:
+        session = run.session_id
+        status = run.status
+        created: float | None = run.created
+    else:
+        assert first is not None
+        session = client_session_id(user.user_id, first.session_id) or first.session_id
+        status = (
+            "incomplete" if output is None else ("completed" if output.status == "ok" else "failed")
+        )
+        created = _started_ns(first) / 1e9
+    duration = (
+        result["duration_ms"]
+        if result
+        else (round((max(r.timestamp_ns for r in records) - origin) / 1e6, 3) if records else None)
+    )
+    return {
+        "request_id": request_id,
+        "session_id": session,
+        "status": status,
+        "source": "memory" if run is not None else "store",
+        "created": created,
+        "duration_ms": duration,
+        "model": first.model_name if first else None,
+        "system_prompt_sha256": first.system_prompt_sha256 if first else None,
+        "user_message": user_message,
+        "output": result["output"] if result else (output.content if output else None),
+        "error": (run.error if run is not None else None) or (result or {}).get("error"),
+        "usage": result["usage"] if result else None,
+        "cost": result["cost"] if result else None,
+        "steps": steps,
+        "pending_approvals": pending,
+        "approvals": approvals,
+        "warnings": list(result["warnings"]) if result else [],
+        "records": len(records),
+    }
+
+
+def _answered_approvals(run: Run) -> list[dict[str, Any]]:
+    """The run's approvals as its events tell them: the tool and arguments that were shown,
+    and the answer with the reason the person gave."""
+    asked: dict[str, dict[str, Any]] = {}
+    answered: list[dict[str, Any]] = []
+    for _, wire in run.events:
+        if wire.get("kind") == "approval_required":
+            asked[wire["approval_id"]] = wire
+        elif wire.get("kind") == "approval_resolved" and wire["approval_id"] in asked:
+            shown = asked[wire["approval_id"]]
+            answered.append(
+                {
+                    "tool": shown["tool"],
+                    "arguments": shown["arguments"],
+                    "approved": wire["approved"],
+                    "reason": wire["reason"],
+                }
+            )
+    return answered
+
+
+def _started_ns(record: AuditRecord) -> int:
+    return record.timestamp_ns - int(record.latency_ms * 1e6)
+
+
+def _step_view(
+    step: int, records: list[AuditRecord], origin: int, approvals: list[dict[str, Any]]
+) -> dict[str, Any]:
+    start = min(_started_ns(r) for r in records)
+    end = max(r.timestamp_ns for r in records)
+    stages = []
+    for name in STAGES:
+        mine = [r for r in records if r.stage == name]
+        if not mine:
+            stages.append(
+                {
+                    "stage": name,
+                    "ran": False,
+                    "status_code": None,
+                    "latency_ms": None,
+                    "offset_ms": None,
+                }
+            )
+            continue
+        worst = max(mine, key=lambda r: r.status_code)
+        stages.append(
+            {
+                "stage": name,
+                "ran": True,
+                "status_code": worst.status_code,
+                "latency_ms": max(r.latency_ms for r in mine),
+                "offset_ms": round((min(_started_ns(r) for r in mine) - start) / 1e6, 3),
+            }
+        )
+    by_role = {r.role: r for r in records}
+    prompt = by_role.get(Role.PROMPT) or by_role.get(Role.PROMPT_ADDED)
+    completion = by_role.get(Role.COMPLETION)
+    output = by_role.get(Role.OUTPUT)
+    summary = None
+    if Role.SUMMARY_PROMPT in by_role:
+        summary = {
+            "prompt": by_role[Role.SUMMARY_PROMPT].content,
+            "completion": by_role[Role.SUMMARY].content if Role.SUMMARY in by_role else "",
+        }
+    return {
+        "step": step,
+        "offset_ms": round((start - origin) / 1e6, 3),
+        "duration_ms": round((end - start) / 1e6, 3),
+        "stages": stages,
+        "prompt": {"kind": prompt.role, "text": prompt.content} if prompt else None,
+        "completion": completion.content if completion else None,
+        "summary": summary,
+        "calls": _calls(by_role, approvals),
+        "output": output.content if output else None,
+    }
+
+
+_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
+
+
+def _calls(
+    by_role: dict[str, AuditRecord], approvals: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each call of a step: what the selector decided, what the executor ran and returned."""
+    planned, rejected = (
+        _selection(by_role[Role.SELECTION].content) if Role.SELECTION in by_role else ([], [])
+    )
+    completion = by_role.get(Role.COMPLETION)
+    written = parse_completion(completion.content).tool_calls if completion else []
+    ran = _json_list(by_role[Role.TOOL_CALLS].content) if Role.TOOL_CALLS in by_role else []
+    blocks = _RESPONSE.findall(by_role[Role.TOOL].content) if Role.TOOL in by_role else []
+    calls: list[dict[str, Any]] = []
+    if not ran:  # selected but not run (a dry run, a run stopped before the executor)
+        for item in planned:
+            calls.append(_call(item["name"], item.get("arguments"), None, None, approvals))
+        for item in rejected:
+            calls.append(_refused(item, None, approvals))
+        return calls
+    planned_left, rejected_left = list(planned), list(rejected)
+    for position, entry in enumerate(ran):
+        block = _json_object(blocks[position]) if position < len(blocks) else {}
+        head = rejected_left[0] if rejected_left else None
+        if (
+            head is not None
+            and head.get("name") == entry.get("name")
+            and head.get("status") == entry.get("status")
+        ):
+            rejected_left.pop(0)
+            model_args = written[position].arguments if position < len(written) else None
+            calls.append(_refused(head, model_args, approvals, entry, block))
+            continue
+        arguments = planned_left.pop(0).get("arguments") if planned_left else None
+        if arguments is None and position < len(written):
+            arguments = written[position].arguments
+        calls.append(_call(str(entry.get("name")), arguments, entry, block, approvals))
+    return calls
+
+
+def _call(
+    name: str,
+    arguments: Any,
+    entry: dict[str, Any] | None,
+    block: dict[str, Any] | None,
+    approvals: list[dict[str, Any]],
+) -> dict[str, Any]:
+    metadata = dict((entry or {}).get("metadata") or {})
+    content = (block or {}).get("content")
+    envelope = content if isinstance(content, dict) and "status" in content else None
+    return {
+        "id": (entry or {}).get("id"),
+        "name": name,
+        "arguments": arguments,
+        "status_code": (entry or {}).get("status"),
+        "ran": entry is not None,
+        "refused": False,
+        "result": envelope.get("data") if envelope else content,
+        "error": envelope.get("error") if envelope else None,
+        "execution_time_ms": metadata.pop("execution_time_ms", None),
+        "cache_hit": metadata.pop("cache_hit", None),
+        "metadata": {k: v for k, v in metadata.items() if k != "tool_name"},
+        "approval": _approval_for(name, arguments, approvals),
+    }
+
+
+def _refused(
+    item: dict[str, Any],
+    arguments: Any,
+    approvals: list[dict[str, Any]],
+    entry: dict[str, Any] | None = None,
+    block: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    name = str(item.get("name"))
+    view = _call(name, arguments, entry, block, approvals)
+    view.update(refused=True, ran=False, status_code=item.get("status"), error=item.get("error"))
+    if (
+        view["approval"] is None
+        and item.get("status") == 403
+        and "approval" in str(item.get("error"))
+    ):
+        view["approval"] = {"approved": False, "reason": item.get("error")}
+    return view
+
+
+def _approval_for(
+    name: str, arguments: Any, approvals: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The recorded answer for this call (consumed, so two equal calls get one answer each)."""
+    key = _canonical(arguments)
+    for index, answer in enumerate(approvals):
+        if answer.get("tool") == name and _canonical(answer.get("arguments")) == key:
+            del approvals[index]
+            return {"approved": answer.get("approved"), "reason": answer.get("reason")}
+    return None
+
+
+def _selection(content: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    data = _json_object(content)
+    planned, rejected = data.get("planned", []), data.get("rejected", [])
+    return (
+        [p for p in planned if isinstance(p, dict)] if isinstance(planned, list) else [],
+        [r for r in rejected if isinstance(r, dict)] if isinstance(rejected, list) else [],
+    )
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _json_list(text: str) -> list[dict[str, Any]]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# -- approvals -----------------------------------------------------------------------------
+
+
+@router.get("/v1/approvals", response_model=PendingApprovalList, responses=_errors(401, 422))
+async def pending_approvals(request: Request, user: CurrentUser) -> Response:
+    """The caller's approvals waiting for an answer, oldest first, over all their runs."""
+    manager = _manager(request)
+    found: list[dict[str, Any]] = []
+    for run in manager.runs.values():
+        if run.owner == user.user_id and not run.done:
+            found.extend({**p, "session_id": run.session_id} for p in manager.pending(run))
+    found.sort(key=lambda p: str(p["created"]))
+    return json_response({"approvals": found})

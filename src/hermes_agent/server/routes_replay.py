@@ -1,0 +1,135 @@
+"""``POST /v1/runs/{request_id}/replay``: run a recorded request again, with the model's
+recorded answers, against the service's agent as it is now (its tools, schemas, hooks and
+prompts), and compare step by step (``storage.replay``; the CLI's ``hermes-agent replay``).
+
+The replay runs today's tools for real — that is the point: a tool that changed shows as a
+difference. It never reuses an approval: an approval answers one call once, so a call that
+needs approval is refused in the replay (403, and the step shows as differing) rather than run
+again on the old answer. Nothing of the replay is stored; it is not a run of the user's (no
+quota is spent: the model is not called), and at most ``MAX_CONCURRENT_REPLAYS`` run at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from hermes_agent.agent import Agent
+from hermes_agent.errors import HermesAgentError
+from hermes_agent.models.base import Model
+from hermes_agent.server.auth import CurrentUser
+from hermes_agent.server.routes_console import ErrorAnswer
+from hermes_agent.server.routes_runs import json_response
+from hermes_agent.server.runs import RunManager, client_session_id
+from hermes_agent.storage.base import Storage, StorageError
+from hermes_agent.storage.replay import ReplayReport, replay
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import ToolCall
+
+router = APIRouter()
+
+MAX_CONCURRENT_REPLAYS = 2
+NOT_REUSED = (
+    "a replay does not reuse the recorded approval (an approval answers one call, once); "
+    "ask again with a new run"
+)
+
+
+class ReplayAnswer(BaseModel):
+    """``ReplayReport`` as JSON: ``matched``, the first differing step, and per step the
+    calls, results and output recorded and replayed, with what differs."""
+
+    model_config = ConfigDict(extra="allow")
+
+    request_id: str
+    matched: bool
+    first_difference: int | None
+    steps: list[dict[str, Any]]
+    expected_output: str
+    actual_output: str
+    history_messages: int
+    notes: list[str]
+
+
+_DOCUMENTED: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorAnswer, "description": "No valid API key"},
+    404: {"model": ErrorAnswer, "description": "No recorded run of that id belongs to the caller"},
+    409: {"model": ErrorAnswer, "description": "The run is still in flight"},
+    422: {"model": ErrorAnswer, "description": "The request or the recording cannot be replayed"},
+}
+
+
+class _FreshApprovalsOnly:
+    """The served agent, forked for a replay with an approver that refuses every call that
+    needs approval (``storage.replay.Replayable``)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    def fork(
+        self, *, model: Model, storage: Storage, approver: Callable[[ToolCall, Tool], Any]
+    ) -> Agent:
+        return self._agent.fork(model=model, storage=storage, approver=_refuse)
+
+
+def _refuse(_call: ToolCall, _tool: Tool) -> tuple[bool, str]:
+    return False, NOT_REUSED
+
+
+def report_to_dict(report: ReplayReport) -> dict[str, Any]:
+    """The report as JSON (the replay run's own result reduced to what a reader needs)."""
+    data = dataclasses.asdict(dataclasses.replace(report, result=None))
+    result = report.result
+    data["result"] = (
+        None
+        if result is None
+        else {
+            "output": result.output,
+            "status": result.status,
+            "duration_ms": result.duration_ms,
+            "tool_calls": [
+                {"name": c.name, "arguments": c.arguments, "status_code": c.status_code}
+                for c in result.tool_calls
+            ],
+        }
+    )
+    return data
+
+
+@router.post("/v1/runs/{request_id}/replay", response_model=ReplayAnswer, responses=_DOCUMENTED)
+async def replay_run(request_id: str, request: Request, user: CurrentUser) -> Response:
+    """Replay a finished run against today's agent and compare step by step."""
+    manager: RunManager = request.app.state.manager
+    storage: Storage = request.app.state.storage
+    agent: Agent = request.app.state.agent
+    run = manager.get(request_id, user.user_id, admin=user.admin)
+    if run is not None and not run.done:
+        raise HTTPException(409, f"run {request_id!r} is still in flight; replay it once it ends")
+    records = await run_in_threadpool(storage.records, request_id)
+    if not records or (
+        run is None
+        and client_session_id(user.user_id, records[0].session_id) is None
+        and not user.admin
+    ):
+        raise HTTPException(404, f"no recorded run {request_id!r}")
+    limiter: anyio.CapacityLimiter | None = getattr(request.app.state, "replay_limiter", None)
+    if limiter is None:
+        limiter = anyio.CapacityLimiter(MAX_CONCURRENT_REPLAYS)
+        request.app.state.replay_limiter = limiter
+    try:
+        report = await anyio.to_thread.run_sync(
+            replay, _FreshApprovalsOnly(agent), request_id, storage, limiter=limiter
+        )
+    except StorageError as exc:
+        raise HTTPException(422, str(exc)) from None
+    except HermesAgentError as exc:
+        raise HTTPException(422, f"the replay failed: {exc}") from None
+    return json_response(report_to_dict(report))
