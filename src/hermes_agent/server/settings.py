@@ -102,6 +102,8 @@ class ServiceSettings(BaseModel):
     resets)."""
     quotas: QuotaSettings = Field(default_factory=QuotaSettings)
     """Per-user daily quotas (runs and tokens), kept where the API keys are."""
+    channels: dict[str, Any] = Field(default_factory=dict)
+    """Channels (webhook, WeCom bot, email): validated by ``hermes_agent.channels``."""
 
 
 def service_settings(config: HermesConfig | None = None, **overrides: Any) -> ServiceSettings:

@@ -1,0 +1,311 @@
+"""Where channels keep what an operator needs: dead letters and the channel log.
+
+- ``hermes_channel_dead_letters``: a message whose delivery failed after its last retry, with
+  its rendered parts (what would have been sent), the error and the attempts; ``hermes-agent
+  channels resend`` delivers it later and marks it ``delivered``.
+- ``hermes_channel_log``: one row per channel event — an inbound message accepted or refused
+  (bad signature, old timestamp, missing user field, over quota) with the user id it was mapped
+  to, a delivery, a dead letter, a resend.
+
+Both live in the database of the API keys and quota counts (the key store's engine), or in
+memory when the keys are.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from hermes_agent.storage.sql import _is_memory, _make_engine
+
+LOG_LIMIT = 10_000
+"""Entries the memory log keeps (the oldest go first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message that was not delivered."""
+
+    id: str
+    channel: str
+    created: float
+    parts: list[dict[str, Any]]
+    error: str
+    attempts: int
+    kind: str = "answer"
+    user_id: str | None = None
+    request_id: str | None = None
+    status: str = "pending"
+    """``pending`` or ``delivered`` (by a resend)."""
+    delivered: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "channel": self.channel,
+            "created": self.created,
+            "kind": self.kind,
+            "user_id": self.user_id,
+            "request_id": self.request_id,
+            "status": self.status,
+            "attempts": self.attempts,
+            "error": self.error,
+            "delivered": self.delivered,
+            "parts": self.parts,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One channel event."""
+
+    time: float
+    channel: str
+    event: str
+    user_id: str | None = None
+    request_id: str | None = None
+    detail: str = ""
+
+
+def new_dead_letter_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class ChannelStore(Protocol):
+    """Dead letters and the channel log (safe to call from several threads)."""
+
+    def add_dead_letter(self, letter: DeadLetter) -> None: ...
+
+    def dead_letters(
+        self, *, status: str | None = "pending", channel: str | None = None
+    ) -> list[DeadLetter]:
+        """Oldest first."""
+        ...
+
+    def get_dead_letter(self, letter_id: str) -> DeadLetter | None: ...
+
+    def update_dead_letter(self, letter: DeadLetter) -> None: ...
+
+    def log(self, entry: LogEntry) -> None: ...
+
+    def entries(
+        self, *, channel: str | None = None, event: str | None = None, limit: int = 100
+    ) -> list[LogEntry]:
+        """Newest first."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class MemoryChannelStore:
+    """In this process only (for keys in memory, and tests)."""
+
+    def __init__(self) -> None:
+        self._letters: dict[str, DeadLetter] = {}
+        self._log: list[LogEntry] = []
+        self._lock = threading.Lock()
+
+    def add_dead_letter(self, letter: DeadLetter) -> None:
+        with self._lock:
+            self._letters[letter.id] = letter
+
+    def dead_letters(
+        self, *, status: str | None = "pending", channel: str | None = None
+    ) -> list[DeadLetter]:
+        with self._lock:
+            found = list(self._letters.values())
+        return [
+            letter
+            for letter in sorted(found, key=lambda item: item.created)
+            if (status is None or letter.status == status)
+            and (channel is None or letter.channel == channel)
+        ]
+
+    def get_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        return self._letters.get(letter_id)
+
+    def update_dead_letter(self, letter: DeadLetter) -> None:
+        self.add_dead_letter(letter)
+
+    def log(self, entry: LogEntry) -> None:
+        with self._lock:
+            self._log.append(entry)
+            del self._log[:-LOG_LIMIT]
+
+    def entries(
+        self, *, channel: str | None = None, event: str | None = None, limit: int = 100
+    ) -> list[LogEntry]:
+        with self._lock:
+            found = list(reversed(self._log))
+        return [
+            entry
+            for entry in found
+            if (channel is None or entry.channel == channel)
+            and (event is None or entry.event == event)
+        ][:limit]
+
+    def close(self) -> None:
+        return None
+
+
+_metadata = sa.MetaData()
+dead_letters = sa.Table(
+    "hermes_channel_dead_letters",
+    _metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("channel", sa.String(64), nullable=False, index=True),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("user_id", sa.String(200), nullable=True),
+    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("delivered", sa.Float, nullable=True),
+    sa.Column("parts", sa.Text, nullable=False),
+)
+channel_log = sa.Table(
+    "hermes_channel_log",
+    _metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("time", sa.Float, nullable=False, index=True),
+    sa.Column("channel", sa.String(64), nullable=False),
+    sa.Column("event", sa.String(32), nullable=False),
+    sa.Column("user_id", sa.String(200), nullable=True),
+    sa.Column("request_id", sa.String(64), nullable=True),
+    sa.Column("detail", sa.Text, nullable=False),
+)
+
+
+class SqlChannelStore:
+    """The two tables in a SQLAlchemy database (SQLite or PostgreSQL)."""
+
+    def __init__(self, engine: sa.Engine, *, owns_engine: bool = False) -> None:
+        self.engine = engine
+        self._owns_engine = owns_engine
+        _metadata.create_all(engine)
+
+    @classmethod
+    def open(cls, url: str) -> SqlChannelStore:
+        return cls(_make_engine(url, echo=False), owns_engine=True)
+
+    def add_dead_letter(self, letter: DeadLetter) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(dead_letters.insert().values(**_row(letter)))
+
+    def dead_letters(
+        self, *, status: str | None = "pending", channel: str | None = None
+    ) -> list[DeadLetter]:
+        query = sa.select(dead_letters).order_by(dead_letters.c.created)
+        if status is not None:
+            query = query.where(dead_letters.c.status == status)
+        if channel is not None:
+            query = query.where(dead_letters.c.channel == channel)
+        with self.engine.connect() as conn:
+            return [_letter(row) for row in conn.execute(query)]
+
+    def get_dead_letter(self, letter_id: str) -> DeadLetter | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(
+                sa.select(dead_letters).where(dead_letters.c.id == letter_id)
+            ).first()
+        return _letter(row) if row is not None else None
+
+    def update_dead_letter(self, letter: DeadLetter) -> None:
+        values = _row(letter)
+        del values["id"]
+        with self.engine.begin() as conn:
+            conn.execute(dead_letters.update().where(dead_letters.c.id == letter.id).values(values))
+
+    def log(self, entry: LogEntry) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                channel_log.insert().values(
+                    time=entry.time,
+                    channel=entry.channel,
+                    event=entry.event,
+                    user_id=entry.user_id,
+                    request_id=entry.request_id,
+                    detail=entry.detail,
+                )
+            )
+
+    def entries(
+        self, *, channel: str | None = None, event: str | None = None, limit: int = 100
+    ) -> list[LogEntry]:
+        query = sa.select(channel_log).order_by(channel_log.c.id.desc()).limit(limit)
+        if channel is not None:
+            query = query.where(channel_log.c.channel == channel)
+        if event is not None:
+            query = query.where(channel_log.c.event == event)
+        with self.engine.connect() as conn:
+            return [
+                LogEntry(r.time, r.channel, r.event, r.user_id, r.request_id, r.detail)
+                for r in conn.execute(query)
+            ]
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.dispose()
+
+
+def _row(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "id": letter.id,
+        "channel": letter.channel,
+        "created": letter.created,
+        "kind": letter.kind,
+        "user_id": letter.user_id,
+        "request_id": letter.request_id,
+        "status": letter.status,
+        "attempts": letter.attempts,
+        "error": letter.error,
+        "delivered": letter.delivered,
+        "parts": json.dumps(letter.parts, ensure_ascii=False),
+    }
+
+
+def _letter(row: Any) -> DeadLetter:
+    return DeadLetter(
+        id=row.id,
+        channel=row.channel,
+        created=row.created,
+        parts=json.loads(row.parts),
+        error=row.error,
+        attempts=row.attempts,
+        kind=row.kind,
+        user_id=row.user_id,
+        request_id=row.request_id,
+        status=row.status,
+        delivered=row.delivered,
+    )
+
+
+def delivered(letter: DeadLetter, attempts: int) -> DeadLetter:
+    """``letter`` once a resend delivered it."""
+    return replace(
+        letter, status="delivered", delivered=time.time(), attempts=letter.attempts + attempts
+    )
+
+
+def open_channel_store(url: str) -> ChannelStore:
+    """``MemoryChannelStore`` for ``memory://`` or an in-memory SQLite URL, else the tables in
+    that database."""
+    if url.startswith("memory:") or (url.startswith("sqlite") and _is_memory(url)):
+        return MemoryChannelStore()
+    return SqlChannelStore.open(url)
+
+
+def channel_store_for(keys: Any) -> ChannelStore:
+    """Beside the API keys: the key store's database, else memory (as the quota counts)."""
+    from hermes_agent.server.auth import SqlKeyStore
+
+    if isinstance(keys, SqlKeyStore) and not keys.in_memory:
+        return SqlChannelStore(keys.engine)
+    return MemoryChannelStore()
