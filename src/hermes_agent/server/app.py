@@ -30,6 +30,7 @@ from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import build_agent, load_tools_file
 from hermes_agent.server import (
+    routes_channels,
     routes_console,
     routes_data,
     routes_openai,
@@ -123,6 +124,7 @@ def create_app(
     app.include_router(routes_openai.router)
     app.include_router(routes_replay.router)
     app.include_router(routes_console.router)  # the web console, at /console/
+    app.include_router(routes_channels.router_for(settings, served, keys, hermes_config))
     return app
 
 
