@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from hermes_agent.cli import evals, keys, run, serve, storage
+from hermes_agent.cli import channels, evals, keys, run, serve, storage
 from hermes_agent.cli._common import is_terminal
 
 app = typer.Typer(
@@ -28,6 +28,7 @@ app.add_typer(storage.trace_app)
 app.command("replay")(storage.replay_command)
 app.command("serve")(serve.serve)
 app.add_typer(keys.keys_app)
+app.add_typer(channels.channels_app)
 
 
 def main() -> None:
