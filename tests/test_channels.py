@@ -37,6 +37,7 @@ from hermes_agent.cli.app import app as cli
 from hermes_agent.errors import ConfigError
 from hermes_agent.types import RunResult, ToolCallRecord
 from server_harness import free_port
+from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 
 SECRET = "s3cret-webhook-key-0123456789"
 
@@ -404,3 +405,53 @@ def test_config_errors_name_the_key() -> None:
             store=MemoryChannelStore(),
             renderers={"text": lambda view: view.output},
         )
+
+
+def test_the_sql_store_keeps_dead_letters_and_the_log(sql_url: str) -> None:
+    from hermes_agent.channels import DeadLetter, LogEntry
+
+    store = SqlChannelStore.open(sql_url)
+    try:
+        parts = [{"msgtype": "text", "text": {"content": "航班 late"}}]
+        letter = DeadLetter("a1", "bot", 1.0, parts, "HTTP 503", 3, user_id="bot:u", request_id="r")
+        store.add_dead_letter(letter)
+        store.add_dead_letter(DeadLetter("b2", "ops", 2.0, [{"x": 1}], "timeout", 4))
+        assert [d.id for d in store.dead_letters()] == ["a1", "b2"]
+        assert store.dead_letters(channel="bot") == [letter]
+        from hermes_agent.channels.store import delivered
+
+        store.update_dead_letter(delivered(letter, 1))
+        assert [d.id for d in store.dead_letters()] == ["b2"]
+        found = store.get_dead_letter("a1")
+        assert found is not None and found.status == "delivered" and found.attempts == 4
+        assert found.parts == parts
+        store.log(LogEntry(1.0, "bot", "accepted", "bot:u", "r", "via external_userid"))
+        store.log(LogEntry(2.0, "bot", "quota_rejected", "bot:u", None, "runs_per_day"))
+        assert [e.event for e in store.entries()] == ["quota_rejected", "accepted"]
+        [entry] = store.entries(event="quota_rejected")
+        assert entry.user_id == "bot:u" and entry.request_id is None
+    finally:
+        store.close()
+
+
+def test_a_delivery_cut_short_by_shutdown_is_kept_as_a_dead_letter() -> None:
+    import socket
+
+    with socket.socket() as silent:  # accepts connections (backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/hook"
+        store = MemoryChannelStore()
+        hub = hub_for({"ops": {"type": "webhook", "url": url, "secret": SECRET}}, store)
+
+        async def go() -> None:
+            task = asyncio.create_task(hub.deliver(OutboundMessage("ops", "the answer")))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await hub.aclose()
+
+        asyncio.run(go())
+    [letter] = store.dead_letters()
+    assert letter.parts[0]["content"] == "the answer" and "shut down" in letter.error

@@ -254,7 +254,11 @@ async def _answer(
 ) -> None:
     """Wait for the run, then send its answer through the channel (and its ``copy_to``)."""
     if run.task is not None:
-        await asyncio.wait({run.task})
+        try:
+            await asyncio.wait({run.task})
+        except asyncio.CancelledError:  # shut down before the run ended: nothing to send
+            await _log(hub, name, "answer_interrupted", mapped, request_id=run.id)
+            raise
     if run.status != "completed" or run.result is None:
         await _log(
             hub, name, "run_" + run.status, mapped, request_id=run.id, detail=run.error or ""
