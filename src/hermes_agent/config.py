@@ -202,6 +202,19 @@ class AuditConfig(_Strict):
     redact_patterns: list[str] = Field(default_factory=list)
 
 
+class TracingConfig(_Strict):
+    """OpenTelemetry spans of every run (``hermes_agent.tracing``; needs the ``otel`` extra).
+    Spans go to the global TracerProvider (configure it in code or with the standard
+    ``OTEL_*`` variables under ``opentelemetry-instrument``)."""
+
+    enabled: bool = False
+    capture_content: bool = False
+    """Record messages, tool arguments and results (masked like the audit trail)."""
+    agent_name: str | None = None
+    redact_patterns: list[str] = Field(default_factory=list)
+    """More patterns to mask in captured content (besides ``audit.redact_patterns``)."""
+
+
 class HermesConfig(_Strict):
     """The whole configuration file."""
 
@@ -213,6 +226,7 @@ class HermesConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     storage: StorageConfig | None = None
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     service: dict[str, Any] | None = None
     """The service's settings (``hermes-agent serve``, ``create_app``): validated by
     ``hermes_agent.server.settings.service_settings`` when the agent is served, so a config
