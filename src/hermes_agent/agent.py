@@ -151,6 +151,7 @@ class Agent:
         self.channels = {**DEFAULT_CHANNELS, **(channels or {})}
         self.tool_settings = {name: dict(values) for name, values in (tool_settings or {}).items()}
         self._executor: ThreadPoolExecutor | None = None
+        self._closers: list[Callable[[], None]] = []
         for item in tools:
             self.add_tool(item if isinstance(item, Tool) else Tool.from_function(item))
 
@@ -210,16 +211,6 @@ class Agent:
             )
             if renderer is not None:
                 agent.add_renderer(name, renderer)
-        if config.tracing.enabled:  # last: the spans record what the config's hooks changed
-            from hermes_agent.tracing import instrument
-
-            t = config.tracing
-            instrument(
-                agent,
-                capture_content=t.capture_content,
-                agent_name=t.agent_name,
-                redact_patterns=t.redact_patterns,
-            )
         return agent
 
     def fork(
@@ -621,9 +612,16 @@ class Agent:
             )
         return self._executor
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Have ``close`` call ``callback`` (e.g. to stop the MCP servers this agent's tools
+        talk to, which start again on the next call)."""
+        self._closers.append(callback)
+
     def close(self) -> None:
         """Release the tool thread pool and worker processes (the agent stays usable; they
         start again on demand)."""
+        for callback in list(self._closers):
+            callback()
         self.runtime.close()
         if self.audit_sink is not None:
             self.audit_sink.flush()

@@ -33,7 +33,14 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    model_validator,
+)
 
 from hermes_agent.errors import ConfigError
 
@@ -202,17 +209,54 @@ class AuditConfig(_Strict):
     redact_patterns: list[str] = Field(default_factory=list)
 
 
-class TracingConfig(_Strict):
-    """OpenTelemetry spans of every run (``hermes_agent.tracing``; needs the ``otel`` extra).
-    Spans go to the global TracerProvider (configure it in code or with the standard
-    ``OTEL_*`` variables under ``opentelemetry-instrument``)."""
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 
-    enabled: bool = False
-    capture_content: bool = False
-    """Record messages, tool arguments and results (masked like the audit trail)."""
-    agent_name: str | None = None
-    redact_patterns: list[str] = Field(default_factory=list)
-    """More patterns to mask in captured content (besides ``audit.redact_patterns``)."""
+
+class McpServerConfig(_Strict):
+    """One MCP server whose tools the agent may call (``mcp_servers.<name>``): a ``command``
+    to start over stdio, or the ``url`` of a streamable HTTP endpoint. Its tools join the
+    toolset ``toolset`` (default: the server's name); see docs/mcp.md."""
+
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables added to the server's environment (stdio)."""
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers sent with every request (streamable HTTP), e.g. Authorization."""
+    toolset: str | None = None
+    tool_prefix: str = ""
+    """Put before each tool's name (``files_`` → ``files_read``), to keep names apart."""
+    tools: list[str] | None = None
+    """Only these of the server's tools (default: all)."""
+    exclude_tools: list[str] = Field(default_factory=list)
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds one call may take (a tool's own ``tools:`` setting overrides it)."""
+    connect_timeout: float = Field(default=20.0, gt=0)
+    """Seconds to start the server, initialise the session and list the tools."""
+    requires_approval: bool = False
+    """Every tool of this server needs the approver's yes."""
+    strict_schemas: bool = True
+    """Make tool schemas strict where that is safe (docs/mcp.md says when)."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either command (a server started over stdio) or url")
+        if self.url is not None and (self.args or self.env or self.cwd):
+            raise ValueError("args, env and cwd are for a command; a url server takes headers")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for a url server; a command takes env")
+        return self
+
+    def secrets(self) -> list[str]:
+        """Values never to store in clear: every header value, and environment values whose
+        name says they are secret (``API_KEY``, ``TOKEN``...)."""
+        found = [value for value in self.headers.values() if value]
+        found += [token for value in found if (token := value.partition(" ")[2].strip())]
+        found += [v for k, v in self.env.items() if v and _SECRET_NAME.search(k)]
+        return found
 
 
 class HermesConfig(_Strict):
@@ -226,7 +270,8 @@ class HermesConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     storage: StorageConfig | None = None
     audit: AuditConfig = Field(default_factory=AuditConfig)
-    tracing: TracingConfig = Field(default_factory=TracingConfig)
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    """MCP servers whose tools the agent gets (``hermes_agent.mcp``; needs the ``mcp`` extra)."""
     service: dict[str, Any] | None = None
     """The service's settings (``hermes-agent serve``, ``create_app``): validated by
     ``hermes_agent.server.settings.service_settings`` when the agent is served, so a config
@@ -375,6 +420,8 @@ def _suggestion(location: tuple[int | str, ...], root: type[BaseModel] | None = 
     parts = list(location[:-1])
     if parts[:1] == ["tools"] and len(parts) == 2:
         model, parts = ToolConfig, []
+    if parts[:1] == ["mcp_servers"] and len(parts) == 2:
+        model, parts = McpServerConfig, []
     for part in parts:
         field = model.model_fields.get(str(part))
         annotation = field.annotation if field else None

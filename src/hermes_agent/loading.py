@@ -21,7 +21,7 @@ from typing import Any
 
 from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig, load_config
-from hermes_agent.errors import ConfigError
+from hermes_agent.errors import ConfigError, ToolDefinitionError
 from hermes_agent.tools.registry import Tool
 
 __all__ = ["ToolsFileError", "build_agent", "load_tools_file"]
@@ -48,22 +48,47 @@ def build_agent(
     ``Agent()``'s defaults (the embedded model, loaded on first use). Keyword arguments override
     what the config says, as in ``Agent.from_settings`` (``storage="sqlite:///..."``,
     ``model=...``, ``tools=[...]``). A tool from a tools file replaces a tool of the same name.
-    Storage is opened only where the config's ``storage:`` section or ``storage=`` says.
+    Storage is opened only where the config's ``storage:`` section or ``storage=`` says. The
+    config's ``mcp_servers`` are started (or connected to) and their tools added; the agent's
+    ``close`` stops them (docs/mcp.md).
 
     Raises ``ConfigError`` for an invalid config or tools file (``ToolsFileError`` for the
-    latter), before any storage is opened.
+    latter), before any storage is opened; and when an MCP server cannot be reached
+    (``MissingDependencyError`` without the ``mcp`` extra).
     """
     settings = config if isinstance(config, HermesConfig) or config is None else load_config(config)
     # Tools files run user code that may fail; load them before the agent opens its storage.
     loaded = [tool for path in tools_files for tool in load_tools_file(path)]
+    if settings is not None and settings.mcp_servers:
+        # Their header and environment secrets are masked like the model's API key.
+        secrets = [s for server in settings.mcp_servers.values() for s in server.secrets()]
+        overrides["secrets"] = [*overrides.get("secrets", settings.model.secrets()), *secrets]
     agent = Agent(**overrides) if settings is None else Agent.from_settings(settings, **overrides)
     try:
+        if settings is not None and settings.mcp_servers:
+            _add_mcp_tools(agent, settings)
         for item in loaded:
             agent.add_tool(item, replace=True)
     except BaseException:
         agent.close()
         raise
     return agent
+
+
+def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:
+    """Start the config's MCP servers and give the agent their tools; ``agent.close`` stops
+    the servers. The SDK is imported only here, when the config names a server."""
+    from hermes_agent.mcp.client import open_mcp_toolsets
+
+    toolsets = open_mcp_toolsets(settings.mcp_servers, source=settings.source)
+    agent.on_close(toolsets.close)
+    for item in toolsets.tools:
+        try:
+            agent.add_tool(item)
+        except ToolDefinitionError as exc:
+            raise ConfigError(
+                f"{settings.source}: mcp_servers: {exc}; give the server a tool_prefix"
+            ) from None
 
 
 def load_tools_file(path: str | os.PathLike[str]) -> list[Tool]:

@@ -8,6 +8,7 @@ import typer
 
 from hermes_agent.cli import channels, evals, keys, run, serve, storage
 from hermes_agent.cli._common import is_terminal
+from hermes_agent.cli.mcp import mcp_app
 
 app = typer.Typer(
     name="hermes-agent",
@@ -28,6 +29,7 @@ app.add_typer(storage.trace_app)
 app.command("replay")(storage.replay_command)
 app.command("serve")(serve.serve)
 app.add_typer(keys.keys_app)
+app.add_typer(mcp_app)
 app.add_typer(channels.channels_app)
 
 

@@ -1,0 +1,294 @@
+"""MCP tools out: ``hermes-agent mcp serve`` started as a real process, over stdio and over
+streamable HTTP (uvicorn on loopback), driven by the official SDK's client. Every call goes
+through the agent's tool pipeline: validation, approval, the audit trail."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_agent import Agent, ScriptedModel, tool
+from hermes_agent.storage import open_storage
+
+pytest.importorskip("mcp")
+
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+TOOLS = '''
+from pathlib import Path
+from hermes_agent import tool
+
+RAN = Path(__file__).with_name("ran.txt")
+
+
+def _ran(name: str) -> None:
+    with RAN.open("a") as file:
+        file.write(name + "\\n")
+
+
+@tool
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers."""
+    _ran("multiply")
+    return a * b
+
+
+@tool
+def profile(name: str) -> dict:
+    """A user's profile."""
+    _ran("profile")
+    return {"name": name, "plan": "pro"}
+
+
+@tool(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    _ran("delete_file")
+    return f"deleted {path}"
+
+
+@tool(requires_approval=True)
+def drop_table(table: str) -> str:
+    """Drop a database table."""
+    _ran("drop_table")
+    return f"dropped {table}"
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
+    config = f"""
+        model:
+          provider: scripted
+          responses: ["The answer is 42.", "Still 42."]
+        storage:
+          url: sqlite:///{tmp_path / "state.db"}
+    """
+    (tmp_path / "config.yaml").write_text(textwrap.dedent(config), encoding="utf-8")
+    return tmp_path
+
+
+def serve_args(project: Path, *extra: str) -> list[str]:
+    return [
+        "-m",
+        "hermes_agent",
+        "mcp",
+        "serve",
+        "--config",
+        str(project / "config.yaml"),
+        "--tools",
+        str(project / "tools.py"),
+        "--no-demo-tools",
+        "--ask",
+        "--approve",
+        "delete_file",
+        *extra,
+    ]
+
+
+@asynccontextmanager
+async def stdio_session(project: Path) -> AsyncIterator[Client]:
+    parameters = StdioServerParameters(
+        command=sys.executable, args=serve_args(project), cwd=str(project)
+    )
+    async with Client(stdio_client(parameters), read_timeout_seconds=30) as client:
+        yield client
+
+
+class HttpServer:
+    """``hermes-agent mcp serve --transport http`` in a process of its own."""
+
+    def __init__(self, project: Path) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.process = subprocess.Popen(
+            [sys.executable, *serve_args(project, "--transport", "http", "--port", str(port))],
+            cwd=project,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                return
+            except OSError:
+                assert self.process.poll() is None, self.stderr()
+                assert time.monotonic() < deadline, "the MCP server did not start"
+                time.sleep(0.1)
+
+    def stderr(self) -> str:
+        return self.process.stderr.read() if self.process.stderr else ""
+
+    def stop(self) -> int:
+        """SIGTERM, as a service manager stops it; its exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(30)
+
+
+@pytest.fixture
+def http_server(project: Path) -> Iterator[HttpServer]:
+    server = HttpServer(project)
+    try:
+        yield server
+    finally:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(10)
+
+
+async def exercise(client: Client, project: Path) -> None:
+    """What both transports must show."""
+    listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(listed) == {"multiply", "profile", "delete_file", "drop_table", "ask"}
+    assert listed["multiply"].description == "Multiply two integers."
+    assert listed["multiply"].input_schema == {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
+
+    product = await client.call_tool("multiply", {"a": 6, "b": 7})
+    assert (product.is_error, product.content[0].text) == (False, "42")  # type: ignore[union-attr]
+    user = await client.call_tool("profile", {"name": "ada"})
+    assert user.structured_content == {"name": "ada", "plan": "pro"}
+
+    refused = await client.call_tool("multiply", {"a": "six", "b": 7})
+    assert refused.is_error
+    assert "'a' must be an integer" in refused.content[0].text  # type: ignore[union-attr]
+
+    approved = await client.call_tool("delete_file", {"path": "notes.txt"})
+    assert (approved.is_error, approved.content[0].text) == (False, "deleted notes.txt")  # type: ignore[union-attr]
+    denied = await client.call_tool("drop_table", {"table": "users"})
+    assert denied.is_error
+    assert "--approve drop_table" in denied.content[0].text  # type: ignore[union-attr]
+
+    answer = await client.call_tool("ask", {"message": "What is 6 * 7?"})
+    assert answer.content[0].text == "The answer is 42."  # type: ignore[union-attr]
+    assert answer.structured_content is not None
+    assert answer.structured_content["status"] == 200
+    again = await client.call_tool(
+        "ask", {"message": "And now?", "session_id": answer.structured_content["session_id"]}
+    )
+    assert again.content[0].text == "Still 42."  # type: ignore[union-attr]
+
+    with pytest.raises(MCPError, match="unknown tool 'nope'"):
+        await client.call_tool("nope", {})
+
+    # only valid, approved calls ran
+    ran = (project / "ran.txt").read_text().split()
+    assert ran == ["multiply", "profile", "delete_file"]
+
+
+def check_the_trail(project: Path) -> None:
+    storage = open_storage(f"sqlite:///{project / 'state.db'}")
+    try:
+        users = {}
+        for summary in storage.requests(limit=50):
+            records = storage.records(summary["request_id"])
+            users[records[0].content] = records
+        call = 'MCP tools/call {"name": "multiply", "arguments": {"a": 6, "b": 7}}'
+        assert call in users
+        executed = [r for r in users[call] if r.stage == "ToolExecutor" and r.role == "tool"]
+        assert '"data": 42' in executed[0].content
+        denial = next(k for k in users if '"drop_table"' in k)
+        selection = [r for r in users[denial] if r.stage == "ToolSelector"]
+        rejected = json.loads(selection[0].content)["rejected"]
+        assert [(r["name"], r["status"]) for r in rejected] == [("drop_table", 403)]
+        assert "What is 6 * 7?" in users  # the ask tool's run
+    finally:
+        storage.close()
+
+
+def test_stdio_server_driven_by_the_sdk_client(project: Path) -> None:
+    async def main() -> None:
+        async with stdio_session(project) as client:
+            await exercise(client, project)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    check_the_trail(project)
+
+
+def test_http_server_driven_by_the_sdk_client(project: Path, http_server: HttpServer) -> None:
+    async def main() -> None:
+        async with Client(http_server.url, read_timeout_seconds=30) as client:
+            await exercise(client, project)
+
+    asyncio.run(asyncio.wait_for(main(), 120))
+    assert http_server.stop() == 0  # a graceful stop, which also flushes the trail
+    assert "over MCP on " + http_server.url in http_server.stderr()
+    check_the_trail(project)
+
+
+def test_the_server_in_process_with_an_approver_of_its_own() -> None:
+    from hermes_agent.mcp.server import AgentMcpServer
+
+    @tool(requires_approval=True)
+    def launch(target: str) -> str:
+        """Launch something."""
+        return f"launched {target}"
+
+    asked: list[dict[str, Any]] = []
+
+    def approver(call: Any, tool: Any) -> bool:
+        asked.append(call.arguments)
+        return call.arguments["target"] == "balloon"
+
+    agent = Agent(ScriptedModel(["unused"]), tools=[launch])
+    server = AgentMcpServer(agent, approver=approver)
+
+    async def main() -> tuple[Any, Any]:
+        async with Client(server.lowlevel()) as client:
+            yes = await client.call_tool("launch", {"target": "balloon"})
+            no = await client.call_tool("launch", {"target": "rocket"})
+            return yes, no
+
+    try:
+        yes, no = asyncio.run(main())
+        assert (yes.is_error, yes.content[0].text) == (False, "launched balloon")
+        assert no.is_error and "denied" in no.content[0].text
+        assert asked == [{"target": "balloon"}, {"target": "rocket"}]
+    finally:
+        server.close()
+        agent.close()
+
+
+def test_serve_refuses_what_it_cannot_serve(project: Path) -> None:
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "hermes_agent", "mcp", "serve", *args],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+
+    wrong = serve("--transport", "smoke", "--no-demo-tools")
+    assert wrong.returncode == 2 and "use stdio or http" in wrong.stderr
+    unknown = serve("--no-demo-tools", "--tools", "tools.py", "--approve", "nuke")
+    assert unknown.returncode == 2 and "--approve nuke: no such tool" in unknown.stderr
+    assert unknown.stdout == ""  # stdout is the protocol's: nothing else goes there
