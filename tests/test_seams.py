@@ -391,9 +391,9 @@ def test_a_hook_vetoes_a_call_with_only_the_hook_context() -> None:
 def test_the_hook_context_exposes_no_run_internals() -> None:
     public = {name for name in dir(HookContext) if not name.startswith("_")}
     assert public == {
-        "completion", "error", "last_results", "messages", "output", "planned", "point",
-        "request_id", "results", "rewrite_result", "session_id", "status", "step", "tool_calls",
-        "tools", "user_message", "variables", "veto",
+        "completion", "error", "last_results", "messages", "model", "output", "planned",
+        "point", "request_id", "results", "rewrite_result", "session_id", "status", "step",
+        "steps", "tool_calls", "tools", "usage", "user_message", "variables", "veto",
     }  # fmt: skip
     seen: list[Any] = []
     agent = Agent(model=ScriptedModel(["hi"]))

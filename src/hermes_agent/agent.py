@@ -211,6 +211,16 @@ class Agent:
             )
             if renderer is not None:
                 agent.add_renderer(name, renderer)
+        if config.tracing.enabled:  # last: the spans record what the config's hooks changed
+            from hermes_agent.tracing import instrument
+
+            t = config.tracing
+            instrument(
+                agent,
+                capture_content=t.capture_content,
+                agent_name=t.agent_name,
+                redact_patterns=t.redact_patterns,
+            )
         return agent
 
     def fork(

@@ -209,6 +209,19 @@ class AuditConfig(_Strict):
     redact_patterns: list[str] = Field(default_factory=list)
 
 
+class TracingConfig(_Strict):
+    """OpenTelemetry spans of every run (``hermes_agent.tracing``; needs the ``otel`` extra).
+    Spans go to the global TracerProvider (configure it in code or with the standard
+    ``OTEL_*`` variables under ``opentelemetry-instrument``)."""
+
+    enabled: bool = False
+    capture_content: bool = False
+    """Record messages, tool arguments and results (masked like the audit trail)."""
+    agent_name: str | None = None
+    redact_patterns: list[str] = Field(default_factory=list)
+    """More patterns to mask in captured content (besides ``audit.redact_patterns``)."""
+
+
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
@@ -270,6 +283,7 @@ class HermesConfig(_Strict):
     output: OutputConfig = Field(default_factory=OutputConfig)
     storage: StorageConfig | None = None
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools the agent gets (``hermes_agent.mcp``; needs the ``mcp`` extra)."""
     service: dict[str, Any] | None = None

@@ -16,7 +16,8 @@ what a hook may read and offers the operations a hook may perform —
   (the conversation as the model sees it, read-only), ``completion`` (the model's latest parsed
   turn; its calls may be adjusted in ``pre_selection``, before they are validated), ``planned``
   (the calls about to run), ``results`` (what the latest calls returned), ``tool_calls``,
-  ``status`` and ``error``;
+  ``status`` and ``error``; ``model``, ``steps`` and ``usage`` (who answers, and what each
+  model turn cost so far — what a tracer or a token budget reads);
 - ``ctx.variables["user_level"] = "expert"`` — fill ``{{ user_level }}`` in the system prompt;
 - ``ctx.veto(plan, "reason")`` in ``pre_execution`` — refuse a planned call (403 to the model);
   or change ``plan.arguments`` to rewrite it (the new arguments are validated again, and
@@ -42,9 +43,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_agent.errors import ConfigError
+from hermes_agent.models.base import Model
 from hermes_agent.pipeline.context import PlannedCall, RunContext
 from hermes_agent.tools.registry import Tool
-from hermes_agent.types import Completion, Message, ToolCallRecord, ToolResult
+from hermes_agent.types import Completion, Message, Step, ToolCallRecord, ToolResult, Usage
 
 STAGES = ("input", "thought", "selection", "execution", "output")
 HOOK_POINTS = tuple(f"{when}_{stage}" for stage in STAGES for when in ("pre", "post"))
@@ -113,6 +115,22 @@ class HookContext:
     def tool_calls(self) -> Sequence[ToolCallRecord]:
         """Every call of this run so far, with its result."""
         return tuple(self.__run.tool_calls)
+
+    @property
+    def model(self) -> Model:
+        """The model this run calls."""
+        return self.__run.model
+
+    @property
+    def steps(self) -> Sequence[Step]:
+        """The model turns of this run so far (model, usage, timing, calls), oldest first."""
+        return tuple(self.__run.steps)
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens and model requests of this run so far (a copy)."""
+        usage = self.__run.usage
+        return Usage(usage.prompt_tokens, usage.completion_tokens, usage.requests)
 
     @property
     def status(self) -> int:

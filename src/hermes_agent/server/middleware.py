@@ -1,5 +1,6 @@
 """One ASGI middleware for what every HTTP request gets: a request id, the body size limit
-(413), and one JSON access-log line."""
+(413), one JSON access-log line, and — when the served agent is traced — the caller's W3C trace
+context (``traceparent``) as the parent of the runs the request starts."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import uuid
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hermes_agent import tracing
 
 access_log = logging.getLogger("hermes_agent.server.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -40,6 +43,7 @@ class ServiceMiddleware:
         status = {"code": 0, "sent": False}
         limit = self.max_body_bytes
         received = 0
+        trace_token = _incoming_trace(scope, headers)
 
         async def counting_receive() -> Message:
             nonlocal received
@@ -68,7 +72,16 @@ class ServiceMiddleware:
             if not status["sent"]:
                 await _too_large(tagged_send, limit)
         finally:
+            if trace_token is not None:
+                tracing.detach(trace_token)
             _log_access(scope, state, request_id, status["code"], started)
+
+
+def _incoming_trace(scope: Scope, headers: dict[str, str]) -> object | None:
+    """The request's trace context made current when the app's agent is traced (a run task
+    started by the request copies it); ``None`` (and nothing imported) otherwise."""
+    agent = getattr(getattr(scope.get("app"), "state", None), "agent", None)
+    return None if agent is None else tracing.attach_incoming(agent, headers)
 
 
 async def _too_large(send: Send, limit: int) -> None:
