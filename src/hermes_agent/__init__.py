@@ -29,6 +29,7 @@ from hermes_agent.errors import (
     HermesAgentError,
     MissingDependencyError,
     ModelError,
+    OutputValidationError,
     ToolDefinitionError,
 )
 from hermes_agent.events import (
@@ -119,6 +120,7 @@ __all__ = [
     "OpenAICompatible",
     "OpenAIConfig",
     "OutputEvent",
+    "OutputValidationError",
     "ParseError",
     "ResultEvent",
     "RunResult",

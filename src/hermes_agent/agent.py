@@ -34,7 +34,7 @@ from hermes_agent.audit.recorder import Recorder
 from hermes_agent.audit.records import AuditSink
 from hermes_agent.audit.redaction import Redactor, redact_messages
 from hermes_agent.config import HermesConfig, load_config
-from hermes_agent.errors import ConfigError, HermesAgentError
+from hermes_agent.errors import ConfigError, HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.memory.history import HistoryLoader, LoadedHistory
 from hermes_agent.memory.session import InMemorySessionStore, SessionStore
@@ -44,6 +44,8 @@ from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, R
 from hermes_agent.pipeline.hooks import HOOK_POINTS, Hook, Hooks, load_hook
 from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
+from hermes_agent.pipeline.status import Status
+from hermes_agent.pipeline.structured import OutputType, output_spec
 from hermes_agent.storage.base import Storage, check_session_id, open_storage
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
 from hermes_agent.tools.runtime import ToolRuntime
@@ -71,14 +73,18 @@ class Agent:
 
     ``model`` is any object with the ``Model`` seam (``OpenAICompatible``, ``LlamaCpp``,
     ``ScriptedModel``...); ``None`` means the embedded SmolLM2 model, loaded on first use.
+    ``answer_model`` (optional) writes the final answer while ``model`` makes the tool calls
+    (see ``pipeline.thought_generator._route``); its prices are ``answer_price_per_1k_*``.
     ``tool_choice`` is ``"auto"``, ``"required"``, ``"none"`` or a tool name; it applies to the
-    first model turn of each run. ``toolsets`` limits which tools the model sees.
+    first model turn of each run. ``toolsets`` limits which tools the model sees. ``explain``
+    asks the model for a one-line reason with each turn (``Step.reason``, and the trail).
     """
 
     def __init__(
         self,
         model: Model | None = None,
         *,
+        answer_model: Model | None = None,
         system_prompt: str | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         tool_choice: ToolChoice = "auto",
@@ -105,18 +111,19 @@ class Agent:
         summarize_with_model: bool | None = None,
         price_per_1k_prompt: float | None = None,
         price_per_1k_completion: float | None = None,
+        answer_price_per_1k_prompt: float | None = None,
+        answer_price_per_1k_completion: float | None = None,
+        explain: bool = False,
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
-        if model is not None and not isinstance(model, Model):
-            members = ("name", "profile", "complete", "stream", "render_prompt", "count_tokens")
-            missing = [name for name in members if not hasattr(model, name)]
-            raise HermesAgentError(
-                f"{type(model).__name__} is not a Model: it lacks {', '.join(missing)}; "
-                "subclass hermes_agent.ModelBase (it supplies profile, render_prompt and "
-                "count_tokens) and write complete and stream"
-            )
+        for candidate in (model, answer_model):
+            if candidate is not None and not isinstance(candidate, Model):
+                _not_a_model(candidate)
         self._model = model
+        self.answer_model = answer_model
+        """Writes the final answer when set; ``model`` makes the tool calls."""
+        self.explain = explain
         self.system_prompt = system_prompt
         self.tool_choice = tool_choice
         self.scratch_pad = scratch_pad
@@ -142,6 +149,7 @@ class Agent:
             summarize_with_model=summarize_with_model,
         )
         self.prices = (price_per_1k_prompt, price_per_1k_completion)
+        self.answer_prices = (answer_price_per_1k_prompt, answer_price_per_1k_completion)
         self.registry = ToolRegistry()
         self.hooks = Hooks()
         self.runtime = ToolRuntime(threads=max(4, self.limits.max_concurrency))
@@ -171,6 +179,7 @@ class Agent:
             "system_prompt": a.system_prompt,
             "tool_choice": a.tool_choice,
             "scratch_pad": a.scratch_pad,
+            "explain": a.explain,
             "temperature": config.model.temperature,
             "max_tokens": config.model.max_tokens,
             "max_iterations": a.max_iterations,
@@ -192,8 +201,15 @@ class Agent:
         options["secrets"] = config.model.secrets()
         options["price_per_1k_prompt"] = config.model.price_per_1k_prompt
         options["price_per_1k_completion"] = config.model.price_per_1k_completion
+        answering = config.answer_model
+        if answering is not None:
+            options["secrets"] = [*options["secrets"], *answering.secrets()]
+            options["answer_price_per_1k_prompt"] = answering.price_per_1k_prompt
+            options["answer_price_per_1k_completion"] = answering.price_per_1k_completion
         options.update(overrides)
         model = options.pop("model", None) or build_model(config.model)
+        if options.get("answer_model") is None and config.answer_model is not None:
+            options["answer_model"] = build_model(config.answer_model)
         agent = cls(model, **options)
         for point, specs in config.hooks.items():
             if point not in HOOK_POINTS:
@@ -227,6 +243,7 @@ class Agent:
         self,
         *,
         model: Model | _Keep = _Keep.KEEP,
+        answer_model: Model | _Keep | None = _Keep.KEEP,
         storage: Storage | str | _Keep | None = _Keep.KEEP,
         approver: Approver | _Keep | None = _Keep.KEEP,
     ) -> Agent:
@@ -251,6 +268,8 @@ class Agent:
         twin._owns_storage = False
         if not isinstance(model, _Keep):
             twin._model = model
+        if not isinstance(answer_model, _Keep):
+            twin.answer_model = answer_model
         if not isinstance(approver, _Keep):
             twin.approver = approver
         if not isinstance(storage, _Keep):
@@ -414,11 +433,13 @@ class Agent:
         dry_run: bool = False,
         output_format: str | None = None,
         channel: str | None = None,
+        output_type: OutputType | None = None,
     ) -> RunResult:
         """Answer ``message`` (sync). Works with no event loop in sight; inside a running
         loop, prefer ``await agent.arun(...)``. ``dry_run=True`` stops after the ToolSelector
         and returns the planned calls (validated arguments, ``result=None``) without running
-        any tool."""
+        any tool. ``output_type`` (a pydantic model or a JSON Schema dict) asks for a
+        structured answer: ``result.data`` is the validated instance (see ``arun``)."""
         coroutine = self.arun(
             message,
             session_id=session_id,
@@ -427,6 +448,7 @@ class Agent:
             dry_run=dry_run,
             output_format=output_format,
             channel=channel,
+            output_type=output_type,
         )
         try:
             asyncio.get_running_loop()
@@ -449,11 +471,21 @@ class Agent:
         dry_run: bool = False,
         output_format: str | None = None,
         channel: str | None = None,
+        output_type: OutputType | None = None,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
         delta when ``stream`` is true). ``output_format`` (text, markdown, json, table, or a
         registered renderer) or ``channel`` (cli, web, api, or one from the config) picks how
-        ``RunResult.rendered`` is made."""
+        ``RunResult.rendered`` is made.
+
+        ``output_type`` — a pydantic model (or any type pydantic validates) or a JSON Schema
+        dict — makes the final answer JSON that must validate: ``result.data`` is the instance
+        (a dict for a JSON Schema), ``result.output`` its JSON. An answer that does not
+        validate goes back to the model with the errors, at most ``max_retries`` times
+        (``result.output_retries``); when none validates, ``OutputValidationError`` is raised
+        (its ``result`` has status 422), after the turn was recorded. See
+        ``pipeline.structured``."""
+        spec = output_spec(output_type) if output_type is not None else None
         session_id = session_id or uuid.uuid4().hex
         if self.storage is not None:  # refused now, before anything has happened
             check_session_id(session_id, self.storage.max_id_length)
@@ -462,6 +494,8 @@ class Agent:
             await _acquire_elsewhere(lock)
         try:
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
+            ctx.output_spec = spec
+            ctx.settings.output_schema = spec.schema if spec is not None else None
             ctx.load_history = lambda: self._load_history(ctx)
             ctx.dry_run = dry_run
             ctx.renderer_name = self._format_for(output_format, channel)
@@ -477,10 +511,16 @@ class Agent:
                 result.warnings.extend(ctx.recorder.warnings())
             if ctx.new_messages and not dry_run:
                 self._save_turn(session_id, ctx.messages_to_save(), result)
-            result.cost = self._cost(result.usage)
-            return result
+            self._costs(result)
         finally:
             lock.release()
+        if spec is not None and result.status == Status.UNPROCESSABLE:
+            raise OutputValidationError(
+                result.error or "the answer did not match the output type",
+                result=result,
+                problems=ctx.output_problems,
+            )
+        return result
 
     def _save_turn(self, session_id: str, messages: list[Message], result: RunResult) -> None:
         """Append the run's messages to the session, redacted. The run's tools have run by
@@ -502,15 +542,17 @@ class Agent:
         stored = self.sessions.load(ctx.session_id)
         return await self.history.load(ctx.session_id, stored, ctx.model)
 
-    def _cost(self, usage: Usage) -> float | None:
-        prompt_price, completion_price = self.prices
-        if prompt_price is None and completion_price is None:
-            return None
-        return round(
-            usage.prompt_tokens / 1000 * (prompt_price or 0.0)
-            + usage.completion_tokens / 1000 * (completion_price or 0.0),
-            8,
-        )
+    def _costs(self, result: RunResult) -> None:
+        """``result.cost`` and ``cost_by_model``: each model's usage at its own prices (the
+        answer model's are ``answer_price_per_1k_*``); ``None`` when no price is set."""
+        answer_name = self.answer_model.name if self.answer_model is not None else None
+        for name, usage in result.usage_by_model.items():
+            prices = self.answer_prices if name == answer_name else self.prices
+            cost = _cost(usage, prices)
+            if cost is not None:
+                result.cost_by_model[name] = cost
+        if result.cost_by_model:
+            result.cost = round(sum(result.cost_by_model.values()), 8)
 
     async def astream(
         self,
@@ -519,6 +561,7 @@ class Agent:
         session_id: str | None = None,
         tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
+        output_type: OutputType | None = None,
     ) -> AsyncIterator[Event]:
         """Yield events as the run happens (see ``hermes_agent.events`` for every kind):
         ``TextDeltaEvent``, ``ToolCallStartedEvent``, ``ToolCallParsedEvent``,
@@ -533,6 +576,7 @@ class Agent:
                 toolsets=toolsets,
                 listener=queue.put_nowait,
                 stream=True,
+                output_type=output_type,
             )
         )
         task.add_done_callback(lambda _: queue.put_nowait(None))
@@ -563,11 +607,20 @@ class Agent:
             )
         if chosen == "required" and not tools:
             raise HermesAgentError("tool_choice 'required' needs at least one registered tool")
+        model, answer_model = self.model, self.answer_model
+        distinct = answer_model is not None and answer_model is not model
+        if distinct and answer_model is not None and answer_model.name == model.name:
+            raise HermesAgentError(
+                f"model and answer_model are both named {model.name!r}; give them distinct "
+                "names (steps, the trail and the usage per model tell them apart by name)"
+            )
         return RunContext(
             request_id=str(uuid.uuid4()),
             session_id=session_id,
             user_message=message,
-            model=self.model,
+            model=model,
+            answer_model=answer_model,
+            explain=self.explain,
             settings=ModelSettings(
                 temperature=self.temperature,
                 max_tokens=self.max_tokens,
@@ -596,7 +649,7 @@ class Agent:
             )
         from hermes_agent.storage.replay import replay
 
-        return replay(self, request_id, self.storage)
+        return replay(_Replaying(self), request_id, self.storage)
 
     def _format_for(self, output_format: str | None, channel: str | None) -> str:
         name = output_format
@@ -643,6 +696,44 @@ class Agent:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+
+
+class _Replaying:
+    """The agent as replay forks it: the recorded model serves the answer model's turns too
+    (the trail holds both models' completions, in order)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    def fork(self, *, model: Model, storage: Storage, approver: Approver) -> Agent:
+        routed = self._agent.answer_model is not None
+        return self._agent.fork(
+            model=model,
+            answer_model=model if routed else _Keep.KEEP,
+            storage=storage,
+            approver=approver,
+        )
+
+
+def _not_a_model(candidate: object) -> None:
+    members = ("name", "profile", "complete", "stream", "render_prompt", "count_tokens")
+    missing = [name for name in members if not hasattr(candidate, name)]
+    raise HermesAgentError(
+        f"{type(candidate).__name__} is not a Model: it lacks {', '.join(missing)}; "
+        "subclass hermes_agent.ModelBase (it supplies profile, render_prompt and "
+        "count_tokens) and write complete and stream"
+    )
+
+
+def _cost(usage: Usage, prices: tuple[float | None, float | None]) -> float | None:
+    prompt_price, completion_price = prices
+    if prompt_price is None and completion_price is None:
+        return None
+    return round(
+        usage.prompt_tokens / 1000 * (prompt_price or 0.0)
+        + usage.completion_tokens / 1000 * (completion_price or 0.0),
+        8,
+    )
 
 
 async def _acquire_elsewhere(lock: threading.Lock) -> None:

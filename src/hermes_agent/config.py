@@ -155,6 +155,8 @@ class AgentConfig(_Strict):
     max_calls_per_turn: int = Field(default=32, ge=1)
     tool_choice: str = "auto"
     scratch_pad: bool = False
+    explain: bool = False
+    """Ask the model for a one-line reason with each turn (``Step.reason`` and the trail)."""
 
 
 class ToolConfig(_Strict):
@@ -276,6 +278,8 @@ class HermesConfig(_Strict):
     """The whole configuration file."""
 
     model: SerializeAsAny[ModelConfig] = Field(default_factory=LlamaCppConfig)
+    answer_model: SerializeAsAny[ModelConfig] | None = None
+    """Writes the final answer while ``model`` makes the tool calls (same keys as ``model``)."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     hooks: dict[str, list[HookSpec]] = Field(default_factory=dict)
@@ -338,30 +342,34 @@ def _check_expansion(data: Any, source: str) -> None:
 def parse_config(data: dict[str, Any], *, source: str = "<config>") -> HermesConfig:
     """Validate an already-loaded config mapping (``source`` names it in errors)."""
     interpolated = _interpolate(data, source, ())
-    section = interpolated.get("model")
-    model: ModelConfig | None = None
-    if isinstance(section, dict):
+    models: dict[str, ModelConfig] = {}
+    for key in ("model", "answer_model"):
+        section = interpolated.get(key)
+        if not isinstance(section, dict):
+            continue
         # The provider picks the class that validates the section (a discriminated union that
         # a new backend can join), so a key of another provider is an unknown key here.
         provider = section.get("provider", "llamacpp")
         if not isinstance(provider, str):
-            raise ConfigError(f"{source}: model.provider: must be a string, got {provider!r}")
+            raise ConfigError(f"{source}: {key}.provider: must be a string, got {provider!r}")
         try:
             section_class = model_section(provider)
         except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
+            message = str(exc).replace("model.provider", f"{key}.provider", 1)
+            raise ConfigError(f"{source}: {message}") from None
         try:
-            model = section_class.model_validate(section)
+            models[key] = section_class.model_validate(section)
         except ValidationError as exc:
-            message = _explain(exc, source, prefix=("model",), root=section_class)
+            message = _explain(exc, source, prefix=(key,), root=section_class)
             raise ConfigError(message) from None
-        interpolated = {k: v for k, v in interpolated.items() if k != "model"}
+    interpolated = {k: v for k, v in interpolated.items() if k not in models}
     try:
         config = HermesConfig.model_validate(interpolated)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, source)) from None
-    if model is not None:
-        config.model = model
+    if "model" in models:
+        config.model = models["model"]
+    config.answer_model = models.get("answer_model")
     config.source = source
     return config
 

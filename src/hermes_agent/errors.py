@@ -6,6 +6,7 @@
     ├── ToolDefinitionError      a tool cannot be registered (bad schema, duplicate name, ...)
     ├── MissingDependencyError   an optional extra is not installed (names the pip command)
     ├── ModelError               the model endpoint failed after the SDK's retries (status 502)
+    ├── OutputValidationError    the answer never matched the requested ``output_type`` (422)
     └── StorageError             the store cannot be opened, migrated, read or written
         └── SessionIdError       a session id no store can hold; raised before a run starts
 
@@ -19,6 +20,11 @@ in ``RunResult``.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hermes_agent.types import RunResult
 
 
 class HermesAgentError(Exception):
@@ -39,3 +45,16 @@ class MissingDependencyError(HermesAgentError):
 
 class ModelError(HermesAgentError):
     """The model could not produce a completion (endpoint down, bad response, ...)."""
+
+
+class OutputValidationError(HermesAgentError):
+    """The model's answer never matched the ``output_type`` of the run, retries included.
+
+    ``result`` is the whole ``RunResult`` (status 422; its steps hold every answer the model
+    gave), ``problems`` what was wrong with the last one. A service answers 422.
+    """
+
+    def __init__(self, message: str, *, result: RunResult, problems: list[str]) -> None:
+        super().__init__(message)
+        self.result = result
+        self.problems = problems

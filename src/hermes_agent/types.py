@@ -157,6 +157,10 @@ class Step:
     tool_choice_enforcement: str | None = None
     """For a turn where a tool call was required: how the model was held to it (see
     ``ModelProfile.tool_choice_enforcement``); the pipeline checks that a call came either way."""
+    model: str = ""
+    """The name of the model that served this turn (with ``answer_model``, either model)."""
+    reason: str | None = None
+    """Explain mode: the one-line reason the model gave for this turn, when it gave one."""
 
 
 @dataclass(slots=True)
@@ -185,9 +189,26 @@ class RunResult:
     """What went wrong around the run without changing its answer: a turn that could not be
     saved to the session, audit records that could not be written, text that was escaped so
     that the store could hold it. Empty when all went well."""
+    data: Any = None
+    """With ``output_type``: the answer, validated — an instance of the pydantic model (a
+    ``dict`` for a JSON Schema); ``None`` without one, or when the run ended without an
+    answer."""
+    output_retries: int = 0
+    """With ``output_type``: how many times an answer failed validation and the model was
+    asked again (each retry is a step)."""
+    usage_by_model: dict[str, Usage] = field(default_factory=dict)
+    """``usage`` split by the name of the model that used it (two with ``answer_model``)."""
+    cost_by_model: dict[str, float] = field(default_factory=dict)
+    """``cost`` split the same way, for the models whose prices are set."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""
         data = asdict(self)
         data["usage"]["total_tokens"] = self.usage.total_tokens
+        for name, usage in self.usage_by_model.items():
+            data["usage_by_model"][name]["total_tokens"] = usage.total_tokens
+        if self.data is not None:
+            from pydantic_core import to_jsonable_python
+
+            data["data"] = to_jsonable_python(self.data)
         return data

@@ -111,6 +111,11 @@ class RunView(Protocol):
     def completion_text(self) -> str: ...
 
     @property
+    def reason(self) -> str | None:
+        """Explain mode: the reason the model gave for its latest turn."""
+        ...
+
+    @property
     def error(self) -> str | None: ...
 
     @property
@@ -239,6 +244,8 @@ class Recorder:
             text = to_chatml(render_conversation(added, ()), add_generation_prompt=False)
             prompt = (Role.PROMPT_ADDED, text)
         self._prompted, self._rewrites = len(sent), ctx.prompt_rewrites
+        if ctx.reason:
+            return [prompt, completion, (Role.REASON, ctx.reason)]
         return [prompt, completion]
 
     def _system_prompt_sha(self, ctx: RunView) -> str:

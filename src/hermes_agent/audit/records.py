@@ -31,6 +31,8 @@ class Role(StrEnum):
     """The turns added to the prompt since the previous request (ChatML)."""
     COMPLETION = "completion"
     """The model's answer as received (or the model error)."""
+    REASON = "reason"
+    """Explain mode: the one-line reason the model gave for its turn (ThoughtGenerator)."""
     SELECTION = "selection"
     """The calls the ToolSelector planned and refused (JSON)."""
     TOOL = "tool"

@@ -11,6 +11,7 @@ import asyncio
 import json
 import re
 import uuid
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -30,7 +31,7 @@ from hermes_agent.cli._common import (
     styled,
     warn,
 )
-from hermes_agent.errors import HermesAgentError
+from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import (
     ResultEvent,
     TextDeltaEvent,
@@ -59,12 +60,21 @@ def run(
         str | None,
         typer.Option("--format", help="text | markdown | json | table | a custom renderer."),
     ] = None,
+    output_schema: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-schema",
+            help="JSON Schema file: the answer is JSON that validates against it.",
+        ),
+    ] = None,
     no_demo_tools: NoDemoOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Answer one question, calling tools as needed. The answer goes to stdout; the tool calls
-    (✓ ran, ✗ failed, with the result or the error), warnings and errors to stderr."""
+    (✓ ran, ✗ failed, with the result or the error), warnings and errors to stderr. With
+    --output-schema the answer is the validated JSON (exit 1 when the model never gave one)."""
     setup_logging(debug)
+    schema = _read_schema(output_schema) if output_schema is not None else None
     agent = cli_agent(config, tools, no_demo_tools)
     try:
         result = agent.run(
@@ -73,7 +83,10 @@ def run(
             tool_choice=tool_choice,
             dry_run=dry_run,
             output_format=output_format,
+            output_type=schema,
         )
+    except OutputValidationError as exc:
+        result = exc.result  # reported below like any failed run: status 422 and why
     except HermesAgentError as exc:
         fail(str(exc))
     finally:
@@ -87,6 +100,19 @@ def run(
     else:
         _print_answer(result)
     raise typer.Exit(0 if result.status < 400 else 1)
+
+
+def _read_schema(path: Path) -> dict[str, Any]:
+    """The JSON Schema in ``path``, or a usage error (exit 2) saying what is wrong with it."""
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        fail(f"--output-schema {path}: cannot read it ({exc.strerror})")
+    except json.JSONDecodeError as exc:
+        fail(f"--output-schema {path}: not valid JSON: {exc}")
+    if not isinstance(schema, dict):
+        fail(f"--output-schema {path}: a JSON Schema must be a JSON object")
+    return schema
 
 
 def _print_answer(result: RunResult) -> None:

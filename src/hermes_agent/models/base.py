@@ -42,6 +42,10 @@ class ModelSettings:
     max_tokens: int | None = None
     tool_choice: ToolChoice = "auto"
     scratch_pad: bool = False
+    output_schema: dict[str, Any] | None = None
+    """Structured output: the JSON Schema a text answer must match (the pipeline validates it
+    and states it in the prompt). A model that constrains decoding keeps its text answers
+    inside the schema (the embedded model's grammar does); others may ignore it."""
 
 
 @dataclass(frozen=True, slots=True)

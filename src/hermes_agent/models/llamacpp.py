@@ -342,15 +342,20 @@ class LlamaCpp(ModelBase):
         return to_chatml(wire)
 
     def grammar(self, tools: Sequence[dict[str, Any]], settings: ModelSettings) -> str | None:
-        """The GBNF grammar decoding runs under for this request (``None``: unconstrained)."""
-        if not (self.use_grammar and tools):
+        """The GBNF grammar decoding runs under for this request (``None``: unconstrained).
+        With ``settings.output_schema`` a text answer is JSON of that schema, tools or not."""
+        schema = settings.output_schema
+        if not (self.use_grammar and (tools or schema is not None)):
             return None
+        if not tools and settings.tool_choice not in ("auto", "none"):
+            return None  # no call can be required without tools; the answer branch is all
         return build_grammar(
             tools,
             tool_choice=settings.tool_choice,
             scratch_pad=settings.scratch_pad,
             max_calls=self.max_calls,
             max_string_chars=self.max_string_chars,
+            answer_schema=schema,
         )
 
     async def complete(

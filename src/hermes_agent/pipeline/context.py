@@ -19,6 +19,7 @@ from hermes_agent.memory.history import LoadedHistory, SummaryCall
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
+from hermes_agent.pipeline.structured import OutputSpec
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.runtime import ToolRuntime, private_copy
 from hermes_agent.types import (
@@ -109,6 +110,13 @@ class RunContext:
     """Values for ``{{ name }}`` placeholders in the system prompt (hooks fill them)."""
     recorder: Recorder | None = None
     """The audit trail of this run (``None``: auditing off, and free)."""
+    answer_model: Model | None = None
+    """Model routing: the model that writes the final answer (``model`` makes the tool calls);
+    ``None``: ``model`` does both."""
+    output_spec: OutputSpec | None = None
+    """Structured output: the schema the final answer must validate against."""
+    explain: bool = False
+    """Explain mode: the model is asked for a one-line reason with each turn."""
 
     messages: list[Message] = field(default_factory=list)
     """The conversation as the model sees it: system, history, this run's turns."""
@@ -137,7 +145,22 @@ class RunContext:
     approvals: list[dict[str, Any]] = field(default_factory=list)
     rendered: RenderedMessage | None = None
     unusable_turns: int = 0
+    answering: bool = False
+    """The answer model has the turn (routing): the tool model made its last call."""
+    asks_again: bool = False
+    """The latest turn only leads to another model turn, with no call to run: the answer
+    model takes over, or the answer failed its schema and the model is asked again."""
+    reasks: int = 0
+    """Turns that only re-asked for the answer (see ``step_limit``)."""
+    output_retries: int = 0
+    output_problems: list[str] = field(default_factory=list)
+    """Structured output: what was wrong with the latest answer that failed validation."""
+    reason: str | None = None
+    """Explain mode: the reason the model gave for its latest turn."""
+    data: Any = None
+    """Structured output: the validated answer."""
     usage: Usage = field(default_factory=Usage)
+    usage_by_model: dict[str, Usage] = field(default_factory=dict)
     output: str = ""
     status: int = Status.OK
     stage_status: int = Status.OK
@@ -147,6 +170,19 @@ class RunContext:
     """True once the model answered without calling a tool (or the run failed)."""
     loop_status: LoopStatus = "completed"
     started_ns: int = field(default_factory=time.perf_counter_ns)
+
+    @property
+    def step_limit(self) -> int:
+        """How many model turns the loop may take: ``max_iterations`` bounds the rounds of tool
+        calls, and the turns that only ask again for the answer (the hand-over to the answer
+        model, at most one; retries of an answer that failed its schema, at most
+        ``max_retries``) come on top."""
+        return self.limits.max_iterations + self.reasks
+
+    def count_usage(self, model_name: str, usage: Usage) -> None:
+        """Add a model call's usage to the run's, and to its model's."""
+        self.usage.add(usage)
+        self.usage_by_model.setdefault(model_name, Usage()).add(usage)
 
     @property
     def listening(self) -> bool:
@@ -239,6 +275,9 @@ class RunContext:
             loop_status=self.loop_status,
             approvals=self.approvals,
             rendered=self.rendered,
+            data=self.data,
+            output_retries=self.output_retries,
+            usage_by_model=self.usage_by_model,
         )
 
 

@@ -1,11 +1,15 @@
 """Stage 1 — InputParser: check the user's message, load the session's history (a summary of old
-turns, then the recent ones; see ``memory.history``) and lay out the conversation for the model."""
+turns, then the recent ones; see ``memory.history``) and lay out the conversation for the model.
+
+The run's own instructions join the system prompt here: the JSON-mode schema of a structured
+answer (``output_type``) and the explain-mode request for a reason with each turn."""
 
 from __future__ import annotations
 
 from hermes_agent.events import InputEvent
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.status import Status
+from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
 from hermes_agent.types import Message
 
 MAX_MESSAGE_CHARS = 100_000
@@ -25,7 +29,8 @@ class InputParser:
             loaded = await ctx.load_history()
             ctx.history = loaded.messages
             ctx.summary_call = loaded.summary_call
-            ctx.usage.add(loaded.usage)
+            ctx.count_usage(ctx.model.name, loaded.usage)
+        ctx.system_prompt = _with_instructions(ctx)
         if ctx.system_prompt:
             ctx.messages.append(Message("system", ctx.system_prompt))
         ctx.messages.extend(ctx.history)
@@ -47,3 +52,14 @@ def _problem_with(message: object) -> str | None:
             f"{MAX_MESSAGE_CHARS:,}; shorten it or pass the data through a tool"
         )
     return None
+
+
+def _with_instructions(ctx: RunContext) -> str | None:
+    """The system prompt of this run: the agent's, then what ``output_type`` and explain mode
+    ask of the model (one system turn, so every backend and the history summary see it alike)."""
+    parts = [ctx.system_prompt] if ctx.system_prompt else []
+    if ctx.output_spec is not None:
+        parts.append(json_mode_prompt(ctx.output_spec.schema, with_tools=bool(ctx.tools)))
+    if ctx.explain:
+        parts.append(EXPLAIN_PROMPT)
+    return "\n\n".join(parts) or None

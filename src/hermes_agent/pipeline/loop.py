@@ -1,8 +1,10 @@
 """The spine: one user message in, one answer out, through five stages in order.
 
     1 InputParser       check the message, lay out system prompt + history + message
-    ┌ repeat ≤ max_iterations
+    ┌ repeat ≤ max_iterations (+ turns that only ask again for the answer)
     │ 2 ThoughtGenerator  model → parsed completion (no calls and nothing malformed → done)
+    │                     ↺ ask again: the answer model takes over, or the answer failed
+    │                       its output_type and goes back with the errors
     │ 3 ToolSelector      which calls may run, with which arguments; refusals become results
     │ 4 ToolExecutor      run them concurrently; results go back to the model
     └
@@ -49,10 +51,13 @@ async def run_turn(ctx: RunContext, hooks: Hooks | None = None) -> RunResult:
     hooks = hooks or _NO_HOOKS
     await _run_stage(ctx, hooks, "input", _input_parser)
 
-    while not ctx.finished and ctx.step < ctx.limits.max_iterations:
+    while not ctx.finished and ctx.step < ctx.step_limit:
         await _run_stage(ctx, hooks, "thought", _thought_generator)
         if ctx.finished:
             break
+        if ctx.asks_again:  # no call to run: the next turn is another try at the answer
+            ctx.step += 1
+            continue
         await _run_stage(ctx, hooks, "selection", _tool_selector)
         if ctx.finished:
             break

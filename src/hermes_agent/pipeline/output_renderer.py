@@ -1,6 +1,7 @@
 """Stage 5 — OutputRenderer: turn the end of the loop into the answer the caller gets.
 
-Three endings: the model answered in text (200); the loop ran out of iterations (206, with an
+Three endings: the model answered in text (200; with ``output_type``, the validated value as
+JSON); the loop ran out of iterations (206, with an
 honest message that says so and shows the last tool results); or a stage failed (its status and
 message stand). An empty final answer after tool calls is not passed off as an answer: the
 output then reports the last tool results verbatim, with status 206.
@@ -33,6 +34,8 @@ class OutputRenderer:
                     f"(max_iterations={ctx.limits.max_iterations}) without a final answer."
                     + _last_results(ctx.tool_calls)
                 )
+            elif ctx.output_spec is not None and ctx.data is not None:
+                ctx.output = ctx.output_spec.dump(ctx.data)  # the validated value, as JSON
             else:
                 answer = ctx.completion.content.strip()
                 if answer:
@@ -42,7 +45,8 @@ class OutputRenderer:
                     ctx.output = "The model gave no final answer." + _last_results(ctx.tool_calls)
                 else:
                     ctx.output = answer
-        if ctx.new_messages and ctx.new_messages[-1].role != "assistant":
+        saved = ctx.messages_to_save()
+        if saved and saved[-1].role != "assistant":
             # Close the turn, failed or not: the next request of this session must not start
             # with two user messages in a row (many chat templates reject that).
             ctx.new_messages.append(Message("assistant", ctx.output))

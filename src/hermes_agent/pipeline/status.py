@@ -19,6 +19,8 @@ class Status(IntEnum):
     """The model called a tool that does not exist, or is not visible or available."""
     TIMEOUT = 408
     """A tool ran past its timeout."""
+    UNPROCESSABLE = 422
+    """The model's answer never matched the run's ``output_type`` (structured output)."""
     RATE_LIMITED = 429
     """A tool's call rate limit was hit."""
     TOOL_ERROR = 500

@@ -34,6 +34,7 @@ from hermes_agent.protocol.parser import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from hermes_agent.protocol.prompts import json_retry_prompt
 from hermes_agent.types import Message, ModelResponse, Step, ToolCall, Usage, new_call_id
 
 
@@ -44,6 +45,10 @@ class ThoughtGenerator:
         started = time.perf_counter_ns()
         settings = ctx.settings
         ctx.completion_text = ""  # a failing request must not leave the last turn's text
+        ctx.asks_again = False
+        ctx.reason = None
+        if ctx.answer_model is not None:
+            settings = _route(ctx, settings)
         if ctx.system_prompt and "{{" in ctx.system_prompt and ctx.messages:
             # Hooks may have set variables since the last turn; render the template afresh.
             system = render_template(ctx.system_prompt, ctx.variables)
@@ -75,23 +80,34 @@ class ThoughtGenerator:
         _unique_ids(completion.tool_calls)
         ctx.completion = completion
         ctx.completion_text = response.text
-        ctx.usage.add(response.usage)
+        ctx.count_usage(ctx.model.name, response.usage)
+        if ctx.explain:
+            ctx.reason = reason_of(completion.scratch_pad)
         clean = not completion.errors
-        ctx.add_message(
-            Message(
-                "assistant",
-                completion.content,
-                tool_calls=list(completion.tool_calls),
-                scratch_pad=completion.scratch_pad,
-                raw=None if clean else response.text,
+        answered = clean and not completion.tool_calls and not forced
+        # The tool model's text turn is not the answer when an answer model writes it: the
+        # answer model gets the conversation without it (see ``_route``).
+        hand_over = answered and ctx.answer_model is not None and not ctx.answering
+        if not hand_over:
+            ctx.add_message(
+                Message(
+                    "assistant",
+                    completion.content,
+                    tool_calls=list(completion.tool_calls),
+                    scratch_pad=completion.scratch_pad,
+                    raw=None if clean else response.text,
+                )
             )
-        )
         status = Status.OK if clean else Status.INVALID
         enforcement = ctx.model.profile.tool_choice_enforcement
         if forced and clean and not completion.tool_calls:
             status = _required_call_missing(ctx, settings.tool_choice)
-        elif not completion.tool_calls and clean:
-            ctx.finished = True
+        elif hand_over:
+            ctx.answering = ctx.asks_again = True
+            ctx.reasks += 1
+        elif answered:
+            status = _check_answer(ctx) if ctx.output_spec is not None else Status.OK
+            ctx.finished = not ctx.asks_again
         ctx.steps.append(
             Step(
                 index=ctx.step,
@@ -101,6 +117,8 @@ class ThoughtGenerator:
                 duration_ms=(time.perf_counter_ns() - started) / 1e6,
                 usage=response.usage,
                 tool_choice_enforcement=enforcement if forced else None,
+                model=ctx.model.name,
+                reason=ctx.reason,
             )
         )
         names = [call.name for call in completion.tool_calls]
@@ -116,6 +134,76 @@ class ThoughtGenerator:
                 )
             )
         return ctx
+
+
+def _route(ctx: RunContext, settings: ModelSettings) -> ModelSettings:
+    """Model routing: which model takes this turn, with which settings.
+
+    Turns go to the tool model (``ctx.model`` as the run starts) until one of them calls no
+    tool. That turn is not the answer: the answer model takes the next turn, from the same
+    conversation without it, with the tools withdrawn (``tool_choice="none"``), and keeps the
+    turns that follow (a retry of an answer that failed its schema). A run whose turns cannot
+    call a tool at all (no tool visible, ``tool_choice="none"``) goes to the answer model from
+    the start. ``ctx.model`` is always the model of the current turn, so the step, the trail,
+    the prompt fitting and the usage name the model that served it.
+    """
+    assert ctx.answer_model is not None
+    if not ctx.answering and (not ctx.tool_specs or settings.tool_choice == "none"):
+        ctx.answering = True
+    if not ctx.answering:
+        return settings
+    if ctx.model is not ctx.answer_model:
+        ctx.model = ctx.answer_model
+        ctx.prompt_rewrites += 1  # another model, another prompt: the trail records it whole
+    return dataclasses.replace(settings, tool_choice="none")
+
+
+def _check_answer(ctx: RunContext) -> Status:
+    """Structured output: validate the text answer against the run's ``output_type``. Valid:
+    ``ctx.data`` holds it. Invalid: the model reads what is wrong and is asked again (the
+    invalid turn and the feedback stay out of the session), at most ``max_retries`` times; then the
+    run fails with 422."""
+    spec = ctx.output_spec
+    assert spec is not None
+    data, problems = spec.check(ctx.completion.content)
+    if not problems:
+        ctx.data = data
+        return Status.OK
+    ctx.output_problems = problems
+    ctx.unsaved.append(ctx.new_messages[-1])
+    if ctx.output_retries >= ctx.limits.max_retries:
+        tries = ctx.output_retries + 1
+        ctx.fail(
+            Status.UNPROCESSABLE,
+            f"the answer did not match the output type {spec.name} in {tries} "
+            f"answer{'s' if tries != 1 else ''}: " + "; ".join(problems),
+        )
+        ctx.output = f"I could not give a valid answer: {ctx.error}."
+        return Status.UNPROCESSABLE
+    ctx.output_retries += 1
+    ctx.reasks += 1
+    ctx.asks_again = True
+    ctx.add_message(Message("user", json_retry_prompt(problems)), save=False)
+    return Status.UNPROCESSABLE
+
+
+_REASON = re.compile(r"^\s*reason\s*:\s*", re.I)
+MAX_REASON_CHARS = 300
+
+
+def reason_of(scratch_pad: str | None) -> str | None:
+    """Explain mode: the one-line reason in a scratch pad — its ``Reason:`` line, else its
+    first non-empty line; ``None`` when there is none."""
+    if not scratch_pad:
+        return None
+    lines = [line.strip() for line in scratch_pad.splitlines() if line.strip()]
+    if not lines:
+        return None
+    chosen = next((line for line in lines if _REASON.match(line)), lines[0])
+    reason = _REASON.sub("", chosen).strip()
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    return reason or None
 
 
 def _requirement_met(ctx: RunContext, tool_choice: str) -> bool:
@@ -192,9 +280,12 @@ async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
 
 
 def _forward(ctx: RunContext, events: list[StreamEvent]) -> None:
+    # With an answer model, the tool model's text is never the answer: it is not streamed.
+    quiet = ctx.answer_model is not None and not ctx.answering
     for event in events:
         if isinstance(event, TextDelta):
-            ctx.emit(TextDeltaEvent(event.text))
+            if not quiet:
+                ctx.emit(TextDeltaEvent(event.text))
         elif isinstance(event, ScratchPadDelta):
             ctx.emit(ScratchPadDeltaEvent(event.text))
         elif isinstance(event, ToolCallStarted):

@@ -105,6 +105,7 @@ def build_grammar(
     max_string_chars: int = 256,
     max_items: int = 8,
     max_text_chars: int = 2048,
+    answer_schema: Mapping[str, Any] | None = None,
 ) -> str | None:
     """A GBNF grammar for the next assistant turn, or ``None`` when nothing needs constraining.
 
@@ -114,7 +115,12 @@ def build_grammar(
     calls. ``max_string_chars`` bounds every JSON string, ``max_items`` every array and generic
     object, ``max_text_chars`` plain text and the scratch pad.
 
-    Returns ``None`` when ``tools`` is empty and ``tool_choice`` is ``"auto"`` or ``"none"``.
+    ``answer_schema`` (structured output) replaces plain text: the text branch then admits
+    only JSON matching that schema (through the same converter as the arguments), so a text
+    answer is valid by construction; with no tools the answer is all the grammar admits.
+
+    Returns ``None`` when ``tools`` is empty, ``tool_choice`` is ``"auto"`` or ``"none"`` and
+    there is no ``answer_schema``.
     Raises ``ValueError`` when a call is required but cannot be made (no tools, unknown name).
 
     >>> tools = [{"type": "function", "function": {"name": "ping", "parameters": {
@@ -126,7 +132,9 @@ def build_grammar(
         raise ValueError("max_calls, max_string_chars, max_items and max_text_chars must be >= 1")
     names = [tool_name(tool) for tool in tools]
     if tool_choice in ("auto", "none") and not tools:
-        return None
+        if answer_schema is None:
+            return None
+        tool_choice = "none"  # nothing to call: the answer is the only branch
     if tool_choice == "required" and not tools:
         raise ValueError('tool_choice="required" needs at least one tool')
     if tool_choice not in ("auto", "none", "required") and tool_choice not in names:
@@ -144,9 +152,12 @@ def build_grammar(
 
     if tool_choice in ("none", "auto"):
         rest = f" text-char{_bounds(0, max_text_chars - 1)}" if max_text_chars > 1 else ""
-        g.define("text", "text-start" + rest)
-        g.define("text-start", _TEXT_START)
-        g.define("text-char", _TEXT_CHAR)
+        if answer_schema is not None:
+            g.define("text", g.value(answer_schema, "answer"))
+        else:
+            g.define("text", "text-start" + rest)
+            g.define("text-start", _TEXT_START)
+            g.define("text-char", _TEXT_CHAR)
     if tool_choice != "none":
         chosen = [
             tool

@@ -1,4 +1,5 @@
-"""System prompts of the Hermes protocol: function calling, scratch pad (GOAP), JSON mode, Qwen.
+"""System prompts of the Hermes protocol: function calling, scratch pad (GOAP), JSON mode, Qwen,
+and explain mode (a one-line reason in the scratch pad).
 
 The function-calling prompt follows the structure Hermes 2 Pro / Hermes 3 models were trained on
 (the prompt format published with NousResearch's Hermes-Function-Calling repository): a role line,
@@ -110,10 +111,42 @@ def qwen_tools_prompt(tools: Sequence[dict[str, Any]], *, tool_choice: str = "au
     return f"{text}\n{choice}" if choice else text
 
 
-def json_mode_prompt(schema: dict[str, Any]) -> str:
-    """The JSON-mode system prompt: answer with one JSON object matching ``schema``."""
+def json_mode_prompt(schema: dict[str, Any], *, with_tools: bool = False) -> str:
+    """The JSON-mode system prompt: answer with one JSON object matching ``schema``.
+
+    ``with_tools``: the answer comes after any function calls, so the instruction is about the
+    final answer, not about every turn (a call is still written as a ``<tool_call>``).
+    """
+    if with_tools:
+        return (
+            "When you give your final answer (after any function calls), answer in JSON: one "
+            "JSON value and nothing else, no code fences. "
+            "Here's the JSON schema your answer must adhere to:\n"
+            f"<schema>\n{_dumps(schema)}\n</schema>"
+        )
     return (
         "You are a helpful assistant that answers in JSON. "
         "Here's the JSON schema you must adhere to:\n"
         f"<schema>\n{_dumps(schema)}\n</schema>"
     )
+
+
+def json_retry_prompt(problems: Sequence[str]) -> str:
+    """What the model reads after an answer that does not match the JSON-mode schema."""
+    listed = "\n".join(f"- {problem}" for problem in problems)
+    return (
+        "Your answer does not match the JSON schema in <schema></schema>:\n"
+        f"{listed}\n"
+        "Answer again with only the corrected JSON, nothing else."
+    )
+
+
+EXPLAIN_PROMPT = (
+    "Explain each decision: begin every reply with one line of reason inside "
+    "<scratch_pad></scratch_pad> XML tags, as follows:\n"
+    "<scratch_pad>\n"
+    "Reason: <in one line, why you call these functions, or why you answer now>\n"
+    "</scratch_pad>\n"
+    "then write your function calls or your answer."
+)
+"""Explain mode: the instruction that asks for a one-line reason with every turn."""

@@ -1,0 +1,207 @@
+"""Structured output: what ``output_type`` asks of the final answer, and the check of it.
+
+``agent.run(message, output_type=Invoice)`` (a pydantic model, or any type pydantic can
+validate) or ``output_type={...}`` (a JSON Schema) makes the final answer a JSON value that must
+validate: ``RunResult.data`` is then the instance (a ``dict`` for a JSON Schema).
+
+How the model is held to it:
+
+- the schema goes into the system prompt, in the Hermes JSON-mode form (``<schema>...</schema>``;
+  ``protocol.prompts.json_mode_prompt``), for every model;
+- a model that constrains decoding gets it in ``ModelSettings.output_schema`` too: the embedded
+  model's grammar then admits only JSON of that schema as a text answer, so the answer is valid
+  by construction (up to what a grammar cannot express: ``pattern``, numeric bounds, your own
+  validators);
+- the ThoughtGenerator checks every text answer here; one that does not validate goes back to
+  the model with the errors, and is asked again at most ``max_retries`` times (each retry is a
+  step, counted in ``RunResult.output_retries``); after that the run ends with status 422 and
+  ``Agent.run`` raises ``OutputValidationError``.
+
+The answer is read leniently — surrounding whitespace, a Markdown code fence, prose before or
+after the JSON value — and judged strictly: the value must validate against the schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import TypeAdapter, ValidationError
+
+from hermes_agent.errors import HermesAgentError
+
+OutputType = type[Any] | Mapping[str, Any]
+"""What ``output_type`` accepts: a pydantic model (or any type pydantic validates), or a JSON
+Schema as a mapping."""
+
+MAX_PROBLEMS = 5
+"""At most this many validation errors go back to the model (the first ones)."""
+
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n(.*?)\n?```$", re.S)
+_MAX_INLINE_DEPTH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """A run's ``output_type``, ready to use: the schema the model sees and a validator."""
+
+    schema: dict[str, Any]
+    """The JSON Schema as the model sees it (local ``$ref`` inlined, so a grammar can follow)."""
+    validate: Callable[[Any], Any]
+    """Returns the validated value (an instance for a pydantic type); raises ``ValueError``
+    subclasses (``AnswerProblems``) listing what is wrong."""
+    name: str
+    """The type's name, or the schema's ``title`` (for messages)."""
+
+    def check(self, text: str) -> tuple[Any, list[str]]:
+        """``(value, [])`` when ``text`` holds a JSON value that validates; otherwise
+        ``(None, problems)`` in words the model can act on."""
+        value, problem = read_json(text)
+        if problem is not None:
+            return None, [problem]
+        try:
+            return self.validate(value), []
+        except AnswerProblems as exc:
+            return None, exc.problems
+
+    def dump(self, value: Any) -> str:
+        """The validated value as JSON text (``RunResult.output``)."""
+        return TypeAdapter(Any).dump_json(value).decode("utf-8")
+
+
+class AnswerProblems(ValueError):
+    """What is wrong with an answer, one sentence each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def output_spec(output_type: OutputType) -> OutputSpec:
+    """The ``OutputSpec`` of a pydantic type or a JSON Schema; ``HermesAgentError`` when the
+    schema itself is invalid or the type cannot be validated by pydantic."""
+    if isinstance(output_type, Mapping):
+        return _schema_spec(dict(output_type))
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(output_type)
+        schema = adapter.json_schema()
+    except Exception as exc:
+        raise HermesAgentError(
+            f"output_type {output_type!r} cannot be used: {type(exc).__name__}: {exc}; "
+            "pass a pydantic model (or a type pydantic can validate) or a JSON Schema dict"
+        ) from exc
+
+    def validate(value: Any) -> Any:
+        try:
+            return adapter.validate_python(value)
+        except ValidationError as exc:
+            raise AnswerProblems(_pydantic_problems(exc)) from None
+
+    name = getattr(output_type, "__name__", None) or str(schema.get("title", "output"))
+    return OutputSpec(inline_refs(schema), validate, name)
+
+
+def _schema_spec(schema: dict[str, Any]) -> OutputSpec:
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise HermesAgentError(
+            f"output_type is not a valid JSON Schema: {exc.message}; fix the schema"
+        ) from None
+    validator = Draft202012Validator(schema)
+
+    def validate(value: Any) -> Any:
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        if errors:
+            raise AnswerProblems(
+                [_schema_problem(e.absolute_path, e.message) for e in errors[:MAX_PROBLEMS]]
+            )
+        return value
+
+    return OutputSpec(inline_refs(schema), validate, str(schema.get("title", "output")))
+
+
+def read_json(text: str) -> tuple[Any, str | None]:
+    """The JSON value in a model's answer: the whole text, the inside of a code fence, or the
+    first object or array in it. ``(None, problem)`` when there is none."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group(1).strip()
+    if not body:
+        return None, "the answer is empty; answer with the JSON value"
+    try:
+        return json.loads(body), None
+    except json.JSONDecodeError as exc:
+        whole_error = exc
+    starts = [i for i in (body.find("{"), body.find("[")) if i >= 0]
+    if starts:
+        try:
+            value, _ = json.JSONDecoder().raw_decode(body, min(starts))
+            return value, None
+        except json.JSONDecodeError:
+            pass
+    return None, f"the answer is not valid JSON ({whole_error.msg} at char {whole_error.pos})"
+
+
+def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its local ``$ref`` (``#/$defs/...``, ``#/definitions/...``) replaced by
+    what they point to, so that a grammar or a small model needs no lookups. A recursive
+    reference stays a ``$ref`` (a grammar then admits any JSON there)."""
+    definitions: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        found = schema.get(key)
+        if isinstance(found, Mapping):
+            definitions.update({f"#/{key}/{name}": value for name, value in found.items()})
+    if not definitions:
+        return copy.deepcopy(schema)
+    inlined = _inline(schema, definitions, ())
+    assert isinstance(inlined, dict)
+    if not _has_ref(inlined):
+        inlined.pop("$defs", None)
+        inlined.pop("definitions", None)
+    return inlined
+
+
+def _inline(node: Any, definitions: dict[str, Any], seen: tuple[str, ...]) -> Any:
+    if isinstance(node, list):
+        return [_inline(item, definitions, seen) for item in node]
+    if not isinstance(node, Mapping):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref in definitions:
+        if ref in seen or len(seen) >= _MAX_INLINE_DEPTH:
+            return dict(node)
+        target = _inline(definitions[ref], definitions, (*seen, ref))
+        rest = {k: _inline(v, definitions, seen) for k, v in node.items() if k != "$ref"}
+        return {**target, **rest} if isinstance(target, dict) else target
+    return {
+        key: value if key in ("$defs", "definitions") else _inline(value, definitions, seen)
+        for key, value in node.items()
+    }
+
+
+def _has_ref(node: Any) -> bool:
+    if isinstance(node, list):
+        return any(_has_ref(item) for item in node)
+    if isinstance(node, Mapping):
+        return "$ref" in node or any(
+            _has_ref(v) for k, v in node.items() if k not in ("$defs", "definitions")
+        )
+    return False
+
+
+def _pydantic_problems(exc: ValidationError) -> list[str]:
+    errors = exc.errors(include_url=False)[:MAX_PROBLEMS]
+    return [_schema_problem(error["loc"], error["msg"]) for error in errors]
+
+
+def _schema_problem(path: Any, message: str) -> str:
+    where = ".".join(str(part) for part in path)
+    return f"'{where}': {message}" if where else message
