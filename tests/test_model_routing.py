@@ -113,6 +113,19 @@ def test_tool_turns_go_to_the_model_and_the_answer_to_the_answer_model() -> None
     agent.close()
 
 
+def test_hooks_see_the_model_of_the_turn() -> None:
+    agent, _, _ = routed([CALL, DRAFT], [ANSWER])
+    seen: list[tuple[str, str]] = []
+    agent.add_hook("pre_thought", lambda ctx: seen.append(("pre", ctx.model.name)))
+    agent.add_hook("post_thought", lambda ctx: seen.append(("post", ctx.model.name)))
+    agent.run("What is 17 + 25?")
+    assert seen == [
+        ("pre", "cheap"), ("post", "cheap"),
+        ("pre", "cheap"), ("post", "cheap"),
+        ("pre", "strong"), ("post", "strong"),
+    ]  # fmt: skip
+
+
 def test_several_rounds_of_calls_stay_with_the_tool_model() -> None:
     agent, _, strong = routed([CALL, CALL, DRAFT], [ANSWER])
     result = agent.run("Add twice")

@@ -74,7 +74,7 @@ class Agent:
     ``model`` is any object with the ``Model`` seam (``OpenAICompatible``, ``LlamaCpp``,
     ``ScriptedModel``...); ``None`` means the embedded SmolLM2 model, loaded on first use.
     ``answer_model`` (optional) writes the final answer while ``model`` makes the tool calls
-    (see ``pipeline.thought_generator._route``); its prices are ``answer_price_per_1k_*``.
+    (see ``RunContext.route``); its prices are ``answer_price_per_1k_*``.
     ``tool_choice`` is ``"auto"``, ``"required"``, ``"none"`` or a tool name; it applies to the
     first model turn of each run. ``toolsets`` limits which tools the model sees. ``explain``
     asks the model for a one-line reason with each turn (``Step.reason``, and the trail).

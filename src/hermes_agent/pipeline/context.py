@@ -179,6 +179,27 @@ class RunContext:
         ``max_retries``) come on top."""
         return self.limits.max_iterations + self.reasks
 
+    def route(self) -> None:
+        """Model routing: which model takes the next turn (nothing to do without an answer
+        model).
+
+        Turns go to the tool model (``model`` as the run starts) until one of them calls no
+        tool. That turn is not the answer: the answer model takes the next turn, from the same
+        conversation without it, with the tools withdrawn (``tool_choice="none"``), and keeps
+        the turns that follow (a retry of an answer that failed its schema). A run whose turns
+        cannot call a tool at all (no tool visible, ``tool_choice="none"``) goes to the answer
+        model from the start. ``model`` is always the model of the current turn — chosen
+        before the turn's hooks run — so hooks, the step, the trail, the prompt fitting and
+        the usage name the model that served it.
+        """
+        if self.answer_model is None:
+            return
+        if not self.answering and (not self.tools or self.settings.tool_choice == "none"):
+            self.answering = True
+        if self.answering and self.model is not self.answer_model:
+            self.model = self.answer_model
+            self.prompt_rewrites += 1  # another model, another prompt: recorded whole
+
     def count_usage(self, model_name: str, usage: Usage) -> None:
         """Add a model call's usage to the run's, and to its model's."""
         self.usage.add(usage)

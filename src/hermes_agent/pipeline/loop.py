@@ -2,6 +2,8 @@
 
     1 InputParser       check the message, lay out system prompt + history + message
     ┌ repeat ≤ max_iterations (+ turns that only ask again for the answer)
+    │   route             the tool model, or (with answer_model) the answer model once a
+    │                     turn of the tool model called no tool
     │ 2 ThoughtGenerator  model → parsed completion (no calls and nothing malformed → done)
     │                     ↺ ask again: the answer model takes over, or the answer failed
     │                       its output_type and goes back with the errors
@@ -52,6 +54,7 @@ async def run_turn(ctx: RunContext, hooks: Hooks | None = None) -> RunResult:
     await _run_stage(ctx, hooks, "input", _input_parser)
 
     while not ctx.finished and ctx.step < ctx.step_limit:
+        ctx.route()  # the tool model, or the answer model once the tools are done
         await _run_stage(ctx, hooks, "thought", _thought_generator)
         if ctx.finished:
             break

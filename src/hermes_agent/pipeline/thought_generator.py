@@ -47,8 +47,8 @@ class ThoughtGenerator:
         ctx.completion_text = ""  # a failing request must not leave the last turn's text
         ctx.asks_again = False
         ctx.reason = None
-        if ctx.answer_model is not None:
-            settings = _route(ctx, settings)
+        if ctx.answering:  # the answer model writes the answer: no tool is offered
+            settings = dataclasses.replace(settings, tool_choice="none")
         if ctx.system_prompt and "{{" in ctx.system_prompt and ctx.messages:
             # Hooks may have set variables since the last turn; render the template afresh.
             system = render_template(ctx.system_prompt, ctx.variables)
@@ -86,7 +86,7 @@ class ThoughtGenerator:
         clean = not completion.errors
         answered = clean and not completion.tool_calls and not forced
         # The tool model's text turn is not the answer when an answer model writes it: the
-        # answer model gets the conversation without it (see ``_route``).
+        # answer model gets the conversation without it (see ``RunContext.route``).
         hand_over = answered and ctx.answer_model is not None and not ctx.answering
         if not hand_over:
             ctx.add_message(
@@ -134,28 +134,6 @@ class ThoughtGenerator:
                 )
             )
         return ctx
-
-
-def _route(ctx: RunContext, settings: ModelSettings) -> ModelSettings:
-    """Model routing: which model takes this turn, with which settings.
-
-    Turns go to the tool model (``ctx.model`` as the run starts) until one of them calls no
-    tool. That turn is not the answer: the answer model takes the next turn, from the same
-    conversation without it, with the tools withdrawn (``tool_choice="none"``), and keeps the
-    turns that follow (a retry of an answer that failed its schema). A run whose turns cannot
-    call a tool at all (no tool visible, ``tool_choice="none"``) goes to the answer model from
-    the start. ``ctx.model`` is always the model of the current turn, so the step, the trail,
-    the prompt fitting and the usage name the model that served it.
-    """
-    assert ctx.answer_model is not None
-    if not ctx.answering and (not ctx.tool_specs or settings.tool_choice == "none"):
-        ctx.answering = True
-    if not ctx.answering:
-        return settings
-    if ctx.model is not ctx.answer_model:
-        ctx.model = ctx.answer_model
-        ctx.prompt_rewrites += 1  # another model, another prompt: the trail records it whole
-    return dataclasses.replace(settings, tool_choice="none")
 
 
 def _check_answer(ctx: RunContext) -> Status:
