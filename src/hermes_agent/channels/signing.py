@@ -55,6 +55,8 @@ def verify(
         return f"{TIMESTAMP_HEADER} is not whole seconds since the epoch"
     if abs((time.time() if now is None else now) - sent) > window_s:
         return f"{TIMESTAMP_HEADER} is outside the replay window ({window_s:g} s)"
-    if not hmac.compare_digest(signature(secret, timestamp, body), given.strip()):
+    # As bytes: compare_digest refuses a str that is not ASCII (a header may carry any byte).
+    expected = signature(secret, timestamp, body).encode()
+    if not hmac.compare_digest(expected, given.strip().encode("utf-8", "replace")):
         return "bad signature"
     return None

@@ -133,6 +133,7 @@ def serve(
             port=settings.port,
             log_level=level,
             access_log=False,  # the service writes its own JSON access log
+            ws_max_size=settings.max_body_bytes,  # a WebSocket message: the body limit too
             # The runs' grace period starts at the signal (see _DrainingServer); uvicorn's
             # own wait for connections gets a few seconds more, to deliver the last events.
             timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,

@@ -45,22 +45,32 @@ class ServiceMiddleware:
         received = 0
         trace_token = _incoming_trace(scope, headers)
 
+        too_large = False
+
         async def counting_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_large
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
+                    too_large = True
                     raise _BodyTooLarge
             return message
 
-        async def tagged_send(message: Message) -> None:
+        async def tagged(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 status["sent"] = True
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
             await send(message)
+
+        async def tagged_send(message: Message) -> None:
+            if too_large:  # the app answered a body it could not finish reading (FastAPI: 400)
+                if not status["sent"]:
+                    await _too_large(tagged, limit)
+                return
+            await tagged(message)
 
         try:
             length = headers.get("content-length", "")
@@ -70,7 +80,7 @@ class ServiceMiddleware:
             await self.app(scope, counting_receive, tagged_send)
         except _BodyTooLarge:
             if not status["sent"]:
-                await _too_large(tagged_send, limit)
+                await _too_large(tagged, limit)
         finally:
             if trace_token is not None:
                 tracing.detach(trace_token)

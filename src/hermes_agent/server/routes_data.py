@@ -4,6 +4,7 @@ export; and the operational endpoints (health, readiness, metrics)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
@@ -25,6 +26,7 @@ from hermes_agent.server.runs import RunManager, client_session_id, stored_sessi
 from hermes_agent.storage.base import Storage
 
 router = APIRouter()
+logger = logging.getLogger("hermes_agent.server")
 
 
 def _storage(request: Request) -> Storage:
@@ -148,9 +150,12 @@ def readyz(request: Request) -> Response:
     try:
         _storage(request).sessions.list_sessions(limit=1)
         keys.ping()
-    except Exception as exc:
+    except Exception:
+        # Anyone may ask: the reason (it may name a database URL or SQL) goes to the log only.
+        logger.exception("readiness check: a store cannot be reached")
         return json_response(
-            {"status": "unavailable", "error": f"{type(exc).__name__}: {exc}"}, 503
+            {"status": "unavailable", "error": "a store cannot be reached (see the service log)"},
+            503,
         )
     if not manager.accepting:
         return json_response({"status": "shutting down"}, 503)

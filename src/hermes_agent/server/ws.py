@@ -76,11 +76,20 @@ class _Socket:
             )
 
     async def serve(self) -> None:
+        limit = self.websocket.app.state.settings.max_body_bytes
         while True:
-            try:
-                raw = await self.websocket.receive_text()
-            except WebSocketDisconnect:
+            frame = await self.websocket.receive()
+            if frame["type"] == "websocket.disconnect":
                 return
+            raw = frame.get("text")
+            if raw is None:  # a binary frame
+                await self._error(400, "send JSON in text frames")
+                continue
+            if len(raw) > limit or len(raw.encode("utf-8", "surrogatepass")) > limit:
+                await self._error(
+                    413, f"the message is larger than {limit} bytes (max_body_bytes); send less"
+                )
+                continue
             try:
                 message = json.loads(raw)
                 kind = message.pop("type") if isinstance(message, dict) else None
