@@ -87,16 +87,16 @@ def test_a_signed_message_runs_and_the_answer_comes_back_through_the_sender(
             reply = post(client, message("hello", conversation_id="c1"))
             assert reply.status_code == 202, reply.text
             body = reply.json()
-            assert body["status"] == "accepted" and body["user_id"] == "relay:wm-42"
+            assert body["status"] == "accepted" and body["user_id"] == "relay~wm-42"
             wait_for(lambda: len(receiver.requests) == 1)
             run = app.state.manager.runs[body["request_id"]]
-            assert run.owner == "relay:wm-42" and run.session_id == "c1"
+            assert run.owner == "relay~wm-42" and run.session_id == "c1"
         [(headers, sent)] = receiver.requests
         assert receiver_verifies(headers, sent)
         answer = json.loads(sent)
         assert answer["content"] == "Hello!" and answer["kind"] == "answer"
-        assert answer["user_id"] == "relay:wm-42" and answer["request_id"] == body["request_id"]
-        assert log_events(app) == [("accepted", "relay:wm-42"), ("delivered", "relay:wm-42")]
+        assert answer["user_id"] == "relay~wm-42" and answer["request_id"] == body["request_id"]
+        assert log_events(app) == [("accepted", "relay~wm-42"), ("delivered", "relay~wm-42")]
 
 
 def test_bad_signature_old_timestamp_and_replay_are_refused_and_nothing_runs(
@@ -152,7 +152,7 @@ def test_missing_user_field_is_refused_by_default_and_falls_back_when_told(
         with serve(app) as base:
             client = httpx.Client(base_url=base, timeout=30)
             taken = post(client, message("hello", user=None, sender={"id": "s-9"}))
-            assert taken.status_code == 202 and taken.json()["user_id"] == "relay:s-9"
+            assert taken.status_code == 202 and taken.json()["user_id"] == "relay~s-9"
             wait_for(lambda: len(receiver.requests) == 1)
 
 
@@ -175,21 +175,21 @@ def test_quota_counts_the_stable_id_across_sessions_and_over_it_sends_the_polite
                 "inbound_id": over.json()["inbound_id"],
                 "status": "quota_exceeded",
                 "request_id": None,
-                "user_id": "relay:wm-42",
+                "user_id": "relay~wm-42",
             }
             wait_for(lambda: len(receiver.requests) == 3)
             assert len(app.state.manager.runs) == 2  # nothing ran for the third
-            assert app.state.manager.quotas.usage("relay:wm-42").runs == 2
+            assert app.state.manager.quotas.usage("relay~wm-42").runs == 2
             # Another user of the channel still has their own quota.
             other = post(client, message("hello", user="wm-7", conversation_id="c1"))
             assert other.json()["status"] == "accepted"
             wait_for(lambda: len(receiver.requests) == 4)
         polite = [b for b in receiver.bodies() if b["kind"] == "quota"]
         assert len(polite) == 1 and polite[0]["content"] == DEFAULT_QUOTA_MESSAGE
-        assert polite[0]["user_id"] == "relay:wm-42" and polite[0]["request_id"] is None
+        assert polite[0]["user_id"] == "relay~wm-42" and polite[0]["request_id"] is None
         entries = app.state.channels.hub.store.entries(event="quota_rejected")
         [entry] = entries
-        assert entry.user_id == "relay:wm-42" and "runs_per_day" in entry.detail
+        assert entry.user_id == "relay~wm-42" and "runs_per_day" in entry.detail
 
 
 def test_a_bad_channels_section_stops_create_app(tmp_path: Path) -> None:

@@ -2,9 +2,8 @@
 for a race that needs a store to stall at one exact point, on the ``RunManager`` itself): odd
 bytes in a channel's signature, runs started at once past the per-user limit, a run admitted
 after shutdown began, readiness errors shown to anyone, WebSocket frames past the body limit
-or in binary, and a chunked body past the limit. One known defect is kept as a strict xfail (an
-API-key user whose id is a channel's namespace reaches that channel's users' sessions): it
-needs a decision on how stored session ids are namespaced."""
+or in binary, and a chunked body past the limit. An API-key user whose id is a channel's namespace
+cannot reach that channel's users' sessions (channel users are ``<namespace>~<id>``)."""
 
 from __future__ import annotations
 
@@ -217,11 +216,6 @@ def test_a_chunked_body_past_max_body_bytes_is_413(tmp_path: Path) -> None:
 # -- identity: an API key whose user id is a channel's namespace -------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stored session ids are '<user>:<session>' and channel users are "
-    "'<namespace>:<id>': an API-key user named like a channel's namespace owns that prefix",
-)
 def test_an_api_user_named_like_a_channel_cannot_reach_the_channel_users_sessions(
     tmp_path: Path,
 ) -> None:

@@ -84,7 +84,7 @@ class InboundSettings(_Strict):
     """The dotted path of a conversation id; without it each user has one conversation per
     channel."""
     user_namespace: str | None = None
-    """The prefix of the service's user id (``<namespace>:<id>``); the channel's name if unset."""
+    """The prefix of the service's user id (``<namespace>~<id>``); the channel's name if unset."""
     copy_to: list[str] = Field(default_factory=list)
     """Other channels that also get each answer, each rendered with its own renderer."""
 

@@ -2,7 +2,7 @@
 
 The user id is the channel's **stable** id for the person (``user_field``, e.g.
 ``external_userid``), never a per-session or per-message one: quotas, sessions and runs belong
-to it. The service's id is ``<namespace>:<id>`` (the namespace is the channel's name unless
+to it. The service's id is ``<namespace>~<id>`` (the namespace is the channel's name unless
 ``user_namespace`` says otherwise), so a channel's users can never be taken for API-key users
 (whose ids have no ``:``) nor for another channel's. An id that is not 1-64 letters, digits,
 ``_ . @ -``, or that makes the whole longer than 64 characters, is replaced by
@@ -40,7 +40,7 @@ class InboundMessage:
 
     message: str
     user_id: str
-    """The service's id: ``<namespace>:<stable id>``."""
+    """The service's id: ``<namespace>~<stable id>``."""
     external_id: str
     """The channel's own id, as given."""
     session_id: str
@@ -71,12 +71,19 @@ def _text(value: Any) -> str | None:
     return value.strip()
 
 
+NAMESPACE_SEPARATOR = "~"
+"""Between a channel's namespace and its user's id. API-key user ids cannot hold it, and the
+service stores sessions as ``<user>:<session>``: with ``:`` here, a key for the user
+``relay`` could name the session ``wm-42:c1`` and so reach the channel user ``relay:wm-42``'s
+session ``c1``."""
+
+
 def namespaced(namespace: str, external_id: str, *, limit: int = MAX_USER_ID) -> str:
     """The service's user id for a channel's id (hashed when it is not plain or too long)."""
     if _PLAIN.match(external_id) and len(namespace) + 1 + len(external_id) <= limit:
-        return f"{namespace}:{external_id}"
+        return f"{namespace}{NAMESPACE_SEPARATOR}{external_id}"
     digest = hashlib.sha256(external_id.encode()).hexdigest()[:32]
-    return f"{namespace}:h-{digest}"
+    return f"{namespace}{NAMESPACE_SEPARATOR}h-{digest}"
 
 
 def map_inbound(channel: str, settings: InboundSettings, payload: Any) -> InboundMessage:
@@ -108,7 +115,8 @@ def map_inbound(channel: str, settings: InboundSettings, payload: Any) -> Inboun
     if settings.session_field:
         found = _text(field_at(payload, settings.session_field))
         if found is not None:
-            session = found if _PLAIN.match(found) else namespaced("s", found).split(":", 1)[1]
+            hashed = namespaced("s", found).split(NAMESPACE_SEPARATOR, 1)[1]
+            session = found if _PLAIN.match(found) else hashed
     return InboundMessage(
         message=message,
         user_id=namespaced(settings.user_namespace or channel, external),

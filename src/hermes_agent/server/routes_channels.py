@@ -5,7 +5,7 @@ The request authenticates by its signature, not an API key: ``X-Hermes-Timestamp
 ``X-Hermes-Signature`` (HMAC-SHA256 over ``<timestamp>.<body>`` with the channel's inbound
 secret; ``hermes_agent.channels.signing``); a bad signature or a timestamp outside the replay
 window is ``401`` and nothing runs, the same signature twice within the window ``409``. The
-payload is mapped to a message and to the service's user ``<namespace>:<stable id>``
+payload is mapped to a message and to the service's user ``<namespace>~<stable id>``
 (``hermes_agent.channels.inbound``); the run goes through the ``RunManager`` like every other, so
 that user's limits and daily quotas apply. The answer is ``202`` with the request id at once;
 the run's answer, rendered with the channel's renderer (and for each ``copy_to`` channel with
