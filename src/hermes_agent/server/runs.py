@@ -21,7 +21,7 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -182,6 +182,8 @@ class RunManager:
         self.runs: OrderedDict[str, Run] = OrderedDict()
         self.accepting = True
         self._live: set[Run] = set()
+        self._finished: deque[Run] = deque()
+        """Finished runs in the order they finished: what ``_evict`` forgets first."""
 
     # -- starting and following ----------------------------------------------------------
 
@@ -340,6 +342,7 @@ class RunManager:
             self.metrics.in_flight.dec()
             if run.id:
                 self.metrics.runs.labels(run.status).inc()
+                self._finished.append(run)
             run.ready.set()
             run.poke()
             if run.error is not None and not request.dry_run:  # stopped after it started
@@ -425,17 +428,18 @@ class RunManager:
     # -- memory and shutdown ----------------------------------------------------------------
 
     def _evict(self) -> None:
-        """Forget finished runs beyond the count or older than the age the settings allow."""
-        now = time.time()
-        finished = [run for run in self.runs.values() if run.done]
-        excess = len(finished) - self.settings.max_finished_runs
-        for index, run in enumerate(finished):
-            stale = (
-                run.finished is not None and now - run.finished > self.settings.finished_run_ttl_s
-            )
-            if index < excess or stale:
+        """Forget finished runs beyond the count or older than the age the settings allow,
+        oldest first (a walk over only the runs it forgets, not over every run held)."""
+        oldest = time.time() - self.settings.finished_run_ttl_s
+        finished = self._finished
+        while finished and (
+            len(finished) > self.settings.max_finished_runs
+            or (finished[0].finished or 0.0) < oldest
+        ):
+            run = finished.popleft()
+            if self.runs.get(run.id) is run:
                 del self.runs[run.id]
-                self.approvals.forget_run(run.id)
+            self.approvals.forget_run(run.id)
 
     _shutdown: asyncio.Future[None] | None = None
     """The shutdown in progress, once ``shutdown`` was called."""
