@@ -12,9 +12,13 @@ Either way ``ModelResponse.text`` is the completion as Hermes text (native calls
 ``<tool_call>`` blocks), and ``stream`` yields that same text piece by piece, so parsing the joined
 chunks gives the same calls as ``complete``.
 
-Timeouts and retries with backoff are the SDK's; what still fails afterwards is raised as
-``ModelError`` with a message that names the endpoint, quotes the server's own message and says
-what to check. An empty reply (no text and no call) is a failure too, retried up to
+Requests go through the SDK's lower-level ``post`` with a JSON body built in ``openai_wire``
+(the same JSON ``chat.completions.create`` would send, without its per-request walk over the
+whole conversation; the wire form of earlier turns is reused), so a step costs about what the
+HTTP round trip costs, however long the conversation. Auth headers, timeouts, retries with
+backoff, error classes and response parsing stay the SDK's; what still fails afterwards is
+raised as ``ModelError`` with a message that names the endpoint, quotes the server's own message
+and says what to check. An empty reply (no text and no call) is a failure too, retried up to
 ``max_retries`` times, never passed off as an empty answer. A stream that ends before anything
 arrived (llama-cpp-python's server does this when it cannot stream with tools) is retried once
 without streaming, with a warning in the log.
@@ -38,7 +42,7 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
 from weakref import WeakKeyDictionary
 
@@ -48,7 +52,9 @@ from openai import (
     APIStatusError,
     APITimeoutError,
     AsyncOpenAI,
+    AsyncStream,
 )
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from hermes_agent.errors import ConfigError, ModelError
 from hermes_agent.models.base import (
@@ -57,11 +63,11 @@ from hermes_agent.models.base import (
     ModelSettings,
     ToolChoiceEnforcement,
 )
+from hermes_agent.models.openai_wire import WireCache, native_tool_choice
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
-    render_conversation,
     render_tool_call,
     to_json,
     wrap_tool_call,
@@ -84,6 +90,11 @@ MODES: tuple[Mode, ...] = ("native", "hermes")
 
 # Local servers accept any key, but the SDK refuses to start without one.
 _PLACEHOLDER_API_KEY = "not-needed"
+_PATH = "/chat/completions"
+# What ``create()`` asks of the SDK besides the body: the API key as a bearer token (and no
+# other credential the client may hold). Older SDKs have no such option (they keep unknown ones
+# aside) and send the bearer token anyway; hence ``Any`` rather than their ``RequestOptions``.
+_OPTIONS: Any = {"security": {"bearer_auth": True}}
 _EXCERPT_HEAD = 240
 _EXCERPT_TAIL = 480
 logger = logging.getLogger("hermes_agent")
@@ -98,6 +109,9 @@ class OpenAICompatible(ModelBase):
     use a configured ``AsyncOpenAI`` as is (``base_url``, ``api_key``, ``timeout`` and
     ``max_retries`` are then ignored). In ``native`` mode ``chat_format`` and the scratch-pad
     setting do not apply: the server's own chat template renders the conversation.
+    ``extra_body`` holds request fields the model does not set itself (``seed``, ``top_p``,
+    ``stop``, ``response_format``, a server's own such as ``min_p``); they go into every request
+    as they are and win over the model's own.
 
     The model keeps one SDK client per event loop, so one instance serves both a long-lived
     async server and the sync facade (one event loop per thread, and a helper thread's own loop
@@ -125,6 +139,7 @@ class OpenAICompatible(ModelBase):
         client: AsyncOpenAI | None = None,
         context_window: int | None = None,
         grammar: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
@@ -141,6 +156,9 @@ class OpenAICompatible(ModelBase):
         """The endpoint model's context size in tokens; when set, prompts are fitted to it."""
         self.grammar = grammar
         """hermes mode: send a GBNF grammar of the tool calls (llama.cpp servers)."""
+        self.extra_body: dict[str, Any] = dict(extra_body or {})
+        """Fields added to every request body as they are, over the ones the model sets."""
+        self._wire = WireCache()
         self._given_client = client
         self._client_options: dict[str, Any] = {
             "base_url": base_url,
@@ -197,11 +215,13 @@ class OpenAICompatible(ModelBase):
         settings: ModelSettings,
     ) -> ModelResponse:
         """Send the conversation, wait for the whole reply, and parse it."""
-        params = self._request(messages, tools, settings)
+        body = self._body(messages, tools, settings, stream=False)
         usage = Usage()
         for attempt in range(self.max_retries + 1):
             try:
-                response = await self._client().chat.completions.create(stream=False, **params)
+                response = await self._client().post(
+                    _PATH, body=body, cast_to=ChatCompletion, options=_OPTIONS
+                )
             except APIError as exc:
                 raise self._model_error(exc) from exc
             choice = response.choices[0] if response.choices else None
@@ -240,13 +260,18 @@ class OpenAICompatible(ModelBase):
         A stream that ends before anything arrived is asked again without streaming (some
         servers answer 200 and then abort a stream they cannot produce, such as llama-cpp-
         python's with tools and ``tool_choice: auto``)."""
-        params = self._request(messages, tools, settings)
+        body = self._body(messages, tools, settings, stream=True)
         calls = _StreamedCalls()
         usage = Usage(requests=1)
         received = False
         try:
-            stream = await self._client().chat.completions.create(
-                stream=True, stream_options={"include_usage": True}, **params
+            stream = await self._client().post(
+                _PATH,
+                body=body,
+                cast_to=ChatCompletion,
+                options=_OPTIONS,
+                stream=True,
+                stream_cls=AsyncStream[ChatCompletionChunk],
             )
             try:
                 async for chunk in stream:
@@ -292,51 +317,59 @@ class OpenAICompatible(ModelBase):
         tools: Sequence[dict[str, Any]],
         settings: ModelSettings,
     ) -> str:
-        """The request body as it is sent (JSON), for the audit trail."""
-        return json.dumps(self._request(messages, tools, settings), ensure_ascii=False)
+        """The request body as ``complete`` sends it (JSON), for the audit trail."""
+        body = self._body(messages, tools, settings, stream=False)
+        return json.dumps(body, ensure_ascii=False, default=str)
 
     # -- request --------------------------------------------------------------------------------
 
-    def _request(
+    def _body(
         self,
         messages: Sequence[Message],
         tools: Sequence[dict[str, Any]],
         settings: ModelSettings,
+        *,
+        stream: bool,
     ) -> dict[str, Any]:
-        params: dict[str, Any] = {"model": self.name}
+        """The JSON body of one request: what ``chat.completions.create`` would send for the
+        same arguments, built without the SDK's per-request transform (see ``openai_wire``)."""
+        body: dict[str, Any] = {"model": self.name}
+        choice = settings.tool_choice
         if self.mode == "hermes":
-            wire: list[dict[str, Any]] = list(
-                render_conversation(
-                    messages,
-                    tools,
-                    chat_format=self.chat_format,
-                    scratch_pad=settings.scratch_pad,
-                    tool_choice=settings.tool_choice,
-                )
+            body["messages"] = self._wire.hermes(
+                messages,
+                tools,
+                chat_format=self.chat_format,
+                scratch_pad=settings.scratch_pad,
+                tool_choice=choice,
             )
-            params["messages"] = _with_tool_call_ids(wire, messages)
         else:
-            params["messages"] = [wire for m in messages for wire in _native_messages(m)]
+            body["messages"] = self._wire.native(messages)
             if tools:
-                params["tools"] = list(tools)
-                params["tool_choice"] = _native_tool_choice(settings.tool_choice)
-        forced = settings.tool_choice not in ("auto", "none")
-        if self.mode == "hermes" and self.grammar and tools and forced:
+                body["tools"] = list(tools)
+                body["tool_choice"] = native_tool_choice(choice)
+        if self.mode == "hermes" and self.grammar and tools and choice not in ("auto", "none"):
             # Only a turn that must call is constrained: the grammar's bounds on free text
             # (length, a leading "<") suit the embedded model, not an endpoint's answers.
-            grammar = build_grammar(
-                tools, tool_choice=settings.tool_choice, scratch_pad=settings.scratch_pad
+            grammar = self._wire.for_tools(
+                ("grammar", choice, settings.scratch_pad),
+                tools,
+                lambda: build_grammar(tools, tool_choice=choice, scratch_pad=settings.scratch_pad),
             )
             if grammar is not None:
-                # Not an OpenAI field: the SDK sends what ``extra_body`` holds as it is.
-                params["extra_body"] = {"grammar": grammar}
+                body["grammar"] = grammar  # not an OpenAI field; llama.cpp servers read it
         temperature = settings.temperature if settings.temperature is not None else self.temperature
         if temperature is not None:
-            params["temperature"] = temperature
+            body["temperature"] = temperature
         max_tokens = settings.max_tokens if settings.max_tokens is not None else self.max_tokens
         if max_tokens is not None:
-            params["max_tokens"] = max_tokens
-        return params
+            body["max_tokens"] = max_tokens
+        body["stream"] = stream
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if self.extra_body:
+            body.update(self.extra_body)
+        return body
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -368,55 +401,7 @@ class OpenAICompatible(ModelBase):
         return ModelError(f"{where} failed: {_excerpt(str(exc))}. Check the server's logs.")
 
 
-# -- native wire format ---------------------------------------------------------------------------
-
-
-def _native_messages(message: Message) -> list[dict[str, Any]]:
-    """One protocol-neutral message as OpenAI chat messages (a tool turn becomes one per result)."""
-    if message.role == "tool":
-        return [
-            {"role": "tool", "tool_call_id": result.call_id, "content": to_json(result.content)}
-            for result in message.tool_results
-        ]
-    if message.role != "assistant":
-        return [{"role": message.role, "content": message.content}]
-    content = message.content
-    if message.scratch_pad:
-        # No native field for it; keep the plan visible to the model the way it wrote it.
-        content = f"<scratch_pad>\n{message.scratch_pad}\n</scratch_pad>\n{content}".rstrip()
-    # ``""`` rather than ``null`` beside tool calls: OpenAI accepts both, but llama-cpp-python's
-    # and sglang's servers reject ``null``.
-    wire: dict[str, Any] = {"role": "assistant", "content": content}
-    if message.tool_calls:
-        wire["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.name, "arguments": to_json(call.arguments)},
-            }
-            for call in message.tool_calls
-        ]
-    return [wire]
-
-
-def _with_tool_call_ids(
-    wire: list[dict[str, Any]], messages: Sequence[Message]
-) -> list[dict[str, Any]]:
-    """Give each ``tool`` turn the id of the first call it answers: the chat API requires
-    ``tool_call_id`` on tool messages (llama-cpp-python's server rejects them without), even
-    when the Hermes text inside carries the results."""
-    results = iter([m.tool_results for m in messages if m.role == "tool"])
-    for item in wire:
-        if item["role"] == "tool":
-            answered = next(results, [])
-            item["tool_call_id"] = answered[0].call_id if answered else ""
-    return wire
-
-
-def _native_tool_choice(tool_choice: str) -> str | dict[str, Any]:
-    if tool_choice in ("auto", "required", "none"):
-        return tool_choice
-    return {"type": "function", "function": {"name": tool_choice}}
+# -- replies ---------------------------------------------------------------------------------------
 
 
 def _merge_native(content: str, native: Sequence[Any]) -> tuple[Completion, str]:
