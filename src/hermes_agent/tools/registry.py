@@ -21,7 +21,9 @@ as such: ``datetime``, ``Enum``, ``tuple``...) gets an instance, not the dict th
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -119,8 +121,7 @@ class Tool:
                 "(at most 64 characters, not starting with a digit)"
             )
         try:
-            self._validator = make_validator(self.parameters)
-            self._fast_check = make_fast_check(self.parameters)
+            self._validator, self._fast_check = _compiled(self.parameters)
         except SchemaError as exc:
             raise ToolDefinitionError(
                 f"tool {self.name!r} has an invalid parameters schema: {exc.message}"
@@ -312,6 +313,24 @@ def _coercion_model(function: Callable[..., Any]) -> type[BaseModel] | None:
         return None
     except PydanticSchemaGenerationError:  # a type only a hand-written schema describes
         return None
+
+
+def _compiled(schema: dict[str, Any]) -> tuple[Draft202012Validator, Callable[[Any], Any] | None]:
+    """The checked, compiled validators of ``schema``: built once per distinct schema (checking
+    a schema against the metaschema and compiling it cost milliseconds, and a service builds
+    agents per tenant or request from the same tools), shared by the tools that have it.
+    A schema JSON cannot carry is compiled afresh each time."""
+    try:
+        key = json.dumps(schema)
+    except (TypeError, ValueError):
+        return make_validator(schema), make_fast_check(schema)
+    return _compiled_from_json(key)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled_from_json(key: str) -> tuple[Draft202012Validator, Callable[[Any], Any] | None]:
+    schema = json.loads(key)  # a private copy: a tool whose dict changes later cannot alter it
+    return make_validator(schema), make_fast_check(schema)
 
 
 def find_tool(tools: Mapping[str, Tool], name: str) -> Tool | None:

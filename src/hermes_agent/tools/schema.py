@@ -11,14 +11,22 @@ one self-contained schema per tool. Titles pydantic adds are removed for the sam
 The way back — JSON arguments → the objects the annotations name (a pydantic model, a dataclass,
 a ``datetime``, an ``Enum``, a ``tuple``...) — is ``argument_adapters``: one pydantic
 ``TypeAdapter`` per parameter whose annotation is more than plain JSON.
+
+What a plain function yields here (its docstring's descriptions, its pydantic arguments model, its
+schema) is computed once per function and kept while the function lives, so a service that builds
+agents per request from the same functions pays for it once. A function whose docstring,
+annotations or defaults are reassigned afterwards is read again.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import inspect
 import json
+import threading
 import types
+import weakref
 from collections.abc import Callable, Mapping
 from enum import Enum
 from typing import (
@@ -40,16 +48,78 @@ from hermes_agent.errors import ToolDefinitionError
 _SKIPPED_KINDS = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
+class _FunctionFacts:
+    """What was derived from one function, and what it was derived from."""
+
+    __slots__ = ("description", "model", "schema_json", "source")
+
+    def __init__(self, source: tuple[Any, ...]) -> None:
+        self.source = source
+        self.description: tuple[str, dict[str, str]] | None = None
+        self.model: type[BaseModel] | None = None
+        self.schema_json: str | None = None
+
+
+_facts: weakref.WeakKeyDictionary[Callable[..., Any], _FunctionFacts] = weakref.WeakKeyDictionary()
+_facts_lock = threading.Lock()
+
+
+def _source(fn: types.FunctionType) -> tuple[Any, ...]:
+    return (
+        fn.__code__,
+        fn.__doc__,
+        fn.__defaults__,
+        fn.__kwdefaults__,
+        tuple(fn.__annotations__.items()),
+    )
+
+
+def _facts_of(fn: Callable[..., Any]) -> _FunctionFacts | None:
+    """The kept facts of a plain function (``None`` for other callables: a bound method is a
+    new object at each access, a callable object may change in ways this cannot see)."""
+    if type(fn) is not types.FunctionType:
+        return None
+    source = _source(fn)
+    with _facts_lock:
+        facts = _facts.get(fn)
+        if facts is None or not _same_source(facts.source, source):
+            facts = _facts[fn] = _FunctionFacts(source)
+    return facts
+
+
+def _same_source(kept: tuple[Any, ...], now: tuple[Any, ...]) -> bool:
+    try:  # unchanged parts compare by identity; a reassigned annotation by its own ``==``
+        return bool(kept == now)
+    except Exception:
+        return False
+
+
 def describe_function(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     """The docstring's summary (short + long description) and its per-parameter descriptions."""
+    facts = _facts_of(fn)
+    if facts is not None and facts.description is not None:
+        summary, params = facts.description
+        return summary, dict(params)
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     summary = "\n\n".join(part for part in (doc.short_description, doc.long_description) if part)
     params = {p.arg_name: p.description or "" for p in doc.params}
+    if facts is not None:
+        facts.description = (summary, dict(params))
     return summary, params
 
 
 def arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
     """A pydantic model of ``fn``'s parameters, used for the schema and for lax coercion."""
+    facts = _facts_of(fn)
+    if facts is not None and facts.model is not None:
+        return facts.model
+    model = _arguments_model(fn)
+    if facts is not None:
+        facts.model = model
+    return model
+
+
+def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
     try:
         hints = get_type_hints(fn)
     except Exception as exc:  # unresolvable forward references, typos in annotations
@@ -181,7 +251,20 @@ def _conversion_problems(name: str, exc: ValidationError) -> list[str]:
 
 
 def schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:
-    """The strict JSON Schema of ``fn``'s parameters, with docstring descriptions."""
+    """The strict JSON Schema of ``fn``'s parameters, with docstring descriptions (a new dict
+    at each call: the caller may change it)."""
+    facts = _facts_of(fn)
+    if facts is not None and facts.schema_json is not None:
+        schema: dict[str, Any] = json.loads(facts.schema_json)
+        return schema
+    schema = _schema_from_function(fn)
+    if facts is not None:
+        with contextlib.suppress(TypeError, ValueError):  # a default JSON cannot carry
+            facts.schema_json = json.dumps(schema)
+    return schema
+
+
+def _schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         raw = arguments_model(fn).model_json_schema()
     except Exception as exc:
