@@ -197,11 +197,21 @@ class RunManager:
         if not self.accepting or self.agent is None:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         self._check_room(owner)
-        quota_day = await self._take_quota(owner)
-        self._evict()
         run = Run(owner, request.session_id or uuid.uuid4().hex)
-        run.listeners = int(listening)
+        # In flight from here: starts that wait on the quota store at once count each other.
         self._live.add(run)
+        try:
+            quota_day = await self._take_quota(owner)
+        except BaseException:
+            self._live.discard(run)
+            raise
+        if not self.accepting:  # the shutdown began while the quota was asked
+            self._live.discard(run)
+            if quota_day is not None:
+                await asyncio.to_thread(self.quotas.refund, owner, quota_day)
+            raise RunRejected(503, "the service is shutting down; try again on another instance")
+        self._evict()
+        run.listeners = int(listening)
         run.task = asyncio.create_task(self._drive(run, self.agent, request))
         await run.ready.wait()
         if run.start_error is not None:
@@ -423,7 +433,7 @@ class RunManager:
             if not self.approvals.pending_for(run.id) and not run.done:
                 run.status = "running"
         run.add(ApprovalResolvedEvent(pending.id, approved, reason).to_dict())
-        return True if approved else (False, reason)
+        return (True, reason) if approved else (False, reason)
 
     # -- memory and shutdown ----------------------------------------------------------------
 
