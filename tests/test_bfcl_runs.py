@@ -284,3 +284,10 @@ def test_compare_puts_reports_side_by_side_as_a_table_and_a_chart(
 
     alone = runner.invoke(app, ["eval", "--compare", reports[0]])
     assert alone.exit_code == 2 and "two or more reports" in alone.output
+
+
+def test_workers_are_refused_for_the_embedded_model_and_one_target_is_needed() -> None:
+    embedded = runner.invoke(app, ["eval", "bfcl", "--model", "embedded", "--workers", "2"])
+    assert embedded.exit_code == 2 and "one case at a time" in embedded.output
+    two = runner.invoke(app, ["eval", "a.yaml", "b.yaml"])
+    assert two.exit_code == 2 and "or use --compare" in two.output

@@ -80,3 +80,21 @@ def test_greeting_with_auto_tool_choice_is_plain_text() -> None:
     assert "<tool_call>" not in result.output
     if result.tool_calls:  # a tiny model may still reach for a tool; then it must have run
         assert all(call.status_code == 200 for call in result.tool_calls)
+
+
+def test_cli_quick_start_calls_the_calculator_without_being_told(tmp_path: Path) -> None:
+    # No --tool-choice: the embedded model decides on its own (LlamaCpp.call_bias) to call.
+    done = subprocess.run(
+        [*hermes_agent_command(), "run", "--json", "What is 17 * 23?"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HERMES_DEBUG": "0"},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["steps"][0]["completion_text"].startswith('<tool_call>\n{"name": "calculator"')
+    ran = [c for c in result["tool_calls"] if c["status_code"] == 200]
+    assert ran and ran[0]["name"] == "calculator", result["tool_calls"]
+    assert ran[0]["result"] == calculator(ran[0]["arguments"]["expression"])

@@ -228,3 +228,59 @@ def test_prompt_longer_than_the_context_is_a_model_error() -> None:
     small = LlamaCpp(n_ctx=128)
     with pytest.raises(ModelError, match="context window"):
         _complete(small, REQUIRED, [CALCULATOR])
+
+
+# -- calling without being forced: the decision at the first token ------------------------------
+
+GREETING = [Message(role="user", content="Hello! How are you today?")]
+AUTO = ModelSettings(tool_choice="auto", max_tokens=48)
+
+
+@pytest.mark.embedded
+@needs_local
+def test_auto_calls_for_arithmetic_and_answers_a_greeting_in_text(model: LlamaCpp) -> None:
+    # The quick start's tools: the margin depends on the tools offered, and the default bias
+    # was picked so that the quick start calls (docs/evaluation.md).
+    from hermes_agent.demo_tools import demo_tools
+
+    tools = [tool.spec() for tool in demo_tools()]
+    arithmetic = _complete(model, AUTO, tools)
+    calling = model.last_call_margin
+    assert arithmetic.text.startswith('<tool_call>\n{"name": "calculator", "arguments": {')
+    greeting = asyncio.run(model.complete(GREETING, tools, AUTO))
+    assert greeting.completion.tool_calls == [] and greeting.completion.errors == []
+    assert "<" not in greeting.text and greeting.text.strip()
+    # The call opener is likelier after the arithmetic question than after the greeting, and
+    # the default bias puts the line between them.
+    assert calling is not None and model.last_call_margin is not None
+    assert calling + model.call_bias >= 0 > model.last_call_margin + model.call_bias
+
+
+@pytest.mark.embedded
+@needs_local
+def test_call_bias_moves_the_decision_and_none_leaves_it_to_the_model() -> None:
+    eager = LlamaCpp(max_calls=1, max_string_chars=48, call_bias=50.0)
+    # Made to call after a greeting: it opens a call (what it writes in it is another matter).
+    assert asyncio.run(eager.complete(GREETING, [CALCULATOR], AUTO)).text.startswith(
+        '<tool_call>\n{"name": "calculator"'
+    )
+    shy = LlamaCpp(max_calls=1, max_string_chars=48, call_bias=-50.0)
+    assert not _complete(shy, AUTO, [CALCULATOR]).completion.tool_calls
+    free = LlamaCpp(max_calls=1, max_string_chars=48, call_bias=None)
+    _complete(free, AUTO, [CALCULATOR])
+    assert free.last_call_margin is None  # no decision: the grammar's text | calls, as before
+
+
+@pytest.mark.embedded
+@needs_local
+def test_the_decision_is_made_only_for_a_turn_that_answers_the_user(model: LlamaCpp) -> None:
+    from hermes_agent.types import ToolCall, ToolResult
+
+    call = ToolCall("calculator", {"expression": "17 * 23"}, id="c1")
+    after_result = [
+        *QUESTION,
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", tool_results=[ToolResult("c1", "calculator", 391)]),
+    ]
+    asyncio.run(model.complete(after_result, [CALCULATOR], AUTO))
+    assert model.last_call_margin is None  # after results the model goes on as it likes

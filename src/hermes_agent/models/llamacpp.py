@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -60,6 +61,9 @@ _MAX_THREADS = 8  # a 135M model gains nothing from more, and contends for the c
 _MAX_CACHED_GRAMMARS = 32
 _TOP_K = 40  # llama-cpp-python's default top_k, which create_completion applies when sampling
 _WIDE_CHECK = 512  # candidates checked before the whole vocabulary is (see _GrammarGuide)
+DEFAULT_CALL_BIAS = 7.75
+"""Added to the call side of the decision of an ``auto`` turn (see ``LlamaCpp``): calibrated on
+BFCL (``benchmarks/bfcl_call_bias.py``, docs/evaluation.md) for the bundled SmolLM2-135M."""
 
 
 def bundled_model_path() -> Path:
@@ -227,6 +231,12 @@ class _Request:
     grammar: str | None
     max_tokens: int
     temperature: float
+    branches: tuple[str, str] | None = None
+    """(calls-only grammar, text-only grammar): choose between them at the first token."""
+    answers_user: bool = False
+    """The turn answers a user message (not tool results): where the call decision is made."""
+    call_prompt: str | None = None
+    """The prompt a turn that decided to call is decoded with (rendered as ``required``)."""
 
 
 class LlamaCpp(ModelBase):
@@ -249,6 +259,17 @@ class LlamaCpp(ModelBase):
     fastest kernels (AMX, ...); it is off because that path crashed on AMX machines (see
     ``_weight_repacking``).
 
+    ``call_bias`` makes ``tool_choice="auto"`` a calibrated decision. Left to itself under the
+    grammar's "text or calls", SmolLM2 almost never opens a call. So for a turn that answers
+    the user, the model first scores both ways to begin (``_call_margin``: the log-probability
+    of the whole call opener ``<tool_call>\n{"name": "`` minus that of its best first text
+    token), opens a call when ``margin + call_bias >= 0``, and is then decoded under the
+    calls-only grammar as a ``required`` turn (its prompt gains "You must call at least one of
+    the functions."), or under the text-only grammar with the ``auto`` prompt. The audit trail
+    records the ``auto`` rendering. ``last_call_margin`` keeps the last margin. After
+    tool results there is no decision (the model goes on under "text or calls" and answers).
+    The default, 7.75, comes from BFCL (docs/evaluation.md); ``None`` turns the decision off.
+
     >>> model = LlamaCpp()                                        # doctest: +SKIP
     >>> model.count_tokens("Hello, world")                        # doctest: +SKIP
     4
@@ -268,6 +289,7 @@ class LlamaCpp(ModelBase):
         max_calls: int = 1,
         max_string_chars: int = 128,
         repack_weights: bool = False,
+        call_bias: float | None = DEFAULT_CALL_BIAS,
     ) -> None:
         if not _installed("llama_cpp"):
             raise MissingDependencyError(
@@ -296,6 +318,10 @@ class LlamaCpp(ModelBase):
         self.max_calls = max_calls
         self.max_string_chars = max_string_chars
         self.repack_weights = repack_weights
+        self.call_bias = call_bias
+        self.last_call_margin: float | None = None
+        """The decision of the last ``auto`` turn under the grammar: the best call-opening
+        token's logit minus the best text token's (``None`` when no decision was made)."""
         self.name = f"llamacpp:{path.stem}"
 
     def __repr__(self) -> str:
@@ -416,16 +442,29 @@ class LlamaCpp(ModelBase):
         tools: Sequence[dict[str, Any]],
         settings: ModelSettings,
     ) -> _Request:
+        grammar = self.grammar(tools, settings)
+        branches, call_prompt = None, None
+        if grammar is not None and settings.tool_choice == "auto" and self.call_bias is not None:
+            required = dataclasses.replace(settings, tool_choice="required")
+            calls = self.grammar(tools, required)
+            text = self.grammar(tools, dataclasses.replace(settings, tool_choice="none"))
+            branches = (calls, text) if calls and text else None
+            call_prompt = self.render_prompt(messages, tools, required)
         return _Request(
             prompt=self.render_prompt(messages, tools, settings),
-            grammar=self.grammar(tools, settings),
+            grammar=grammar,
             max_tokens=self.max_tokens if settings.max_tokens is None else settings.max_tokens,
             temperature=self.temperature if settings.temperature is None else settings.temperature,
+            branches=branches,
+            answers_user=bool(messages) and messages[-1].role == "user",
+            call_prompt=call_prompt,
         )
 
     def _arguments(
         self, loaded: _Loaded, request: _Request
-    ) -> tuple[dict[str, Any], _GrammarGuide | None]:
+    ) -> tuple[str, dict[str, Any], _GrammarGuide | None]:
+        """The prompt to complete, the arguments of ``create_completion`` and the grammar
+        guide; for an ``auto`` turn that answers the user, after the call decision."""
         arguments: dict[str, Any] = {
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
@@ -434,19 +473,30 @@ class LlamaCpp(ModelBase):
             "seed": self.seed,
         }
         guide = None
-        if request.grammar:
+        prompt, grammar = request.prompt, request.grammar
+        self.last_call_margin = None
+        if request.branches is not None and self.call_bias is not None and request.answers_user:
+            calls, text = request.branches
+            self.last_call_margin = _call_margin(loaded, request.prompt, text)
+            if self.last_call_margin + self.call_bias >= 0:
+                # Decided: the call is decoded as a ``required`` turn is, prompt included. Under
+                # the "auto" prompt SmolLM2 tends to leave a forced string unclosed.
+                prompt, grammar = request.call_prompt or prompt, calls
+            else:
+                grammar = text
+        if grammar:
             guide = _GrammarGuide(
-                loaded, loaded.grammar_sampler(request.grammar), greedy=request.temperature <= 0
+                loaded, loaded.grammar_sampler(grammar), greedy=request.temperature <= 0
             )
             arguments["logits_processor"] = [guide]
-        return arguments, guide
+        return prompt, arguments, guide
 
     def _complete_sync(self, request: _Request) -> ModelResponse:
         loaded = self._loaded()
         with loaded.lock:
-            arguments, guide = self._arguments(loaded, request)
+            prompt, arguments, guide = self._arguments(loaded, request)
             try:
-                response = loaded.llm.create_completion(request.prompt, **arguments)
+                response = loaded.llm.create_completion(prompt, **arguments)
             except Exception as exc:
                 raise ModelError(f"the embedded model failed: {exc}") from exc
         _check_guide(guide)
@@ -465,10 +515,10 @@ class LlamaCpp(ModelBase):
         loaded = self._loaded()
         with loaded.lock:
             llm = loaded.llm
-            prompt_tokens = len(llm.tokenize(request.prompt.encode("utf-8"), special=True))
-            arguments, guide = self._arguments(loaded, request)
+            prompt, arguments, guide = self._arguments(loaded, request)
+            prompt_tokens = len(llm.tokenize(prompt.encode("utf-8"), special=True))
             try:
-                pieces = llm.create_completion(request.prompt, stream=True, **arguments)
+                pieces = llm.create_completion(prompt, stream=True, **arguments)
                 finish_reason = None
                 for piece in pieces:
                     choice = piece["choices"][0]
@@ -493,6 +543,59 @@ class LlamaCpp(ModelBase):
                 requests=1,
             ),
         )
+
+
+CALL_OPENER = '<tool_call>\n{"name": "'
+"""What every call starts with under the grammar, up to the tool's name."""
+
+
+def _call_margin(loaded: _Loaded, prompt: str, text_grammar: str) -> float:
+    """How much more likely the model is to open a tool call than to start its text answer.
+
+    Both paths are scored where the grammar lets the turn begin either way: the call path by
+    the log-probability the model gives the whole ``CALL_OPENER`` (teacher-forced, token by
+    token), the text path by that of the best first token the text grammar allows. The first
+    token alone does not tell them apart: SmolLM2 gives ``<`` about the same probability after
+    "What is 17 * 23?" as after "Hello!"; it is the rest of the opener that it finds likely
+    after the first and unlikely after the second. Runs under ``loaded.lock``; the prompt stays
+    in the context, so the completion that follows evaluates only what comes after it.
+    """
+    import numpy as np
+
+    llm = loaded.llm
+    prompt_tokens = llm.tokenize(prompt.encode("utf-8"), special=True)
+    opener = llm.tokenize(CALL_OPENER.encode("utf-8"), add_bos=False, special=True)
+    # As create_completion does: keep the longest prefix already evaluated, but evaluate at
+    # least the last prompt token, whose logits are needed.
+    kept = min(
+        llm.longest_token_prefix(llm._input_ids.tolist(), prompt_tokens), len(prompt_tokens) - 1
+    )
+    llm.n_tokens = kept
+    llm.eval(prompt_tokens[kept:])
+    n_vocab = llm.n_vocab()
+
+    def log_probs() -> Any:
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n_vocab,)).astype(np.float64)
+        top = logits.max()
+        return logits - top - np.log(np.exp(logits - top).sum())
+
+    first = log_probs()
+    if loaded.candidates is None:
+        loaded.candidates = _Candidates(_import_llama_cpp(), n_vocab)
+    sampler = loaded.grammar_sampler(text_grammar)
+    text = float("-inf")
+    for width in (1, _WIDE_CHECK, n_vocab):
+        ids = _best(first, width)
+        allowed = loaded.candidates.allowed(sampler, ids, first[ids].astype(np.single))
+        if allowed.any():
+            text = float(first[ids][allowed].max())
+            break
+    call, scores = 0.0, first
+    for token in opener:
+        call += float(scores[token])
+        llm.eval([token])
+        scores = log_probs()
+    return call - text
 
 
 def _best(scores: Any, width: int) -> Any:
