@@ -17,6 +17,7 @@ from hermes_agent.server.api_models import (
     EVENT_STREAM,
     ApprovalAnsweredBody,
     CancelBody,
+    ErrorBody,
     RunListBody,
     RunResultBody,
     RunStatusBody,
@@ -72,7 +73,9 @@ def check_message(message: str, settings: ServiceSettings) -> None:
 def finished_response(run: Run, manager: RunManager) -> Response:
     """What a plain POST answers once the run is over or waits for an approval."""
     if run.status == "completed":
-        return json_response(run.result)
+        assert run.result is not None
+        # An answer that never matched the request's output_schema: the whole result, as 422.
+        return json_response(run.result, 422 if run.result["status"] == 422 else 200)
     summary = run.summary(manager.pending(run))
     if run.status == "waiting_approval" or summary["pending_approvals"]:
         return json_response(summary, 202)
@@ -92,6 +95,11 @@ def finished_response(run: Run, manager: RunManager) -> Response:
         500: {"model": RunStatusBody, "description": "The run failed"},
         504: {"model": RunStatusBody, "description": "The run took longer than run_timeout_s"},
         **errors(400, 413, 429, 503, *AUTHENTICATED),
+        422: {
+            "model": ErrorBody | RunResultBody,
+            "description": "The request was refused, or the answer never matched "
+            "`output_schema` (then the whole result, status 422)",
+        },
     },
 )
 async def create_run(body: RunRequest, request: Request, user: CurrentUser) -> Response:

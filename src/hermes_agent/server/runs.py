@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from hermes_agent.agent import Agent
 from hermes_agent.audit.records import AuditRecord, Role
-from hermes_agent.errors import HermesAgentError
+from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.server.approvals import EXPIRED, ApprovalBook
 from hermes_agent.server.events import ApprovalResolvedEvent, RunStoppedEvent
@@ -37,7 +37,7 @@ from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
 from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
 from hermes_agent.tools.registry import Tool
-from hermes_agent.types import ToolCall
+from hermes_agent.types import RunResult, ToolCall
 
 logger = logging.getLogger("hermes_agent.server")
 
@@ -61,6 +61,9 @@ class RunRequest(BaseModel):
     toolsets: list[str] | None = None
     dry_run: bool = False
     output_format: str | None = None
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema the answer must match: the result's ``data`` is the validated value, and
+    a run whose answer never matches (retries included) ends with status 422."""
     channel: str | None = None
     stream: bool = False
 
@@ -318,8 +321,13 @@ class RunManager:
                     dry_run=request.dry_run,
                     output_format=request.output_format,
                     channel=request.channel,
+                    output_type=request.output_schema,
                 )
                 await self._spend_tokens(run.owner, result.usage.total_tokens)
+        except OutputValidationError as exc:
+            # The run went through to its end; only its answer never matched the schema.
+            await self._spend_tokens(run.owner, exc.result.usage.total_tokens)
+            self._finish(run, exc.result)
         except TimeoutError:
             self._stop(
                 run,
@@ -339,13 +347,7 @@ class RunManager:
             logger.exception("run %s failed", run.id or "(starting)")
             self._stop(run, "failed", f"the run failed unexpectedly: {type(exc).__name__}: {exc}")
         else:
-            if not run.id:
-                self._register(run, result.request_id)
-            wire = ResultEvent(result).to_dict()
-            wire["result"]["session_id"] = run.session_id
-            run.result = wire["result"]
-            run.add(wire)
-            run.status = "completed"
+            self._finish(run, result)
         finally:
             run.finished = time.time()
             self._live.discard(run)
@@ -357,6 +359,15 @@ class RunManager:
             run.poke()
             if run.error is not None and not request.dry_run:  # stopped after it started
                 await self._record_stop(run, agent)
+
+    def _finish(self, run: Run, result: RunResult) -> None:
+        if not run.id:
+            self._register(run, result.request_id)
+        wire = ResultEvent(result).to_dict()
+        wire["result"]["session_id"] = run.session_id
+        run.result = wire["result"]
+        run.add(wire)
+        run.status = "completed"
 
     async def _record_stop(self, run: Run, agent: Agent) -> None:
         """End the audit trail of a run that stopped without an output (cancelled, timed out,
