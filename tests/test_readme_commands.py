@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
 # The start of each README command a test here runs (one command each).
-RUN_REQUIRED = 'hermes-agent run --tool-choice required "What is 17 * 23?"'
+RUN_QUICK = 'hermes-agent run "What is 17 * 23?"'
 RUN_JSON_DEBUG = "hermes-agent run --json --debug"
 RUN_CONFIG = "hermes-agent run --config config.yaml --tools my_tools.py"
 CHAT = "hermes-agent chat"
@@ -47,7 +47,7 @@ EVAL_BFCL = "hermes-agent eval bfcl"
 SERVE = "hermes-agent serve"  # with CURL: run as a pair by test_cli_serve.py
 CURL = "curl -s http://127.0.0.1:8000/v1/runs"
 RUN_BY_TESTS = (
-    RUN_REQUIRED,
+    RUN_QUICK,
     RUN_JSON_DEBUG,
     RUN_CONFIG,
     CHAT,
@@ -183,7 +183,7 @@ class QuickStart:
 @pytest.fixture(scope="module")
 def quick_start(tmp_path_factory: pytest.TempPathFactory) -> QuickStart:
     shell = make_shell(tmp_path_factory.mktemp("readme-quick-start"))
-    return QuickStart(shell, shell(readme_command(RUN_REQUIRED)))
+    return QuickStart(shell, shell(readme_command(RUN_QUICK)))
 
 
 # -- the embedded model ---------------------------------------------------------------------
