@@ -104,3 +104,14 @@ def test_context_window_reaches_the_endpoint_model(tmp_path: Path) -> None:
     text = "model:\n  provider: openai\n  model_name: m\n  context_window: 4096\n"
     agent = Agent.from_config(write(tmp_path, text), storage=None)
     assert agent.model.context_window == 4096
+
+
+def test_the_embedded_models_call_bias_comes_from_the_config() -> None:
+    from hermes_agent.config import LlamaCppConfig, parse_config
+    from hermes_agent.models.llamacpp import DEFAULT_CALL_BIAS
+
+    assert LlamaCppConfig().call_bias == DEFAULT_CALL_BIAS  # one calibrated default
+    config = parse_config({"model": {"provider": "llamacpp", "call_bias": None}})
+    assert isinstance(config.model, LlamaCppConfig) and config.model.call_bias is None
+    config = parse_config({"model": {"provider": "llamacpp", "call_bias": 3.5}})
+    assert isinstance(config.model, LlamaCppConfig) and config.model.call_bias == 3.5

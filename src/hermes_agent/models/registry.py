@@ -130,6 +130,7 @@ def _llamacpp(config: LlamaCppConfig) -> Model:
         chat_format=config.chat_format,
         use_grammar=config.use_grammar,
         max_calls=config.max_calls,
+        call_bias=config.call_bias,
     )
 
 
