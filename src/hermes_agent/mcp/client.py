@@ -256,6 +256,11 @@ class McpConnection:
                 f"MCP server {self.name!r} was still connecting when the call's time ran out"
             ) from None
 
+    def check_current(self) -> None:
+        """Check the current session at once (a call on it was cancelled from outside)."""
+        if self._client is not None:
+            self._check_soon(self._client)
+
     def _check_soon(self, client: Client) -> None:
         """Check at once whether the server behind ``client`` still answers (a call of it
         timed out or was cancelled): a request that must come back within ``PROBE_TIMEOUT``;
@@ -385,7 +390,14 @@ class McpToolsets:
         connection = self.connections[server]
         future = self._loop.submit(connection.call(tool, arguments, timeout))
         # Cancelling the wrapper (a run's timeout or cancellation) cancels the call there.
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            # The cancelled call reaches its own check of the server only after the SDK's
+            # cleanup, some loop turns later; a next call handed over meanwhile would take
+            # the suspect session. Scheduled now, the check starts before any later call.
+            self._loop.loop.call_soon_threadsafe(connection.check_current)
+            raise
 
     def close(self) -> None:
         """Stop every server and the loop (both start again on the next call)."""
