@@ -49,11 +49,11 @@ drops its connection does not.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -71,7 +71,7 @@ from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import check_message
 from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest, stored_session_id
 from hermes_agent.server.settings import ServiceSettings
-from hermes_agent.server.sse import EventStreamResponse, to_json
+from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, follow_run, to_json
 from hermes_agent.storage.base import SessionIdError, Storage
 from hermes_agent.types import Message
 
@@ -637,21 +637,12 @@ async def completion_chunks(
     answer = AnswerText()
     first = {"request_id": run.id, "session_id": run.session_id, "status": "running"}
     yield chunk({"role": "assistant", "content": ""}, hermes=first)
-    events = run.follow(0)
-    upcoming: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
-    try:
-        while True:
-            if upcoming is None:
-                upcoming = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({upcoming}, timeout=keepalive)
-            if not done:
-                yield ": keep-alive\n\n"
+    async with aclosing(follow_run(run, 0, keepalive)) as items:
+        async for item in items:
+            if item is None:
+                yield KEEPALIVE_COMMENT
                 continue
-            try:
-                _, wire = upcoming.result()
-            except StopAsyncIteration:
-                break
-            upcoming = None
+            _, wire = item
             kind = wire["kind"]
             text = ""
             if kind == "text_delta":
@@ -676,10 +667,6 @@ async def completion_chunks(
             if include_usage:
                 yield _frame({**base, "choices": [], "usage": _usage(run.result)})
         yield _frame("[DONE]")
-    finally:
-        if upcoming is not None:
-            upcoming.cancel()
-        run.detach()
 
 
 # -- the endpoints ----------------------------------------------------------------------------

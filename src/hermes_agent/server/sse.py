@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -31,9 +32,16 @@ def sse_frame(event_id: int, wire: dict[str, Any]) -> str:
     return f"id: {event_id}\nevent: {wire['kind']}\ndata: {to_json(wire)}\n\n"
 
 
-async def run_events(run: Run, after: int, keepalive: float) -> AsyncIterator[str]:
-    """The frames of a run after event ``after``; the caller has attached to the run, and this
-    detaches when the stream ends (finished, or the client gone)."""
+KEEPALIVE_COMMENT = ": keep-alive\n\n"
+
+
+async def follow_run(
+    run: Run, after: int, keepalive: float
+) -> AsyncGenerator[tuple[int, dict[str, Any]] | None, None]:
+    """A run's events after event ``after`` as ``(id, wire)``, and ``None`` whenever
+    ``keepalive`` seconds pass without one (time for a keep-alive). The caller has attached to
+    the run; this detaches when it ends (the run finished, or it was closed: close it with
+    ``contextlib.aclosing`` so that the detach is not left to the garbage collector)."""
     events = run.follow(after)
     upcoming: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
     try:
@@ -42,18 +50,26 @@ async def run_events(run: Run, after: int, keepalive: float) -> AsyncIterator[st
                 upcoming = asyncio.ensure_future(anext(events))
             done, _ = await asyncio.wait({upcoming}, timeout=keepalive)
             if not done:
-                yield ": keep-alive\n\n"
+                yield None
                 continue
             try:
-                event_id, wire = upcoming.result()
+                item = upcoming.result()
             except StopAsyncIteration:
                 return
             upcoming = None
-            yield sse_frame(event_id, wire)
+            yield item
     finally:
         if upcoming is not None:
             upcoming.cancel()
         run.detach()
+
+
+async def run_events(run: Run, after: int, keepalive: float) -> AsyncIterator[str]:
+    """The frames of a run after event ``after``; the caller has attached to the run, and this
+    detaches when the stream ends (finished, or the client gone)."""
+    async with aclosing(follow_run(run, after, keepalive)) as items:
+        async for item in items:
+            yield KEEPALIVE_COMMENT if item is None else sse_frame(*item)
 
 
 class EventStreamResponse(StreamingResponse):
