@@ -21,6 +21,7 @@ from hermes_agent.config import (
     LlamaCppConfig,
     ModelConfig,
     OpenAIConfig,
+    QueueConfig,
     ScriptedConfig,
     load_config,
 )
@@ -52,6 +53,7 @@ from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettin
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
 from hermes_agent.pipeline.hooks import Hook, HookContext
+from hermes_agent.pipeline.journal import CallKey, RunJournal, current_call
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.parser import StreamParser, parse_completion
@@ -97,6 +99,7 @@ __all__ = [
     "EVENT_KINDS",
     "Agent",
     "AgentConfig",
+    "CallKey",
     "Completion",
     "ConfigError",
     "Event",
@@ -122,7 +125,9 @@ __all__ = [
     "OutputEvent",
     "OutputValidationError",
     "ParseError",
+    "QueueConfig",
     "ResultEvent",
+    "RunJournal",
     "RunResult",
     "ScratchPadDeltaEvent",
     "ScriptedConfig",
@@ -153,6 +158,7 @@ __all__ = [
     "__version__",
     "build_agent",
     "build_model",
+    "current_call",
     "load_config",
     "load_tools_file",
     "open_storage",

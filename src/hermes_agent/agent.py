@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from hermes_agent.audit.recorder import Recorder
 from hermes_agent.audit.records import AuditSink
 from hermes_agent.audit.redaction import Redactor, redact_messages
-from hermes_agent.config import HermesConfig, load_config
+from hermes_agent.config import HermesConfig, QueueConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.memory.history import HistoryLoader, LoadedHistory
@@ -42,6 +42,7 @@ from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
 from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, RunContext
 from hermes_agent.pipeline.hooks import HOOK_POINTS, Hook, Hooks, load_hook
+from hermes_agent.pipeline.journal import RunJournal, journaled
 from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
 from hermes_agent.pipeline.status import Status
@@ -53,6 +54,7 @@ from hermes_agent.types import TOOL_CHOICE_MODES, Message, RunResult, ToolChoice
 
 if TYPE_CHECKING:
     from hermes_agent.storage.replay import ReplayReport
+    from hermes_agent.worker.client import QueueClient, RunHandle
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -160,6 +162,9 @@ class Agent:
         self.tool_settings = {name: dict(values) for name, values in (tool_settings or {}).items()}
         self._executor: ThreadPoolExecutor | None = None
         self._closers: list[Callable[[], None]] = []
+        self.queue: QueueConfig | None = None
+        """Where ``submit`` sends runs (the config's ``queue:`` section)."""
+        self._queue_client: QueueClient | None = None
         for item in tools:
             self.add_tool(item if isinstance(item, Tool) else Tool.from_function(item))
 
@@ -237,6 +242,7 @@ class Agent:
                 agent_name=t.agent_name,
                 redact_patterns=t.redact_patterns,
             )
+        agent.queue = config.queue
         return agent
 
     def fork(
@@ -472,6 +478,9 @@ class Agent:
         output_format: str | None = None,
         channel: str | None = None,
         output_type: OutputType | None = None,
+        request_id: str | None = None,
+        journal: RunJournal | None = None,
+        approver: Approver | None = None,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
         delta when ``stream`` is true). ``output_format`` (text, markdown, json, table, or a
@@ -484,7 +493,12 @@ class Agent:
         validate goes back to the model with the errors, at most ``max_retries`` times
         (``result.output_retries``); when none validates, ``OutputValidationError`` is raised
         (its ``result`` has status 422), after the turn was recorded. See
-        ``pipeline.structured``."""
+        ``pipeline.structured``.
+
+        A durable run (the queue workers; ``hermes_agent.worker``) passes its ``request_id``,
+        a ``journal`` (``pipeline.journal``: model turns and tool calls of an earlier attempt
+        are taken from it, and the turn is saved through it) and the ``approver`` of that run.
+        """
         spec = output_spec(output_type) if output_type is not None else None
         session_id = session_id or uuid.uuid4().hex
         if self.storage is not None:  # refused now, before anything has happened
@@ -494,6 +508,13 @@ class Agent:
             await _acquire_elsewhere(lock)
         try:
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
+            if request_id is not None:
+                ctx.request_id = request_id
+            if approver is not None:
+                ctx.approver = approver
+            if journal is not None:
+                ctx.journal = journal
+                ctx.model, ctx.answer_model = journaled(journal, ctx.model, ctx.answer_model)
             ctx.output_spec = spec
             ctx.settings.output_schema = spec.schema if spec is not None else None
             ctx.load_history = lambda: self._load_history(ctx)
@@ -502,6 +523,9 @@ class Agent:
             ctx.renderer = self.renderers[ctx.renderer_name]
             if self.audit_sink is not None and not dry_run:
                 ctx.recorder = Recorder(self.audit_sink, self.redactor)
+                if journal is not None and self.storage is not None:
+                    # A resumed run: what an earlier attempt recorded stays, once.
+                    ctx.recorder.continue_after(self.storage.records(ctx.request_id))
             try:
                 result = await run_turn(ctx, self.hooks)
             finally:
@@ -509,7 +533,10 @@ class Agent:
                     ctx.recorder.commit()  # whatever whole steps a failing run left
             if ctx.recorder is not None:
                 result.warnings.extend(ctx.recorder.warnings())
-            if ctx.new_messages and not dry_run:
+            if journal is not None and not dry_run:
+                saved = redact_messages(ctx.messages_to_save(), self.redactor)
+                await journal.save_turn(session_id, saved)  # failures fail the attempt
+            elif ctx.new_messages and not dry_run:
                 self._save_turn(session_id, ctx.messages_to_save(), result)
             self._costs(result)
         finally:
@@ -636,6 +663,41 @@ class Agent:
             stream=stream,
             runtime=self.runtime,
             approver=self.approver,
+        )
+
+    def submit(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        tool_choice: ToolChoice | None = None,
+        toolsets: Iterable[str] | None = None,
+        output_format: str | None = None,
+    ) -> RunHandle:
+        """Queue ``message`` for the workers (``hermes-agent worker``) and return at once with a
+        handle: ``handle.result(timeout)`` waits for the ``RunResult``. Needs the config's
+        ``queue:`` section (or ``agent.queue``) and the workers' SQL store as ``storage``; the
+        workers run the turn with their own agent (the same config). See docs/scale-out.md."""
+        if self.queue is None:
+            raise HermesAgentError(
+                "submit() needs a queue: add a queue: section (broker: redis://... or "
+                "amqp://...) to the config, or set agent.queue = QueueConfig(broker=...)"
+            )
+        if self.storage is None:
+            raise HermesAgentError(
+                "submit() keeps runs in the workers' store; create the agent with storage= "
+                "the URL the workers use (postgresql+psycopg://...)"
+            )
+        if self._queue_client is None:
+            from hermes_agent.worker.client import QueueClient
+
+            self._queue_client = QueueClient(self.queue, self.storage)
+        return self._queue_client.submit(
+            message,
+            session_id=session_id,
+            tool_choice=tool_choice,
+            toolsets=list(toolsets) if toolsets is not None else None,
+            output_format=output_format,
         )
 
     def replay(self, request_id: str) -> ReplayReport:

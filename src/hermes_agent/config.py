@@ -179,6 +179,7 @@ class ToolConfig(_Strict):
     rate_limit: int | None = Field(default=None, gt=0)
     max_concurrent: int | None = Field(default=None, ge=1)
     toolset: str | None = None
+    idempotent: bool | None = None
 
     def settings(self) -> dict[str, Any]:
         """Only what the file sets."""
@@ -279,6 +280,25 @@ class McpServerConfig(_Strict):
         return found
 
 
+class QueueConfig(_Strict):
+    """Scale-out on Celery workers (``hermes_agent.worker``; needs the ``worker`` extra): where
+    runs are queued, and how a run lost with its worker is taken over."""
+
+    broker: str = "redis://127.0.0.1:6379/0"
+    """The Celery broker: ``redis://host:port/db`` or ``amqp://user:pw@host:5672//``."""
+    queue_name: str = Field(default="hermes-runs", min_length=1, max_length=200)
+    lease_ttl: float = Field(default=30.0, gt=0)
+    """Seconds a worker's hold on a run lasts without a heartbeat (it beats every third);
+    a run whose worker died is taken over once its lease has expired."""
+    max_redeliveries: int = Field(default=3, ge=0)
+    """How many times a run lost with its worker is taken over again; beyond it the run is
+    dead-lettered (``hermes-agent runs requeue`` puts it back)."""
+    visibility_timeout: float = Field(default=3600.0, gt=0)
+    """Redis broker: seconds before an unacknowledged task is delivered again."""
+    sweep_interval: float | None = Field(default=None, gt=0)
+    """How often each worker looks for runs to take over (default: ``lease_ttl``)."""
+
+
 class HermesConfig(_Strict):
     """The whole configuration file."""
 
@@ -295,6 +315,9 @@ class HermesConfig(_Strict):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools the agent gets (``hermes_agent.mcp``; needs the ``mcp`` extra)."""
+    queue: QueueConfig | None = None
+    """Where ``agent.submit`` and the service (``execution: queue``) send runs, and where the
+    workers (``hermes-agent worker``) take them from."""
     service: dict[str, Any] | None = None
     """The service's settings (``hermes-agent serve``, ``create_app``): validated by
     ``hermes_agent.server.settings.service_settings`` when the agent is served, so a config

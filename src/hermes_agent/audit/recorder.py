@@ -156,10 +156,21 @@ class Recorder:
         self._system_sha: str | None = None
         self._prompted: int | None = None  # messages in the last recorded prompt
         self._rewrites = 0
+        self._recorded: set[tuple[int, str]] = set()
+
+    def continue_after(self, earlier: Sequence[AuditRecord]) -> None:
+        """Continue the trail of a run that an earlier attempt began (a durable run resumed):
+        stages of steps it recorded are not recorded again, and ``seq`` goes on from its last
+        record."""
+        self._recorded = {(record.step, record.stage) for record in earlier}
+        if earlier:
+            self._seq = max(record.seq for record in earlier) + 1
 
     def record(self, ctx: RunView, stage: str, stage_name: str, started_ns: int) -> None:
         """Record one stage that has just run (or failed in a hook)."""
         latency_ms = (time.perf_counter_ns() - started_ns) / 1e6
+        if self._recorded and (ctx.step, stage_name) in self._recorded:
+            return  # an earlier attempt of this run recorded it
         try:
             contents = self._prompt_records(ctx) if stage == "thought" else _contents(ctx, stage)
             for role, content in contents:

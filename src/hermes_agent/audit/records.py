@@ -45,6 +45,9 @@ class Role(StrEnum):
     STOPPED = "stopped"
     """Why a run ended without an output: cancelled, timed out or failed (JSON ``status`` and
     ``error``; written by the service that stopped it, stage ``RunManager``)."""
+    RESUMED = "resumed"
+    """A durable run taken up again by a worker (JSON: ``attempt``, ``worker``,
+    ``from_step``, ``takeover``); stage ``Worker``. What came before it was not done again."""
 
 
 @dataclass(slots=True)

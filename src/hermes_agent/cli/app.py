@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from hermes_agent.cli import channels, evals, keys, run, serve, storage
+from hermes_agent.cli import channels, evals, keys, run, serve, storage, worker
 from hermes_agent.cli._common import is_terminal
 from hermes_agent.cli.mcp import mcp_app
 
@@ -31,6 +31,8 @@ app.command("serve")(serve.serve)
 app.add_typer(keys.keys_app)
 app.add_typer(mcp_app)
 app.add_typer(channels.channels_app)
+app.command("worker")(worker.worker)
+app.add_typer(worker.runs_app)
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from hermes_agent.audit.recorder import Recorder
 from hermes_agent.events import Event
 from hermes_agent.memory.history import LoadedHistory, SummaryCall
 from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.pipeline.journal import RunJournal
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.structured import OutputSpec
@@ -117,6 +118,9 @@ class RunContext:
     """Structured output: the schema the final answer must validate against."""
     explain: bool = False
     """Explain mode: the model is asked for a one-line reason with each turn."""
+    journal: RunJournal | None = None
+    """A durable run's journal (``pipeline.journal``): model turns and tool calls of earlier
+    attempts are taken from it, not made again."""
 
     messages: list[Message] = field(default_factory=list)
     """The conversation as the model sees it: system, history, this run's turns."""

@@ -32,6 +32,7 @@ costs tokens and small models misread it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -39,6 +40,7 @@ from typing import Any
 
 from hermes_agent.events import ToolOutcomeView, ToolResultsEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
+from hermes_agent.pipeline.journal import CallKey, reset_current_call, set_current_call
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tool_selector import rate_limited, recheck
 from hermes_agent.protocol.chatml import to_json
@@ -121,16 +123,43 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
     tool, call = plan.tool, plan.call
     timeout = tool.timeout if tool.timeout is not None else ctx.limits.default_timeout
     started = time.perf_counter()
-    hit, value = ctx.runtime.cached(tool, plan.arguments)
+    key = CallKey(ctx.request_id, ctx.step, plan.position)
+    journaled = None
+    if ctx.journal is not None:  # a durable run: this call may have run in an earlier attempt
+        journaled = await ctx.journal.call_started(key, tool.name, plan.arguments, tool.idempotent)
+    hit, value = False, None
     error: tuple[Status, str] | None = None
-    if not hit:
-        value, error = await _run(ctx, plan, timeout)
+    if journaled is not None:
+        value = journaled.value
+        if journaled.kind == "interrupted":
+            error = (
+                Status.TOOL_ERROR,
+                f"tool '{tool.name}' was interrupted: it started in an earlier attempt of this "
+                "run and its outcome is unknown, so it was not run again (it is not declared "
+                "idempotent); check whether it took effect before calling it again",
+            )
+        elif journaled.error is not None:
+            error = (Status(journaled.status_code), journaled.error)
+    else:
+        hit, value = ctx.runtime.cached(tool, plan.arguments)
+        if not hit:
+            token = set_current_call(key)
+            try:
+                value, error = await _run(ctx, plan, timeout)
+            finally:
+                reset_current_call(token)
+        if ctx.journal is not None:
+            code, message = (int(error[0]), error[1]) if error is not None else (200, None)
+            await ctx.journal.call_finished(key, value, code, message)
 
     metadata: dict[str, Any] = {
         "tool_name": tool.name,
         "execution_time_ms": round((time.perf_counter() - started) * 1000, 3),
         "cache_hit": hit,
+        "call_key": key.id,
     }
+    if journaled is not None:
+        metadata["journal"] = journaled.kind
     if plan.fallback_for:
         metadata["fallback_for"] = plan.fallback_for
     if error is not None:
@@ -189,7 +218,8 @@ async def _call(
         return tool.function(**arguments)  # opted in: fast and pure, no thread hop
     if tool.is_async:
         return await _bounded_task(tool.function(**arguments), timeout)
-    future = ctx.runtime.run_in_thread(tool, arguments)
+    # The tool's thread sees this task's context (``current_call()`` among it).
+    future = ctx.runtime.run_in_thread(tool, arguments, contextvars.copy_context())
     try:
         async with asyncio.timeout(timeout):
             return await _in_thread(future)

@@ -398,31 +398,11 @@ class SqlSessionStore:
     def append(self, session_id: str, messages: Sequence[Message]) -> None:
         if not messages:
             return
-        now = time.time_ns()
-        s = sessions_table.c
         with (
             _failing_as("append to session", session_id),
             self._storage.transaction(write=True) as conn,
         ):
-            _insert_session_if_missing(conn, session_id, now)
-            # FOR UPDATE holds the row on PostgreSQL until commit, so two processes appending
-            # to one session take turns; SQLite's write lock already did that.
-            start = conn.execute(
-                select(s.messages).where(s.id == session_id).with_for_update()
-            ).scalar_one()
-            conn.execute(
-                insert(messages_table),
-                [_message_row(session_id, start + i, m) for i, m in enumerate(messages)],
-            )
-            conn.execute(
-                update(sessions_table)
-                .where(s.id == session_id)
-                .values(
-                    updated_ns=now,
-                    messages=s.messages + len(messages),
-                    turns=s.turns + sum(1 for m in messages if m.role == "user"),
-                )
-            )
+            append_messages(conn, session_id, messages)
 
     def lock(self, session_id: str) -> threading.Lock:
         # Weak values: a session's lock lives while a run holds it, so a process that serves
@@ -593,6 +573,32 @@ def _audit_row(record: AuditRecord) -> dict[str, Any]:
     if escaped and row["sanitized"] is None:
         row["sanitized"] = sanitized_note(escaped)
     return row
+
+
+def append_messages(conn: Connection, session_id: str, messages: Sequence[Message]) -> None:
+    """Add one turn's messages to a session inside the caller's transaction (the queue workers
+    save a turn and mark their run done in one transaction)."""
+    now = time.time_ns()
+    s = sessions_table.c
+    _insert_session_if_missing(conn, session_id, now)
+    # FOR UPDATE holds the row on PostgreSQL until commit, so two processes appending
+    # to one session take turns; SQLite's write lock already did that.
+    start = conn.execute(
+        select(s.messages).where(s.id == session_id).with_for_update()
+    ).scalar_one()
+    conn.execute(
+        insert(messages_table),
+        [_message_row(session_id, start + i, m) for i, m in enumerate(messages)],
+    )
+    conn.execute(
+        update(sessions_table)
+        .where(s.id == session_id)
+        .values(
+            updated_ns=now,
+            messages=s.messages + len(messages),
+            turns=s.turns + sum(1 for m in messages if m.role == "user"),
+        )
+    )
 
 
 # -- engine ------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ SETTINGS = (
     "rate_limit",
     "max_concurrent",
     "toolset",
+    "idempotent",
 )
 """The per-tool settings a config file may set."""
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
@@ -85,6 +86,8 @@ class Tool:
     - ``fallback``: the tool to call instead while this one is unavailable;
     - ``aliases``: other names the model may use for it;
     - ``rate_limit``: calls per minute, beyond which calls get a 429 result;
+    - ``idempotent``: running a call twice does no harm, so a durable run that lost a call
+      mid-way runs it again (otherwise the model is told it was interrupted);
     - ``max_concurrent``: how many calls of a sync ``in_process`` tool may run at once (default:
       half the agent's tool threads); further calls wait their turn within their timeout, so a
       tool that hangs holds at most this many threads.
@@ -107,6 +110,7 @@ class Tool:
     aliases: list[str] = field(default_factory=list)
     rate_limit: int | None = None
     max_concurrent: int | None = None
+    idempotent: bool = False
     _validator: Draft202012Validator = field(init=False, repr=False)
     _fast_check: Callable[[Any], Any] | None = field(init=False, repr=False, default=None)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)

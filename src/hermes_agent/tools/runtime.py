@@ -3,7 +3,9 @@ that run sync tools, and subprocess worker pools."""
 
 from __future__ import annotations
 
+import contextvars
 import copy
+import functools
 import json
 import threading
 import time
@@ -130,11 +132,20 @@ class ToolRuntime:
 
     # -- sync in-process tools ------------------------------------------------------------
 
-    def run_in_thread(self, tool: Tool, arguments: dict[str, Any]) -> Future[Any]:
-        """Start a sync tool call on a tool thread; at most ``tool.max_concurrent`` (or
-        ``per_tool``) calls of one tool run at once, the others wait their turn."""
+    def run_in_thread(
+        self,
+        tool: Tool,
+        arguments: dict[str, Any],
+        context: contextvars.Context | None = None,
+    ) -> Future[Any]:
+        """Start a sync tool call on a tool thread (in ``context``, when given); at most
+        ``tool.max_concurrent`` (or ``per_tool``) calls of one tool run at once, the others
+        wait their turn."""
         limit = tool.max_concurrent or self.per_tool
-        return self.threads.submit(tool.name, limit, tool.function, arguments)
+        function = tool.function
+        if context is not None:
+            function = functools.partial(context.run, tool.function)
+        return self.threads.submit(tool.name, limit, function, arguments)
 
     def write_off(self, future: Future[Any]) -> None:
         """The caller stopped waiting for ``future`` (timeout or cancellation); see

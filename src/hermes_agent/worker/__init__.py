@@ -1,0 +1,11 @@
+"""Scale-out on Celery workers: durable runs that survive a killed worker, exactly-once tool
+calls, one turn of a session at a time across machines (docs/scale-out.md).
+
+Needs the ``worker`` extra (Celery, with Redis or RabbitMQ as the broker) and a SQL store for
+the runs' state (PostgreSQL when workers run on several machines).
+"""
+
+from hermes_agent.worker.client import QueueClient, RunHandle, result_from_dict
+from hermes_agent.worker.store import LeaseLost, QueuedRun, RunStore
+
+__all__ = ["LeaseLost", "QueueClient", "QueuedRun", "RunHandle", "RunStore", "result_from_dict"]

@@ -1,0 +1,185 @@
+"""The Celery side: the app, the one task, and the worker process that runs it.
+
+Celery settings chosen for long agent runs (docs/scale-out.md explains each):
+
+- ``task_acks_late`` + ``task_reject_on_worker_lost``: a delivery is acknowledged when the run
+  has finished with it, so a worker that dies leaves its runs to be delivered again;
+- ``worker_prefetch_multiplier = 1``: a worker holds no more runs than it is running;
+- ``worker_send_task_events`` + ``task_send_sent_event``: Flower (or ``celery events``) sees
+  the workers and the runs;
+- the Redis broker's ``visibility_timeout`` comes from the config: a run that lasts longer is
+  delivered again while it runs, and the copy stops at once (the run's lease says it is alive).
+
+Delivery is only half of it: a run's own lease (``worker.store``) decides who runs it, and each
+worker's sweeper re-enqueues a run whose worker died, whatever the broker does with the message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from hermes_agent.config import HermesConfig, QueueConfig
+from hermes_agent.errors import ConfigError, MissingDependencyError
+
+logger = logging.getLogger("hermes_agent.worker")
+
+RUN_TASK = "hermes_agent.run"
+
+
+def _celery() -> Any:
+    try:
+        import celery  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise MissingDependencyError(
+            "queued runs need Celery: pip install 'hermes-agent-core[worker]'"
+        ) from exc
+    return celery
+
+
+def make_celery(queue: QueueConfig) -> Any:
+    """A Celery app for ``queue`` (the same on the service, the submitters and the workers)."""
+    celery = _celery()
+    app = celery.Celery("hermes_agent", broker=queue.broker)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        task_default_queue=queue.queue_name,
+        task_serializer="json",
+        accept_content=["json"],
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": queue.visibility_timeout},
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=False,
+    )
+    return app
+
+
+def enqueue(app: Any, queue: QueueConfig, request_id: str) -> None:
+    """Send one delivery of ``request_id`` to the workers."""
+    app.send_task(RUN_TASK, args=[request_id], queue=queue.queue_name)
+
+
+class WorkerProcess:
+    """What one worker process holds: the agent, the run store, the runner, the sweeper."""
+
+    def __init__(self, config: HermesConfig, tools_files: Sequence[str] = ()) -> None:
+        from hermes_agent.loading import build_agent
+        from hermes_agent.storage.sql import SqlStorage
+        from hermes_agent.worker.runner import RunWorker
+        from hermes_agent.worker.store import RunStore
+
+        if config.queue is None:
+            raise ConfigError(f"{config.source}: a worker needs a queue: section (broker, ...)")
+        self.queue = config.queue
+        self.app = make_celery(self.queue)
+        self.agent = build_agent(config, tools_files=list(tools_files))
+        if not isinstance(self.agent.storage, SqlStorage):
+            raise ConfigError(
+                f"{config.source}: queued runs keep their state in a SQL store; set storage.url "
+                "(postgresql+psycopg://... for workers on several machines)"
+            )
+        self.store = RunStore(self.agent.storage, max_redeliveries=self.queue.max_redeliveries)
+        name = f"{socket.gethostname()}:{os.getpid()}"
+        self.runner = RunWorker(
+            self.agent, self.store, self.send, name=name, lease_ttl=self.queue.lease_ttl
+        )
+        self._stop = threading.Event()
+        self._sweeper = threading.Thread(target=self._sweep, name="hermes-sweeper", daemon=True)
+        self._sweeper.start()
+
+    def send(self, request_id: str) -> None:
+        enqueue(self.app, self.queue, request_id)
+
+    def _sweep(self) -> None:
+        interval = self.queue.sweep_interval or self.queue.lease_ttl
+        while not self._stop.wait(interval):
+            try:
+                self.runner.sweep()
+            except Exception:
+                logger.exception("the sweeper failed; trying again in %.1f s", interval)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.runner.close()
+        self.agent.close()
+
+
+_process: WorkerProcess | None = None
+_process_guard = threading.Lock()
+_settings: tuple[HermesConfig, tuple[str, ...]] | None = None
+
+
+def worker_process() -> WorkerProcess:
+    """This process's ``WorkerProcess``, made on first use (after a fork, in each child)."""
+    global _process
+    with _process_guard:
+        if _process is None:
+            if _settings is None:
+                raise ConfigError("this process was not started by `hermes-agent worker`")
+            _process = WorkerProcess(*_settings)
+        return _process
+
+
+def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
+    """The Celery app of a worker, with the run task registered."""
+    global _settings
+    if config.queue is None:
+        raise ConfigError(f"{config.source}: a worker needs a queue: section (broker, ...)")
+    _settings = (config, tuple(tools_files))
+    app = make_celery(config.queue)
+
+    from celery.signals import task_received  # type: ignore[import-untyped]
+
+    @task_received.connect(weak=False)  # type: ignore[untyped-decorator]
+    def received(sender: Any = None, request: Any = None, **_: Any) -> None:
+        # Noted as soon as the delivery arrives, before a slot is free to run it: a worker
+        # that dies holding it leaves a trace the sweeper acts on.
+        if request is not None and request.name == RUN_TASK and request.args:
+            try:
+                worker_process().store.mark_delivered(str(request.args[0]))
+            except Exception:
+                logger.exception("could not note the delivery of run %s", request.args[0])
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name=RUN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+    )
+    def run(request_id: str) -> str:
+        return worker_process().runner.execute(request_id)
+
+    return app
+
+
+def run_worker(
+    config: HermesConfig,
+    tools_files: Sequence[str] = (),
+    *,
+    concurrency: int = 4,
+    pool: str = "threads",
+    loglevel: str = "INFO",
+    hostname: str | None = None,
+) -> None:
+    """Start a Celery worker that runs queued runs (blocks until it is stopped)."""
+    app = worker_app(config, tools_files)
+    argv = [
+        "worker",
+        f"--concurrency={concurrency}",
+        f"--pool={pool}",
+        f"--loglevel={loglevel}",
+        "--events",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if hostname:
+        argv.append(f"--hostname={hostname}")
+    if pool != "prefork":
+        worker_process()  # build the agent before taking any task; fail fast on a bad config
+    app.worker_main(argv)

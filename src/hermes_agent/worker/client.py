@@ -1,0 +1,126 @@
+"""Submitting runs to the workers and waiting for them: ``Agent.submit`` and the service's
+``execution: queue`` both go through ``QueueClient``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hermes_agent.config import QueueConfig
+from hermes_agent.errors import HermesAgentError
+from hermes_agent.storage.base import Storage
+from hermes_agent.types import RunResult, ToolCallRecord, Usage
+from hermes_agent.worker.app import enqueue, make_celery
+from hermes_agent.worker.runner import request_payload
+from hermes_agent.worker.store import QueuedRun, RunStore
+
+
+class QueueClient:
+    """Puts runs on the queue and reads their state back (any process, any machine)."""
+
+    def __init__(self, queue: QueueConfig, storage: Storage) -> None:
+        from hermes_agent.storage.sql import SqlStorage
+
+        if not isinstance(storage, SqlStorage):
+            raise HermesAgentError(
+                "submit() keeps runs in the agent's SQL store; create the agent with "
+                "storage='postgresql+psycopg://...' (the workers' store)"
+            )
+        self.queue = queue
+        self.store = RunStore(storage, max_redeliveries=queue.max_redeliveries)
+        self.app = make_celery(queue)
+
+    def submit(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        owner: str = "",
+        **options: Any,
+    ) -> RunHandle:
+        session_id = session_id or uuid.uuid4().hex
+        request_id = self.store.add(session_id, request_payload(message, **options), owner=owner)
+        self.send(request_id)
+        return RunHandle(request_id, session_id, self)
+
+    def send(self, request_id: str) -> None:
+        enqueue(self.app, self.queue, request_id)
+
+    def decide(self, request_id: str, approval_id: str, approved: bool, reason: str | None) -> bool:
+        """Answer a pending approval; the run goes back to the queue and resumes."""
+        if not self.store.decide(request_id, approval_id, approved, reason):
+            return False
+        self.send(request_id)
+        return True
+
+
+@dataclass(slots=True)
+class RunHandle:
+    """A submitted run: its ids, and ways to wait for it."""
+
+    request_id: str
+    session_id: str
+    client: QueueClient
+
+    def state(self) -> QueuedRun:
+        found = self.client.store.get(self.request_id)
+        if found is None:
+            raise HermesAgentError(f"run {self.request_id} is not in the store")
+        return found
+
+    def status(self) -> str:
+        return self.state().status
+
+    def result(self, timeout: float | None = None, poll: float = 0.05) -> RunResult:
+        """Wait for the run to finish and return its result. ``TimeoutError`` after ``timeout``
+        seconds; ``HermesAgentError`` when it failed, was cancelled or was dead-lettered."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run = self.state()
+            if run.status == "completed" and run.result is not None:
+                return result_from_dict(run.result)
+            if run.finished:
+                raise HermesAgentError(f"run {self.request_id} {run.status}: {run.error}")
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {self.request_id} is still {run.status} after {timeout:g} s"
+                )
+            time.sleep(poll)
+
+
+def result_from_dict(data: dict[str, Any]) -> RunResult:
+    """The ``RunResult`` a worker stored (``RunResult.to_dict``), rebuilt: output, status,
+    ids, tool calls, usage, error, approvals and warnings (the steps stay in the trail)."""
+    usage = data.get("usage") or {}
+    return RunResult(
+        output=data.get("output", ""),
+        status=int(data.get("status", 200)),
+        request_id=data["request_id"],
+        session_id=data["session_id"],
+        tool_calls=[
+            ToolCallRecord(
+                c["name"],
+                c.get("arguments", {}),
+                c.get("result"),
+                c.get("status_code", 200),
+                c.get("error"),
+                c.get("id", ""),
+                c.get("metadata", {}),
+            )
+            for c in data.get("tool_calls", [])
+        ],
+        usage=Usage(
+            usage.get("prompt_tokens", 0),
+            usage.get("completion_tokens", 0),
+            usage.get("requests", 0),
+        ),
+        duration_ms=data.get("duration_ms", 0.0),
+        error=data.get("error"),
+        loop_status=data.get("loop_status", "completed"),
+        approvals=data.get("approvals", []),
+        warnings=data.get("warnings", []),
+        data=data.get("data"),
+        cost=data.get("cost"),
+    )

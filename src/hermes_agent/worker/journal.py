@@ -1,0 +1,119 @@
+"""A run's journal in the store (``pipeline.journal.RunJournal``), fenced by the worker's lease.
+
+Keys: ``turn/<n>`` for the n-th model request of the run, ``call/<step>/<index>`` for a tool
+call. A call is written ``started`` (with its arguments) before the tool runs and ``done``
+(with its outcome) after; a model turn is written ``done`` as soon as it arrives. Every write
+checks the run's fencing token in the same transaction, so a worker whose lease passed to
+another writes nothing more (``LeaseLost``) and the run stops there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hermes_agent.pipeline.journal import CallKey, JournaledCall
+from hermes_agent.types import (
+    Completion,
+    Message,
+    ModelResponse,
+    ParseError,
+    ToolCall,
+    Usage,
+)
+from hermes_agent.worker.store import RunStore
+
+
+class StoreJournal:
+    """The journal of one attempt of one run (``token`` is this attempt's fencing token)."""
+
+    def __init__(self, store: RunStore, request_id: str, token: int) -> None:
+        self.store = store
+        self.request_id = request_id
+        self.token = token
+        self.latest_turn = -1
+        """The latest model request of this attempt (approvals are keyed by it)."""
+        self._entries = store.journal_entries(request_id)  # what earlier attempts left
+        self.replayed_turns = 0
+        self.replayed_calls = 0
+        self.interrupted_calls = 0
+
+    async def recorded_turn(self, turn: int) -> ModelResponse | None:
+        self.latest_turn = turn
+        found = self._entries.get(f"turn/{turn}")
+        if found is None:
+            return None
+        self.replayed_turns += 1
+        return response_from_json(found[1])
+
+    async def record_turn(self, turn: int, response: ModelResponse) -> None:
+        self.store.write_journal(
+            self.request_id, self.token, f"turn/{turn}", "done", response_to_json(response)
+        )
+
+    async def call_started(
+        self, key: CallKey, tool: str, arguments: dict[str, Any], idempotent: bool
+    ) -> JournaledCall | None:
+        name = f"call/{key.step}/{key.index}"
+        found = self._entries.get(name)
+        if found is not None:
+            state, payload = found
+            if state == "done":
+                self.replayed_calls += 1
+                return JournaledCall(
+                    "recorded",
+                    payload.get("value"),
+                    int(payload.get("status_code", 200)),
+                    payload.get("error"),
+                )
+            if not idempotent:
+                self.interrupted_calls += 1
+                return JournaledCall("interrupted", status_code=500)
+        self.store.write_journal(
+            self.request_id, self.token, name, "started", {"tool": tool, "arguments": arguments}
+        )
+        return None
+
+    async def call_finished(
+        self, key: CallKey, value: Any, status_code: int, error: str | None
+    ) -> None:
+        self.store.write_journal(
+            self.request_id,
+            self.token,
+            f"call/{key.step}/{key.index}",
+            "done",
+            {"value": value, "status_code": status_code, "error": error},
+        )
+
+    async def save_turn(self, session_id: str, messages: Sequence[Message]) -> None:
+        self.store.save_turn(self.request_id, self.token, session_id, messages)
+
+
+def response_to_json(response: ModelResponse) -> dict[str, Any]:
+    completion = response.completion
+    return {
+        "text": response.text,
+        "model_name": response.model_name,
+        "usage": {
+            "prompt_tokens": response.usage.prompt_tokens,
+            "completion_tokens": response.usage.completion_tokens,
+            "requests": response.usage.requests,
+        },
+        "content": completion.content,
+        "scratch_pad": completion.scratch_pad,
+        "tool_calls": [
+            {"name": c.name, "arguments": c.arguments, "id": c.id} for c in completion.tool_calls
+        ],
+        "errors": [{"block": e.block, "message": e.message} for e in completion.errors],
+    }
+
+
+def response_from_json(data: dict[str, Any]) -> ModelResponse:
+    completion = Completion(
+        content=data.get("content", ""),
+        tool_calls=[ToolCall(c["name"], c["arguments"], c["id"]) for c in data["tool_calls"]],
+        scratch_pad=data.get("scratch_pad"),
+        errors=[ParseError(e["block"], e["message"]) for e in data["errors"]],
+    )
+    usage = Usage(**data.get("usage", {}))
+    return ModelResponse(completion, data["text"], usage, data.get("model_name", ""))

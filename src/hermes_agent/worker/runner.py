@@ -1,0 +1,333 @@
+"""What a worker does with one delivery of a queued run.
+
+    claim the run (store)  ── finished / parked / waiting / dead ──▶ acknowledge, nothing to do
+       │  busy: another worker holds it — wait (≤ one lease) until it shows life (stop at once)
+       │        or its lease expires (take it over)
+       ▼
+    hold the lease: a heartbeat thread extends it every third of ``lease_ttl``; a lost lease
+    (taken over, or the run cancelled) cancels the run at once
+       ▼
+    agent.arun(..., journal=StoreJournal, approver=QueueApprover)
+       │  model turns and tool calls of earlier attempts come from the journal
+       │  a call that needs an undecided approval: recorded, the run is set aside
+       ▼  (``waiting_approval``) and the worker is free; the answer re-enqueues it
+    finish: ``completed`` with the result, or ``failed``; hand the session to its next run
+
+Everything a run does is fenced by the lease token of this attempt, so a copy of the run that
+lost its lease writes nothing more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hermes_agent.agent import Agent
+from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.errors import HermesAgentError, OutputValidationError
+from hermes_agent.events import Event, ResultEvent
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import ToolCall
+from hermes_agent.worker.journal import StoreJournal
+from hermes_agent.worker.store import Claim, LeaseLost, RunStore
+
+logger = logging.getLogger("hermes_agent.worker")
+
+Enqueue = Callable[[str], None]
+
+
+class QueueApprover:
+    """Approvals of a queued run: a decision in the store answers; no decision yet records the
+    call as pending and sets the run aside (the worker is freed; ``decide`` re-enqueues it).
+
+    A decision is bound to the model turn, the tool and the exact arguments."""
+
+    def __init__(self, store: RunStore, request_id: str, token: int, journal: StoreJournal):
+        self.store = store
+        self.request_id = request_id
+        self.token = token
+        self.journal = journal
+        self.suspended: dict[str, Any] | None = None
+
+    def key(self, call: ToolCall) -> str:
+        canonical = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+        digest = hashlib.sha256(canonical.encode()).hexdigest()[:24]
+        return f"{self.journal.latest_turn}/{digest}"
+
+    async def __call__(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
+        key = self.key(call)
+        found = self.store.approval(self.request_id, key)
+        if found is not None and found[0] != "pending":
+            status, reason = found
+            return status == "approved", reason or status
+        self.store.ask_approval(self.request_id, self.token, key, call.name, call.arguments)
+        self.suspended = {"approval_id": key, "tool": call.name, "arguments": call.arguments}
+        # Leave the run here: its state is in the journal, and the answer resumes it.
+        raise asyncio.CancelledError
+
+
+class RunWorker:
+    """Runs queued runs with one agent (one per worker process, shared by its threads)."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: RunStore,
+        enqueue: Enqueue,
+        *,
+        name: str,
+        lease_ttl: float = 30.0,
+    ) -> None:
+        self.agent = agent
+        self.store = store
+        self.enqueue = enqueue
+        self.name = name
+        self.lease_ttl = lease_ttl
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="hermes-worker-loop", daemon=True
+        )
+        self._loop_thread.start()
+
+    # -- one delivery -----------------------------------------------------------------
+
+    def execute(self, request_id: str) -> str:
+        """Handle one delivery of ``request_id``; returns what became of it (for the logs and
+        for Celery's task result): ``completed``, ``failed``, ``waiting_approval``,
+        ``cancelled``, ``lease_lost`` or the claim's outcome when it did not run."""
+        claim = self._claim(request_id)
+        if claim.outcome != "claimed":
+            logger.info("run %s: %s, not run by %s", request_id, claim.outcome, self.name)
+            return claim.outcome
+        assert claim.run is not None
+        try:
+            return self._run(claim)
+        finally:
+            self._hand_over(claim.run.session_id)
+
+    def _claim(self, request_id: str) -> Claim:
+        """Claim the run; while another worker holds it, wait at most one lease: a heartbeat
+        from the holder means it is alive (this copy stops at once), an expired lease means
+        it died (this worker takes over)."""
+        deadline = time.monotonic() + self.lease_ttl + 1.0
+        first_beat: int | None = None
+        while True:
+            claim = self.store.claim(request_id, self.name, self.lease_ttl)
+            if claim.outcome != "busy":
+                return claim
+            if first_beat is None:
+                first_beat = claim.heartbeat_ns
+            elif claim.heartbeat_ns != first_beat or time.monotonic() > deadline:
+                return claim  # alive elsewhere: a second copy stops here
+            time.sleep(min(0.25, self.lease_ttl / 6))
+
+    def _run(self, claim: Claim) -> str:
+        assert claim.run is not None
+        run, token = claim.run, claim.token
+        lost = threading.Event()
+        stop_beating = threading.Event()
+        holder: list[asyncio.Task[Any]] = []
+
+        def beat() -> None:
+            while not stop_beating.wait(self.lease_ttl / 3):
+                try:
+                    alive = self.store.heartbeat(run.request_id, token, self.lease_ttl)
+                except Exception:  # the store is away: keep trying until the lease runs out
+                    logger.exception("run %s: heartbeat failed", run.request_id)
+                    continue
+                if not alive:
+                    lost.set()
+                    if holder:
+                        self._loop.call_soon_threadsafe(holder[0].cancel)
+                    return
+
+        async def drive() -> str:
+            current = asyncio.current_task()
+            assert current is not None
+            holder.append(current)
+            if lost.is_set():
+                raise asyncio.CancelledError
+            return await self._drive(claim, lost)
+
+        beating = threading.Thread(target=beat, name=f"lease-{run.request_id}", daemon=True)
+        beating.start()
+        try:
+            # All runs of this process share one event loop (model clients are bound to the
+            # loop they first ran on); this thread waits for its run.
+            return asyncio.run_coroutine_threadsafe(drive(), self._loop).result()
+        finally:
+            stop_beating.set()
+            beating.join(timeout=5)
+
+    def close(self) -> None:
+        """Stop the run loop (runs still on it are abandoned: their leases expire)."""
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=5)
+
+    async def _drive(self, claim: Claim, lost: threading.Event) -> str:
+        assert claim.run is not None
+        run, token = claim.run, claim.token
+        rid = run.request_id
+        journal = StoreJournal(self.store, rid, token)
+        approver = QueueApprover(self.store, rid, token, journal)
+        if claim.resumed:
+            self._record_resumed(claim, journal)
+
+        def listener(event: Event) -> None:
+            self.store.add_event(rid, event.to_dict())
+
+        request = run.request
+        try:
+            result = await self.agent.arun(
+                request["message"],
+                session_id=run.session_id,
+                tool_choice=request.get("tool_choice"),
+                toolsets=request.get("toolsets"),
+                output_format=request.get("output_format"),
+                channel=request.get("channel"),
+                output_type=request.get("output_schema"),
+                listener=listener,
+                request_id=rid,
+                journal=journal,
+                approver=approver,
+            )
+        except OutputValidationError as exc:
+            result = exc.result
+        except asyncio.CancelledError:
+            if approver.suspended is not None:
+                self.store.finish(rid, token, "waiting_approval")
+                self.store.add_event(
+                    rid, {"kind": "approval_required", "request_id": rid, **approver.suspended}
+                )
+                return "waiting_approval"
+            if lost.is_set():
+                return self._lost(rid)
+            raise
+        except LeaseLost:
+            return self._lost(rid)
+        except HermesAgentError as exc:
+            return self._fail(rid, token, str(exc))
+        except Exception as exc:
+            logger.exception("run %s failed", rid)
+            return self._fail(
+                rid, token, f"the run failed unexpectedly: {type(exc).__name__}: {exc}"
+            )
+        wire = ResultEvent(result).to_dict()
+        try:
+            self.store.finish(rid, token, "completed", result=wire["result"])
+        except LeaseLost:
+            return self._lost(rid)
+        self.store.add_event(rid, wire)
+        return "completed"
+
+    def _lost(self, request_id: str) -> str:
+        found = self.store.get(request_id)
+        status = found.status if found is not None else "gone"
+        if status == "cancelled":
+            self.store.add_event(
+                request_id,
+                {
+                    "kind": "run_stopped",
+                    "status": "cancelled",
+                    "error": found.error if found else None,
+                },
+            )
+            return "cancelled"
+        logger.warning("run %s: this worker's lease passed to another; stopped", request_id)
+        return "lease_lost"
+
+    def _fail(self, request_id: str, token: int, error: str) -> str:
+        try:
+            self.store.finish(request_id, token, "failed", error=error)
+        except LeaseLost:
+            return self._lost(request_id)
+        self.store.add_event(
+            request_id, {"kind": "run_stopped", "status": "failed", "error": error}
+        )
+        return "failed"
+
+    def _record_resumed(self, claim: Claim, journal: StoreJournal) -> None:
+        """One ``resumed`` record in the run's trail: which attempt, on which worker, from which
+        step (the steps before it are whole in the trail and are not done again)."""
+        assert claim.run is not None
+        storage = self.agent.storage
+        sink = self.agent.audit_sink
+        if storage is None or sink is None:
+            return
+        earlier = storage.records(claim.run.request_id)
+        last = earlier[-1] if earlier else None
+        executed = {r.step for r in earlier if r.stage == "ToolExecutor"}
+        from_step = max(executed) + 1 if executed else 0
+        content = json.dumps(
+            {
+                "attempt": claim.run.claims + 1,
+                "worker": self.name,
+                "from_step": from_step,
+                "takeover": claim.run.status == "running",
+                "journal_entries": len(journal._entries),
+            }
+        )
+        sink.write(
+            [
+                AuditRecord(
+                    request_id=claim.run.request_id,
+                    session_id=claim.run.session_id,
+                    step=from_step,
+                    stage="Worker",
+                    role=Role.RESUMED.value,
+                    content=content,
+                    timestamp_ns=time.time_ns(),
+                    latency_ms=0.0,
+                    status="ok",
+                    status_code=200,
+                    model_name=last.model_name if last else self.agent.model.name,
+                    system_prompt_sha256=last.system_prompt_sha256 if last else "",
+                    seq=last.seq + 1 if last else 0,
+                )
+            ]
+        )
+
+    def _hand_over(self, session_id: str) -> None:
+        """The session's next run (parked while this one ran) goes to the queue now."""
+        try:
+            following = self.store.next_of_session(session_id)
+            if following is not None:
+                self.enqueue(following)
+        except Exception:  # the sweeper hands it over later
+            logger.exception("session %s: could not hand over to its next run", session_id)
+
+    # -- the sweeper ------------------------------------------------------------------
+
+    def sweep(self) -> list[str]:
+        """Re-enqueue runs lost with their worker, and parked runs whose hand-over was lost."""
+        found = self.store.to_sweep(self.lease_ttl)
+        for request_id in found:
+            logger.warning("run %s: re-enqueued by %s's sweeper", request_id, self.name)
+            self.enqueue(request_id)
+        return found
+
+
+def request_payload(
+    message: str,
+    *,
+    tool_choice: str | None = None,
+    toolsets: list[str] | None = None,
+    output_format: str | None = None,
+    channel: str | None = None,
+    output_schema: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a queued run keeps of its request (JSON)."""
+    return {
+        "message": message,
+        "tool_choice": tool_choice,
+        "toolsets": toolsets,
+        "output_format": output_format,
+        "channel": channel,
+        "output_schema": output_schema,
+    }

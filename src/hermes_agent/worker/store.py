@@ -1,0 +1,676 @@
+"""The state of queued runs, in the agent's SQL store (PostgreSQL when workers run on several
+machines): the runs, each run's journal, its events and its pending approvals.
+
+Four tables beside the sessions and the audit trail:
+
+- ``hermes_runs`` — one row per queued run: what to run, its status, its lease (the worker
+  holding it, a fencing token that grows with each claim, when the lease expires), how many
+  times it was taken over, and its result;
+- ``hermes_run_journal`` — the run's model turns and tool calls (``pipeline.journal``), each
+  write fenced: it lands only while the writer's token is the run's current token;
+- ``hermes_run_events`` — the run's events in order, for callers following it from any process;
+- ``hermes_run_approvals`` — calls waiting for (or given) a decision.
+
+Statuses: ``queued`` → ``running`` → ``completed`` | ``failed``; ``running`` →
+``waiting_approval`` → ``queued`` (the answer re-enqueues it); a run lost with its worker more
+than ``max_redeliveries`` times is ``dead`` (the dead letter); an operator's requeue puts a
+dead or failed run back to ``queued``; ``cancelled`` by its caller.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+
+from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError
+from hermes_agent.storage.sql import SqlStorage, append_messages
+from hermes_agent.types import Message
+
+metadata = MetaData()
+
+runs_table = Table(
+    "hermes_runs",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("session_id", String(MAX_ID_LENGTH), nullable=False),
+    Column("owner", String(255), nullable=False, default=""),
+    Column("request", Text, nullable=False),
+    Column("status", String(24), nullable=False),
+    Column("created_ns", BigInteger, nullable=False),
+    Column("updated_ns", BigInteger, nullable=False),
+    Column("parked", Boolean, nullable=False, default=False),
+    Column("claims", Integer, nullable=False, default=0),
+    Column("redeliveries", Integer, nullable=False, default=0),
+    Column("lease_token", Integer, nullable=False, default=0),
+    Column("lease_owner", String(255), nullable=True),
+    Column("lease_expires_ns", BigInteger, nullable=True),
+    Column("heartbeat_ns", BigInteger, nullable=True),
+    Column("requeued_ns", BigInteger, nullable=True),
+    Column("delivered_ns", BigInteger, nullable=True),
+    Column("turn_saved", Boolean, nullable=False, default=False),
+    Column("result", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Index("ix_hermes_runs_session", "session_id", "created_ns"),
+    Index("ix_hermes_runs_status", "status"),
+)
+
+journal_table = Table(
+    "hermes_run_journal",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("key", String(64), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("token", Integer, nullable=False),
+    Column("updated_ns", BigInteger, nullable=False),
+)
+
+events_table = Table(
+    "hermes_run_events",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("seq", Integer, primary_key=True, autoincrement=False),
+    Column("payload", Text, nullable=False),
+)
+
+approvals_table = Table(
+    "hermes_run_approvals",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("key", String(128), primary_key=True),
+    Column("tool", String(255), nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("updated_ns", BigInteger, nullable=False),
+)
+
+_TABLES_LOCK = 0x48_52_55_4E  # "HRUN": serialises creating these tables across processes
+
+FINISHED = ("completed", "failed", "dead", "cancelled")
+RunStatus = Literal[
+    "queued", "running", "waiting_approval", "completed", "failed", "dead", "cancelled"
+]
+
+
+class LeaseLost(StorageError):
+    """This worker's hold on a run has passed to another (its lease expired and another worker
+    took the run over): it must stop at once and write nothing more."""
+
+
+@dataclass(slots=True)
+class QueuedRun:
+    """One row of ``hermes_runs``."""
+
+    request_id: str
+    session_id: str
+    owner: str
+    request: dict[str, Any]
+    status: str
+    created_ns: int
+    updated_ns: int
+    claims: int
+    redeliveries: int
+    lease_token: int
+    lease_owner: str | None
+    lease_expires_ns: int | None
+    heartbeat_ns: int | None
+    result: dict[str, Any] | None
+    error: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+@dataclass(slots=True)
+class Claim:
+    """What a worker got when it asked for a run."""
+
+    outcome: Literal["claimed", "finished", "parked", "busy", "dead", "waiting"]
+    token: int = 0
+    resumed: bool = False
+    """A takeover or a resume: an earlier attempt of this run did some of its work."""
+    heartbeat_ns: int | None = None
+    """``busy``: the holder's latest heartbeat."""
+    run: QueuedRun | None = None
+
+
+def _now() -> int:
+    return time.time_ns()
+
+
+def dumps(value: Any) -> str:
+    """JSON for the store: non-JSON values become their ``str`` (as results do on the wire)."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class RunStore:
+    """The queued runs of one SQL store (see the module docstring)."""
+
+    def __init__(self, storage: SqlStorage, *, max_redeliveries: int = 3) -> None:
+        if not isinstance(storage, SqlStorage):
+            raise StorageError(
+                "queued runs need a SQL store (storage.url: postgresql+psycopg://... for "
+                "workers on several machines, or a sqlite:/// file on one machine)"
+            )
+        self.storage = storage
+        self.max_redeliveries = max_redeliveries
+        with storage.transaction(write=True) as conn:
+            if conn.dialect.name == "postgresql":  # workers starting together: one creates
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _TABLES_LOCK})
+            metadata.create_all(conn, checkfirst=True)
+
+    @contextmanager
+    def _tx(self, write: bool = True) -> Iterator[Connection]:
+        with self.storage.transaction(write=write) as conn:
+            yield conn
+
+    # -- submitting -------------------------------------------------------------------
+
+    def add(
+        self,
+        session_id: str,
+        request: dict[str, Any],
+        *,
+        owner: str = "",
+        request_id: str | None = None,
+    ) -> str:
+        """Record a run to be queued; returns its request id."""
+        request_id = request_id or str(uuid.uuid4())
+        now = _now()
+        with self._tx() as conn:
+            conn.execute(
+                insert(runs_table).values(
+                    request_id=request_id,
+                    session_id=session_id,
+                    owner=owner,
+                    request=dumps(request),
+                    status="queued",
+                    created_ns=now,
+                    updated_ns=now,
+                    parked=False,
+                    claims=0,
+                    redeliveries=0,
+                    lease_token=0,
+                    turn_saved=False,
+                )
+            )
+        return request_id
+
+    def get(self, request_id: str) -> QueuedRun | None:
+        with self._tx(write=False) as conn:
+            row = conn.execute(
+                select(runs_table).where(runs_table.c.request_id == request_id)
+            ).first()
+        return _run(row) if row is not None else None
+
+    def runs(
+        self, *, status: str | None = None, owner: str | None = None, limit: int = 50
+    ) -> list[QueuedRun]:
+        query = select(runs_table).order_by(runs_table.c.created_ns.desc()).limit(limit)
+        if status is not None:
+            query = query.where(runs_table.c.status == status)
+        if owner is not None:
+            query = query.where(runs_table.c.owner == owner)
+        with self._tx(write=False) as conn:
+            return [_run(row) for row in conn.execute(query)]
+
+    # -- claiming ---------------------------------------------------------------------
+
+    def claim(self, request_id: str, worker: str, lease_ttl: float) -> Claim:
+        """Take the run for ``worker`` if it may run now (see ``Claim.outcome``):
+
+        - ``finished``: done already (a second delivery of a finished run);
+        - ``waiting``: it waits for an approval (the answer re-enqueues it);
+        - ``parked``: an older run of its session has not finished (its end hands over);
+        - ``busy``: another worker holds a live lease on it;
+        - ``dead``: it was lost with its worker more than ``max_redeliveries`` times;
+        - ``claimed``: it is this worker's, with a new fencing token.
+        """
+        now = _now()
+        r = runs_table.c
+        with self._tx() as conn:
+            row = conn.execute(
+                select(runs_table).where(r.request_id == request_id).with_for_update()
+            ).first()
+            if row is None:
+                return Claim("finished")
+            run = _run(row)
+            if run.finished:
+                return Claim("finished", run=run)
+            if run.status == "waiting_approval":
+                return Claim("waiting", run=run)
+            older = conn.execute(
+                select(func.count())
+                .select_from(runs_table)
+                .where(
+                    r.session_id == run.session_id,
+                    r.status.not_in(FINISHED),
+                    (r.created_ns < run.created_ns)
+                    | and_(r.created_ns == run.created_ns, r.request_id < run.request_id),
+                )
+            ).scalar_one()
+            if older:
+                conn.execute(
+                    update(runs_table)
+                    .where(r.request_id == request_id)
+                    .values(parked=True, delivered_ns=None)
+                )
+                return Claim("parked", run=run)
+            if run.status == "running" and (run.lease_expires_ns or 0) > now:
+                return Claim("busy", heartbeat_ns=run.heartbeat_ns, run=run)
+            taken_over = run.status == "running"  # its holder died (its lease expired)
+            redeliveries = run.redeliveries + (1 if taken_over else 0)
+            if redeliveries > self.max_redeliveries:
+                conn.execute(
+                    update(runs_table)
+                    .where(r.request_id == request_id)
+                    .values(
+                        status="dead",
+                        updated_ns=now,
+                        lease_owner=None,
+                        lease_expires_ns=None,
+                        error=f"the run was lost with its worker {redeliveries} times "
+                        f"(max_redeliveries {self.max_redeliveries}); dead-lettered — "
+                        "`hermes-agent runs requeue` puts it back",
+                    )
+                )
+                return Claim("dead", run=run)
+            token = run.lease_token + 1
+            conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id)
+                .values(
+                    status="running",
+                    parked=False,
+                    delivered_ns=None,
+                    claims=run.claims + 1,
+                    redeliveries=redeliveries,
+                    lease_token=token,
+                    lease_owner=worker,
+                    lease_expires_ns=now + int(lease_ttl * 1e9),
+                    heartbeat_ns=now,
+                    updated_ns=now,
+                )
+            )
+        return Claim("claimed", token=token, resumed=run.claims > 0, run=run)
+
+    def mark_delivered(self, request_id: str) -> None:
+        """A worker received a delivery of this queued run (it may wait for a free slot before
+        it claims it). A delivery that is never claimed — its worker died holding it, which the
+        Redis broker would give back only after its visibility timeout — is sent again by the
+        sweeper."""
+        r = runs_table.c
+        with self._tx() as conn:
+            conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id, r.status == "queued", r.delivered_ns.is_(None))
+                .values(delivered_ns=_now())
+            )
+
+    def heartbeat(self, request_id: str, token: int, lease_ttl: float) -> bool:
+        """Extend the lease; ``False`` when it is no longer this token's (stop at once)."""
+        now = _now()
+        r = runs_table.c
+        with self._tx() as conn:
+            done = conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id, r.lease_token == token, r.status == "running")
+                .values(lease_expires_ns=now + int(lease_ttl * 1e9), heartbeat_ns=now)
+            )
+        return done.rowcount == 1
+
+    def _fence(self, conn: Connection, request_id: str, token: int) -> None:
+        """Hold the run's row for this transaction, or raise ``LeaseLost``."""
+        r = runs_table.c
+        held = conn.execute(
+            select(r.lease_token, r.status).where(r.request_id == request_id).with_for_update()
+        ).first()
+        if held is None or held.lease_token != token or held.status != "running":
+            raise LeaseLost(f"run {request_id}: the lease passed to another worker")
+
+    # -- the journal ------------------------------------------------------------------
+
+    def journal_entry(self, request_id: str, key: str) -> tuple[str, Any] | None:
+        j = journal_table.c
+        with self._tx(write=False) as conn:
+            row = conn.execute(
+                select(j.state, j.payload).where(j.request_id == request_id, j.key == key)
+            ).first()
+        return (row.state, json.loads(row.payload)) if row is not None else None
+
+    def journal_entries(self, request_id: str) -> dict[str, tuple[str, Any]]:
+        j = journal_table.c
+        with self._tx(write=False) as conn:
+            rows = conn.execute(
+                select(j.key, j.state, j.payload).where(j.request_id == request_id)
+            ).all()
+        return {row.key: (row.state, json.loads(row.payload)) for row in rows}
+
+    def write_journal(
+        self, request_id: str, token: int, key: str, state: str, payload: Any
+    ) -> None:
+        """Insert or replace one journal entry, fenced by ``token``."""
+        j = journal_table.c
+        now = _now()
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            found = conn.execute(
+                select(j.state).where(j.request_id == request_id, j.key == key)
+            ).first()
+            values = {"state": state, "payload": dumps(payload), "token": token, "updated_ns": now}
+            if found is None:
+                conn.execute(insert(journal_table).values(request_id=request_id, key=key, **values))
+            else:
+                conn.execute(
+                    update(journal_table)
+                    .where(j.request_id == request_id, j.key == key)
+                    .values(**values)
+                )
+
+    def save_turn(
+        self, request_id: str, token: int, session_id: str, messages: Sequence[Message]
+    ) -> None:
+        """Append the run's turn to its session, once, in the fenced transaction."""
+        r = runs_table.c
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            saved = conn.execute(
+                select(r.turn_saved).where(r.request_id == request_id)
+            ).scalar_one()
+            if saved:
+                return  # an earlier attempt saved it and died before finishing
+            if messages:
+                append_messages(conn, session_id, messages)
+            conn.execute(
+                update(runs_table).where(r.request_id == request_id).values(turn_saved=True)
+            )
+
+    # -- endings ----------------------------------------------------------------------
+
+    def finish(
+        self,
+        request_id: str,
+        token: int,
+        status: RunStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """End this attempt: ``completed``/``failed`` (final) or ``waiting_approval``."""
+        r = runs_table.c
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id)
+                .values(
+                    status=status,
+                    updated_ns=_now(),
+                    lease_owner=None,
+                    lease_expires_ns=None,
+                    result=dumps(result) if result is not None else None,
+                    error=error,
+                )
+            )
+
+    def release(self, request_id: str, token: int) -> None:
+        """Give the run back to the queue (a worker shutting down mid-run)."""
+        r = runs_table.c
+        with self._tx() as conn:
+            conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id, r.lease_token == token, r.status == "running")
+                .values(status="queued", lease_owner=None, lease_expires_ns=None, updated_ns=_now())
+            )
+
+    def cancel(self, request_id: str, reason: str = "cancelled by the client") -> bool:
+        """Cancel a run that has not finished; its worker notices at its next heartbeat."""
+        r = runs_table.c
+        with self._tx() as conn:
+            done = conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id, r.status.not_in(FINISHED))
+                .values(
+                    status="cancelled",
+                    error=reason,
+                    updated_ns=_now(),
+                    lease_owner=None,
+                    lease_expires_ns=None,
+                )
+            )
+        return done.rowcount == 1
+
+    def requeue(self, request_id: str) -> QueuedRun:
+        """An operator puts a dead, failed or cancelled run back (its journal is kept, so it
+        resumes where it stopped; its redeliveries start again from zero)."""
+        r = runs_table.c
+        with self._tx() as conn:
+            row = conn.execute(
+                select(runs_table).where(r.request_id == request_id).with_for_update()
+            ).first()
+            if row is None:
+                raise StorageError(f"no queued run {request_id!r}; see `hermes-agent runs list`")
+            if row.status not in ("dead", "failed", "cancelled"):
+                raise StorageError(
+                    f"run {request_id} is {row.status}; only a dead, failed or cancelled run "
+                    "can be requeued"
+                )
+            conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id)
+                .values(
+                    status="queued",
+                    delivered_ns=None,
+                    redeliveries=0,
+                    error=None,
+                    result=None,
+                    updated_ns=_now(),
+                    parked=False,
+                )
+            )
+        found = self.get(request_id)
+        assert found is not None
+        return found
+
+    def next_of_session(self, session_id: str) -> str | None:
+        """The oldest unfinished run of a session that is parked (waiting for its turn)."""
+        r = runs_table.c
+        with self._tx(write=False) as conn:
+            row = conn.execute(
+                select(r.request_id, r.parked)
+                .where(r.session_id == session_id, r.status.not_in(FINISHED))
+                .order_by(r.created_ns, r.request_id)
+                .limit(1)
+            ).first()
+        return row.request_id if row is not None and row.parked else None
+
+    def to_sweep(self, lease_ttl: float) -> list[str]:
+        """Runs that need a new delivery, each claimed for requeueing by one sweeper only:
+        running runs whose lease expired (their worker died), parked runs whose session
+        has nothing older unfinished (their hand-over was lost), and queued runs delivered to a
+        worker that never claimed them within three leases (it died holding the delivery)."""
+        now = _now()
+        r = runs_table.c
+        quiet = now - int(lease_ttl * 1e9)
+        found: list[str] = []
+        with self._tx() as conn:
+            unclaimed = now - int(3 * lease_ttl * 1e9)
+            rows = conn.execute(
+                select(r.request_id, r.session_id, r.status, r.created_ns, r.parked)
+                .where(
+                    ((r.status == "running") & (r.lease_expires_ns < now))
+                    | ((r.status == "queued") & r.parked)
+                    | ((r.status == "queued") & (r.delivered_ns < unclaimed)),
+                    (r.requeued_ns.is_(None)) | (r.requeued_ns < quiet),
+                )
+                .limit(200)
+            ).all()
+            for row in rows:
+                if row.status == "queued" and row.parked:
+                    older = conn.execute(
+                        select(func.count())
+                        .select_from(runs_table)
+                        .where(
+                            r.session_id == row.session_id,
+                            r.status.not_in(FINISHED),
+                            r.created_ns < row.created_ns,
+                        )
+                    ).scalar_one()
+                    if older:
+                        continue
+                claimed = conn.execute(
+                    update(runs_table)
+                    .where(
+                        r.request_id == row.request_id,
+                        (r.requeued_ns.is_(None)) | (r.requeued_ns < quiet),
+                    )
+                    .values(requeued_ns=now, delivered_ns=None)
+                )
+                if claimed.rowcount == 1:
+                    found.append(row.request_id)
+        return found
+
+    # -- events -----------------------------------------------------------------------
+
+    def add_event(self, request_id: str, wire: dict[str, Any]) -> int:
+        e = events_table.c
+        with self._tx() as conn:
+            seq = (
+                conn.execute(
+                    select(func.coalesce(func.max(e.seq), 0)).where(e.request_id == request_id)
+                ).scalar_one()
+                + 1
+            )
+            conn.execute(
+                insert(events_table).values(request_id=request_id, seq=seq, payload=dumps(wire))
+            )
+        return int(seq)
+
+    def events(self, request_id: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        e = events_table.c
+        with self._tx(write=False) as conn:
+            rows = conn.execute(
+                select(e.seq, e.payload)
+                .where(e.request_id == request_id, e.seq > after)
+                .order_by(e.seq)
+            ).all()
+        return [(row.seq, json.loads(row.payload)) for row in rows]
+
+    # -- approvals --------------------------------------------------------------------
+
+    def approval(self, request_id: str, key: str) -> tuple[str, str | None] | None:
+        a = approvals_table.c
+        with self._tx(write=False) as conn:
+            row = conn.execute(
+                select(a.status, a.reason).where(a.request_id == request_id, a.key == key)
+            ).first()
+        return (row.status, row.reason) if row is not None else None
+
+    def ask_approval(
+        self, request_id: str, token: int, key: str, tool: str, arguments: dict[str, Any]
+    ) -> None:
+        """Record a call waiting for a decision (fenced)."""
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            a = approvals_table.c
+            if (
+                conn.execute(
+                    select(a.status).where(a.request_id == request_id, a.key == key)
+                ).first()
+                is None
+            ):
+                conn.execute(
+                    insert(approvals_table).values(
+                        request_id=request_id,
+                        key=key,
+                        tool=tool,
+                        arguments=dumps(arguments),
+                        status="pending",
+                        reason=None,
+                        updated_ns=_now(),
+                    )
+                )
+
+    def pending_approvals(self, request_id: str | None = None) -> list[dict[str, Any]]:
+        a = approvals_table.c
+        query = select(approvals_table).where(a.status == "pending")
+        if request_id is not None:
+            query = query.where(a.request_id == request_id)
+        with self._tx(write=False) as conn:
+            return [
+                {
+                    "request_id": row.request_id,
+                    "approval_id": row.key,
+                    "tool": row.tool,
+                    "arguments": json.loads(row.arguments),
+                }
+                for row in conn.execute(query)
+            ]
+
+    def decide(self, request_id: str, key: str, approved: bool, reason: str | None) -> bool:
+        """Answer a pending approval and put its run back in the queue (``True`` when there
+        was such a pending approval). The caller enqueues the run."""
+        a = approvals_table.c
+        r = runs_table.c
+        with self._tx() as conn:
+            done = conn.execute(
+                update(approvals_table)
+                .where(a.request_id == request_id, a.key == key, a.status == "pending")
+                .values(
+                    status="approved" if approved else "denied", reason=reason, updated_ns=_now()
+                )
+            )
+            if done.rowcount != 1:
+                return False
+            conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id, r.status == "waiting_approval")
+                .values(status="queued", updated_ns=_now(), delivered_ns=None)
+            )
+        return True
+
+
+def _run(row: Any) -> QueuedRun:
+    return QueuedRun(
+        request_id=row.request_id,
+        session_id=row.session_id,
+        owner=row.owner,
+        request=json.loads(row.request),
+        status=row.status,
+        created_ns=row.created_ns,
+        updated_ns=row.updated_ns,
+        claims=row.claims,
+        redeliveries=row.redeliveries,
+        lease_token=row.lease_token,
+        lease_owner=row.lease_owner,
+        lease_expires_ns=row.lease_expires_ns,
+        heartbeat_ns=row.heartbeat_ns,
+        result=json.loads(row.result) if row.result else None,
+        error=row.error,
+    )

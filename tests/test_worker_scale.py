@@ -1,0 +1,177 @@
+"""Scale-out with real Celery workers, Redis or RabbitMQ, and PostgreSQL: runs survive a worker
+killed with SIGKILL, each tool call takes effect exactly once, and the turns of one session
+never interleave."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hermes_agent import build_agent
+from hermes_agent.worker.store import RunStore
+from step_model import running_step_model
+from storage_backends import _url
+from worker_harness import RABBITMQ, REDIS, cluster, free_port
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path):  # type: ignore[no-untyped-def]
+    yield from _url("postgresql", tmp_path)
+
+
+def _wait_all(store: RunStore, ids: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = [store.get(rid) for rid in ids]
+        if all(s is not None and s.finished for s in states):
+            return
+        time.sleep(0.2)
+    left = Counter(s.status for s in (store.get(rid) for rid in ids) if s is not None)
+    raise AssertionError(f"not all runs finished in {timeout} s: {dict(left)}")
+
+
+@pytest.mark.parametrize("broker", [REDIS, RABBITMQ], ids=["redis", "rabbitmq"])
+def test_sixty_runs_survive_a_killed_worker(tmp_path: Path, pg_url: str, broker: str) -> None:
+    requests: Counter[str] = Counter()
+    with (
+        running_step_model(free_port(), latency=0.05, seen=requests) as model_url,
+        cluster(tmp_path, pg_url, broker, model_url, lease_ttl=2.0, step_sleep=0.05) as c,
+    ):
+        for _ in range(3):
+            c.start_worker(concurrency=4)
+        c.wait_ready()
+        submitter = build_agent(tmp_path / "config.yaml")
+        try:
+            # 20 sessions × 3 runs: a session's runs go one after the other, in order.
+            handles = [
+                submitter.submit(f"job j{i} steps=3", session_id=f"s{i % 20}") for i in range(60)
+            ]
+            store = RunStore(submitter.storage)  # type: ignore[arg-type]
+            ids = [h.request_id for h in handles]
+            # Kill the worker holding the most runs once every worker is busy mid-run.
+            deadline = time.monotonic() + 60
+            victim_pid = None
+            while time.monotonic() < deadline:
+                running = [store.get(rid) for rid in ids]
+                holders = Counter(
+                    r.lease_owner for r in running if r is not None and r.status == "running"
+                )
+                done = sum(1 for r in running if r is not None and r.status == "completed")
+                if done >= 6 and holders:
+                    owner, held = holders.most_common(1)[0]
+                    if held >= 2:
+                        victim_pid = int(str(owner).rsplit(":", 1)[1])
+                        break
+                time.sleep(0.05)
+            assert victim_pid is not None, "no worker was ever seen holding two runs"
+            victim = next(p for p in c.workers if p.pid == victim_pid)
+            killed_runs = {
+                rid
+                for rid in ids
+                if (s := store.get(rid)) is not None
+                and s.lease_owner
+                and s.lease_owner.endswith(f":{victim_pid}")
+                and s.status == "running"
+            }
+            c.kill(victim)
+            _wait_all(store, ids, timeout=120)
+
+            states = {rid: store.get(rid) for rid in ids}
+            assert {s.status for s in states.values() if s} == {"completed"}, {
+                rid: (s.status, s.error)
+                for rid, s in states.items()
+                if s and s.status != "completed"
+            }
+            for i, handle in enumerate(handles):
+                result = handle.result(timeout=1)
+                assert result.output.startswith(f"done j{i} after 3 steps"), result.output
+
+            # Every call took effect exactly once; count executions too.
+            with c.effects_db() as conn:
+                effects = conn.execute("SELECT tag, n, call_key FROM effects").fetchall()
+                executions = Counter(
+                    row[0] for row in conn.execute("SELECT call_key FROM executions")
+                )
+            assert len(effects) == 180
+            assert Counter((tag, n) for tag, n, _ in effects) == {
+                (f"j{i}", n): 1 for i in range(60) for n in (1, 2, 3)
+            }
+            by_tag = {f"j{i}": ids[i] for i in range(60)}
+            for tag, n, call_key in effects:
+                assert call_key == f"{by_tag[tag]}/{n - 1}/0"  # request / step / index
+            rerun = {key for key, count in executions.items() if count > 1}
+            assert all(key.split("/")[0] in killed_runs for key in rerun)
+
+            # The killed runs were taken over and resumed where they stopped.
+            resumed = [rid for rid in ids if states[rid] and states[rid].claims > 1]  # type: ignore[union-attr]
+            assert killed_runs and set(killed_runs) <= set(resumed)
+            storage = submitter.storage
+            assert storage is not None
+            from_steps = []
+            for rid in killed_runs:
+                records = storage.records(rid)
+                marks = [json.loads(r.content) for r in records if r.role == "resumed"]
+                assert marks and marks[0]["takeover"] is True
+                from_steps.append(marks[0]["from_step"])
+                # No stage of a step is in the trail twice.
+                stages = Counter((r.step, r.stage, r.role) for r in records)
+                assert max(stages.values()) == 1, stages
+            # Model calls already made were not made again: 4 per run (3 steps + the answer),
+            # give or take the one a kill caught between the answer and its journal entry.
+            for i in range(60):
+                rid = ids[i]
+                if rid in killed_runs:
+                    assert 4 <= requests[f"j{i}"] <= 5, requests[f"j{i}"]
+                else:
+                    assert requests[f"j{i}"] == 4, (f"j{i}", requests[f"j{i}"])
+            # Each session's history is whole and in order: three turns, each seeing the last.
+            sessions = submitter.storage.sessions  # type: ignore[union-attr]
+            for s in range(20):
+                history = sessions.load(f"s{s}")
+                users = [m.content for m in history if m.role == "user"]
+                assert users == [f"job j{i} steps=3" for i in range(s, 60, 20)]
+                answers = [m.content for m in history if m.role == "assistant" and m.content]
+                assert [a.rsplit(": ", 1)[1] for a in answers] == ["1", "2", "3"]
+            print(
+                f"\n{broker.split(':')[0]}: killed pid {victim_pid} holding {len(killed_runs)} "
+                f"runs (resumed from steps {sorted(from_steps)}); calls re-run under their "
+                f"idempotency key: {len(rerun)}; all 60 completed, 180 effects"
+            )
+        finally:
+            submitter.close()
+
+
+def test_two_runs_of_one_session_on_two_workers_take_turns(tmp_path: Path, pg_url: str) -> None:
+    with (
+        running_step_model(free_port(), latency=0.2) as model_url,
+        cluster(tmp_path, pg_url, REDIS, model_url, step_sleep=0.2) as c,
+    ):
+        c.start_worker(concurrency=1)
+        c.start_worker(concurrency=1)
+        c.wait_ready()
+        submitter = build_agent(tmp_path / "config.yaml")
+        try:
+            first = submitter.submit("job a steps=2", session_id="shared")
+            second = submitter.submit("job b steps=2", session_id="shared")
+            assert first.result(timeout=60).output.endswith("user turns seen: 1")
+            assert second.result(timeout=60).output.endswith("user turns seen: 2")
+            with c.effects_db() as conn:
+                rows = conn.execute("SELECT tag, at, pid FROM executions ORDER BY at").fetchall()
+            assert [tag for tag, _, _ in rows] == ["a", "a", "b", "b"]
+            # The second run's first delivery went to the other worker, which set it aside
+            # until the first run's turn was saved.
+            logs = c.log(0) + c.log(1)
+            assert f"run {second.request_id}: parked" in logs
+            history = submitter.storage.sessions.load("shared")  # type: ignore[union-attr]
+            assert [m.content for m in history if m.role == "user"] == [
+                "job a steps=2",
+                "job b steps=2",
+            ]
+        finally:
+            submitter.close()

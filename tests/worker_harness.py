@@ -1,0 +1,230 @@
+"""Real Celery workers for the scale-out tests: a fresh PostgreSQL database, a broker queue of
+the test's own (Redis or RabbitMQ), the step model on loopback, and ``hermes-agent worker``
+processes that a test may SIGKILL.
+
+The workers' tool ``step`` writes its effect to a side table, keyed by its stable call id
+(``current_call()``), and counts every execution in another: so a test can tell an effect
+that happened once from a call that ran twice.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REDIS = "redis://127.0.0.1:6379/0"
+RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
+
+TOOLS = '''
+import os
+import time
+
+import psycopg
+
+from hermes_agent import current_call, tool
+
+DB = os.environ["EFFECTS_DB"]
+
+
+@tool
+def step(tag: str, n: int) -> str:
+    """Do step n of job tag.
+
+    Args:
+        tag: the job.
+        n: the step number.
+    """
+    key = current_call()
+    call_key = key.id if key else f"none-{tag}-{n}"
+    with psycopg.connect(DB, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO executions(call_key, tag, n, pid, at) "
+            "VALUES (%s, %s, %s, %s, clock_timestamp())",
+            (call_key, tag, n, os.getpid()),
+        )
+        time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))
+        # The effect, once per call id whatever happens (the idempotency key at work).
+        conn.execute(
+            "INSERT INTO effects(call_key, tag, n) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (call_key, tag, n),
+        )
+    return f"step {n} of {tag} done"
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def broker_up(url: str) -> bool:
+    host, port = ("127.0.0.1", 6379) if url.startswith("redis") else ("127.0.0.1", 5672)
+    try:
+        with socket.create_connection((host, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def psycopg_url(sqlalchemy_url: str) -> str:
+    return sqlalchemy_url.replace("postgresql+psycopg://", "postgresql://")
+
+
+@dataclass
+class Cluster:
+    """Workers on one broker queue, one database and one model."""
+
+    root: Path
+    db_url: str
+    broker: str
+    model_url: str
+    queue_name: str = field(default_factory=lambda: f"hermes-test-{uuid.uuid4().hex[:10]}")
+    lease_ttl: float = 2.0
+    max_redeliveries: int = 3
+    step_sleep: float = 0.05
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def write_config(self) -> Path:
+        config = self.root / "config.yaml"
+        config.write_text(
+            f"""
+model:
+  provider: openai
+  model_name: step-model
+  base_url: {self.model_url}
+  api_key: none
+  mode: native
+  max_retries: 0
+agent:
+  max_iterations: 6
+tools:
+  step:
+    idempotent: true
+storage:
+  url: {self.db_url}
+queue:
+  broker: {self.broker}
+  queue_name: {self.queue_name}
+  lease_ttl: {self.lease_ttl}
+  sweep_interval: 0.5
+  max_redeliveries: {self.max_redeliveries}
+""",
+            encoding="utf-8",
+        )
+        (self.root / "tools.py").write_text(TOOLS, encoding="utf-8")
+        return config
+
+    def prepare_tables(self) -> None:
+        import psycopg
+
+        with psycopg.connect(psycopg_url(self.db_url), autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE executions(call_key text, tag text, n int, pid int, at timestamptz)"
+            )
+            conn.execute("CREATE TABLE effects(call_key text PRIMARY KEY, tag text, n int)")
+
+    def start_worker(self, concurrency: int = 4) -> subprocess.Popen[bytes]:
+        index = len(self.workers)
+        env = {
+            **os.environ,
+            "EFFECTS_DB": psycopg_url(self.db_url),
+            "STEP_SLEEP": str(self.step_sleep),
+            "HOME": str(self.root),
+        }
+        log = (self.root / f"worker{index}.log").open("wb")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hermes_agent",
+                "worker",
+                "--config",
+                str(self.root / "config.yaml"),
+                "--tools",
+                str(self.root / "tools.py"),
+                "--concurrency",
+                str(concurrency),
+                "--name",
+                f"w{index}-{self.queue_name}@%h",
+            ],
+            cwd=self.root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.workers.append(process)
+        return process
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        for index, process in enumerate(self.workers):
+            log = self.root / f"worker{index}.log"
+            while b" ready." not in log.read_bytes():
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"worker {index} did not start:\n{self.log(index)}")
+                time.sleep(0.1)
+
+    def log(self, index: int) -> str:
+        return (self.root / f"worker{index}.log").read_text(errors="replace")[-4000:]
+
+    def kill(self, process: subprocess.Popen[bytes]) -> None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def stop(self) -> None:
+        for process in self.workers:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.workers:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+        self.drop_queue()
+
+    def drop_queue(self) -> None:
+        from hermes_agent.config import QueueConfig
+        from hermes_agent.worker.app import make_celery
+
+        app = make_celery(QueueConfig(broker=self.broker, queue_name=self.queue_name))
+        try:
+            with app.connection_for_write() as conn:
+                channel = conn.default_channel
+                channel.queue_delete(self.queue_name)
+        except Exception:
+            pass
+
+    def effects_db(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(psycopg_url(self.db_url), autocommit=True)
+
+
+@contextmanager
+def cluster(
+    root: Path, db_url: str, broker: str, model_url: str, **options: Any
+) -> Iterator[Cluster]:
+    if not broker_up(broker):
+        pytest.skip(f"no broker at {broker}")
+    made = Cluster(root, db_url, broker, model_url, **options)
+    made.write_config()
+    made.prepare_tables()
+    try:
+        yield made
+    finally:
+        made.stop()
