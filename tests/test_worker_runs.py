@@ -1,0 +1,378 @@
+"""Durable runs in one process, without a broker: the run store, the journal, leases and
+fencing, takeover and resume, exactly-once tool calls, approvals that free the worker, the dead
+letter and the operator's requeue. (tests/test_worker_scale.py runs the same with real Celery
+workers, Redis or RabbitMQ, and a SIGKILL.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hermes_agent import Agent, ScriptedModel, current_call
+from hermes_agent.pipeline.journal import CallKey
+from hermes_agent.storage.sql import SqlStorage
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import Message
+from hermes_agent.worker.journal import StoreJournal, response_to_json
+from hermes_agent.worker.runner import RunWorker, request_payload
+from hermes_agent.worker.store import LeaseLost, RunStore
+from storage_backends import _url
+
+
+def call(name: str, **arguments: Any) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
+    """``charge N``: one call of ``charge`` with cents=N, then an answer quoting the result."""
+    user = next(m for m in reversed(messages) if m.role == "user")
+    after = messages[messages.index(user) :]
+    results = [m for m in after if m.role == "tool"]
+    if not results:
+        return call("charge", cents=int(str(user.content).split()[-1]))
+    content = results[-1].tool_results[0].content
+    return f"answer: {json.dumps(content)}"
+
+
+class Ledger:
+    """A tool with a side effect, counting its executions and the call ids it saw."""
+
+    def __init__(self) -> None:
+        self.calls: list[str | None] = []
+
+    def charge(self, cents: int) -> str:
+        """Charge an amount.
+
+        Args:
+            cents: the amount.
+        """
+        key = current_call()
+        self.calls.append(key.id if key else None)
+        return f"charged {cents}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from _url(request.param, tmp_path)
+
+
+@pytest.fixture
+def ledger() -> Ledger:
+    return Ledger()
+
+
+def make_agent(url: str, ledger: Ledger, **tool_settings: Any) -> tuple[Agent, ScriptedModel]:
+    model = ScriptedModel(script)
+    agent = Agent(model, storage=url, tools=[Tool.from_function(ledger.charge, **tool_settings)])
+    return agent, model
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Any]]:
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        thing.close()
+
+
+def setup(
+    url: str, ledger: Ledger, cleanup: list[Any], lease_ttl: float = 5.0, **tool_settings: Any
+) -> tuple[Agent, ScriptedModel, RunStore, RunWorker, list[str]]:
+    agent, model = make_agent(url, ledger, **tool_settings)
+    assert isinstance(agent.storage, SqlStorage)
+    store = RunStore(agent.storage, max_redeliveries=1)
+    sent: list[str] = []
+    worker = RunWorker(agent, store, sent.append, name="test:1", lease_ttl=lease_ttl)
+    cleanup.extend([agent, worker])
+    return agent, model, store, worker, sent
+
+
+def expire(store: RunStore, request_id: str) -> None:
+    """As if the lease holder died: its lease runs out."""
+    from sqlalchemy import update
+
+    from hermes_agent.worker.store import runs_table
+
+    with store.storage.transaction(write=True) as conn:
+        conn.execute(
+            update(runs_table)
+            .where(runs_table.c.request_id == request_id)
+            .values(lease_expires_ns=time.time_ns() - 1)
+        )
+
+
+def test_a_queued_run_completes_with_its_events_journal_and_turn(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    agent, model, store, worker, _ = setup(url, ledger, cleanup)
+    rid = store.add("s1", request_payload("charge 5"))
+    assert worker.execute(rid) == "completed"
+    run = store.get(rid)
+    assert run is not None and run.status == "completed" and run.claims == 1
+    assert run.result is not None
+    assert (
+        run.result["output"] == 'answer: {"status": "success", "data": "charged 5", "error": null}'
+    )
+    assert ledger.calls == [f"{rid}/0/0"]  # the tool saw its stable call id
+    kinds = [wire["kind"] for _, wire in store.events(rid)]
+    assert kinds[0] == "input" and kinds[-1] == "result"
+    journal = store.journal_entries(rid)
+    assert set(journal) == {"turn/0", "turn/1", "call/0/0"}
+    assert journal["call/0/0"] == (
+        "done",
+        {"value": "charged 5", "status_code": 200, "error": None},
+    )
+    history = agent.sessions.load("s1")
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert worker.execute(rid) == "finished"  # a second delivery does nothing
+    assert len(model.requests) == 2 and ledger.calls == [f"{rid}/0/0"]
+
+
+def _died_mid_call(store: RunStore, rid: str, *, finished: bool) -> None:
+    """An earlier attempt: claimed, asked the model (a call of charge), started the call —
+    and finished it or not — then died."""
+    claim = store.claim(rid, "dead:1", 5.0)
+    assert claim.outcome == "claimed"
+    first = ScriptedModel([call("charge", cents=7)])
+    response = asyncio.run(first.complete([Message("user", "charge 7")], [], _settings()))
+    store.write_journal(rid, claim.token, "turn/0", "done", response_to_json(response))
+    store.write_journal(rid, claim.token, "call/0/0", "started", {"tool": "charge"})
+    if finished:
+        outcome = {"value": "charged 7 earlier", "status_code": 200, "error": None}
+        store.write_journal(rid, claim.token, "call/0/0", "done", outcome)
+    expire(store, rid)
+
+
+def _settings() -> Any:
+    from hermes_agent.models.base import ModelSettings
+
+    return ModelSettings()
+
+
+def test_a_call_that_started_and_never_finished_is_reported_interrupted(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    agent, model, store, worker, _ = setup(url, ledger, cleanup)
+    rid = store.add("s1", request_payload("charge 7"))
+    _died_mid_call(store, rid, finished=False)
+    assert worker.execute(rid) == "completed"
+    assert ledger.calls == []  # not run again: it may have taken effect
+    assert len(model.requests) == 1  # turn 0 came from the journal
+    run = store.get(rid)
+    assert run is not None and run.claims == 2 and run.redeliveries == 1
+    assert run.result is not None
+    record = run.result["tool_calls"][0]
+    assert record["status_code"] == 500 and record["metadata"]["journal"] == "interrupted"
+    assert "interrupted" in record["error"] and "idempotent" in record["error"]
+    assert "interrupted" in run.result["output"]  # the model was told
+    storage = agent.storage
+    assert storage is not None
+    resumed = [r for r in storage.records(rid) if r.role == "resumed"]
+    assert len(resumed) == 1
+    mark = json.loads(resumed[0].content)
+    assert mark["takeover"] is True and mark["attempt"] == 2 and mark["worker"] == "test:1"
+
+
+def test_an_idempotent_call_that_never_finished_runs_again(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, _, store, worker, _ = setup(url, ledger, cleanup, idempotent=True)
+    rid = store.add("s1", request_payload("charge 7"))
+    _died_mid_call(store, rid, finished=False)
+    assert worker.execute(rid) == "completed"
+    assert ledger.calls == [f"{rid}/0/0"]  # the same call id both times
+    run = store.get(rid)
+    assert run is not None and run.result is not None
+    assert run.result["tool_calls"][0]["status_code"] == 200
+
+
+def test_a_recorded_result_is_reused_not_run_again(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, model, store, worker, _ = setup(url, ledger, cleanup)
+    rid = store.add("s1", request_payload("charge 7"))
+    _died_mid_call(store, rid, finished=True)
+    assert worker.execute(rid) == "completed"
+    assert ledger.calls == [] and len(model.requests) == 1
+    run = store.get(rid)
+    assert run is not None and run.result is not None
+    assert run.result["tool_calls"][0]["metadata"]["journal"] == "recorded"
+    assert "charged 7 earlier" in run.result["output"]
+
+
+def test_a_worker_whose_lease_passed_on_writes_nothing(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, _, store, _, _ = setup(url, ledger, cleanup)
+    rid = store.add("s1", request_payload("charge 1"))
+    first = store.claim(rid, "a:1", 5.0)
+    expire(store, rid)
+    second = store.claim(rid, "b:2", 5.0)
+    assert (first.outcome, second.outcome) == ("claimed", "claimed")
+    assert second.token == first.token + 1
+    assert store.heartbeat(rid, first.token, 5.0) is False
+    with pytest.raises(LeaseLost):
+        store.write_journal(rid, first.token, "turn/0", "done", {})
+    journal = StoreJournal(store, rid, first.token)
+    with pytest.raises(LeaseLost):
+        asyncio.run(journal.call_started(CallKey(rid, 0, 0), "charge", {}, False))
+    assert store.heartbeat(rid, second.token, 5.0) is True
+
+
+def test_a_second_copy_of_a_live_run_stops_at_once(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, model, store, worker, _ = setup(url, ledger, cleanup, lease_ttl=3.0)
+    rid = store.add("s1", request_payload("charge 1"))
+    holder = store.claim(rid, "alive:1", 3.0)
+    beating = threading.Event()
+
+    def beat() -> None:
+        while not beating.wait(0.2):
+            store.heartbeat(rid, holder.token, 3.0)
+
+    thread = threading.Thread(target=beat)
+    thread.start()
+    try:
+        started = time.monotonic()
+        assert worker.execute(rid) == "busy"
+        assert time.monotonic() - started < 1.5  # well within the 3 s lease
+    finally:
+        beating.set()
+        thread.join()
+    assert model.requests == [] and ledger.calls == []
+
+
+def test_a_run_lost_too_often_is_dead_lettered_and_requeued_by_an_operator(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, _, store, worker, _ = setup(url, ledger, cleanup)  # max_redeliveries=1
+    rid = store.add("s1", request_payload("charge 2"))
+    for attempt in range(2):
+        assert store.claim(rid, f"w:{attempt}", 5.0).outcome == "claimed"
+        expire(store, rid)
+    assert store.claim(rid, "w:9", 5.0).outcome == "dead"
+    run = store.get(rid)
+    assert run is not None and run.status == "dead" and "dead-lettered" in (run.error or "")
+    assert [r.request_id for r in store.runs(status="dead")] == [rid]
+    store.requeue(rid)
+    assert worker.execute(rid) == "completed"
+    assert ledger.calls == [f"{rid}/0/0"]
+
+
+def test_an_approval_frees_the_worker_and_the_answer_resumes_the_run(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, model, store, worker, sent = setup(url, ledger, cleanup, requires_approval=True)
+    rid = store.add("s1", request_payload("charge 9"))
+    assert worker.execute(rid) == "waiting_approval"
+    assert store.get(rid).status == "waiting_approval"  # type: ignore[union-attr]
+    pending = store.pending_approvals(rid)
+    assert [(p["tool"], p["arguments"]) for p in pending] == [("charge", {"cents": 9})]
+    assert store.events(rid)[-1][1]["kind"] == "approval_required"
+    assert worker.execute(rid) == "waiting"  # a stray delivery does not run it
+    assert ledger.calls == []
+    # A later run of the same session waits for it.
+    later = store.add("s1", request_payload("charge 1"))
+    assert worker.execute(later) == "parked"
+    assert store.decide(rid, pending[0]["approval_id"], True, "ok by ops")
+    assert worker.execute(rid) == "completed"
+    assert ledger.calls == [f"{rid}/0/0"]
+    assert len(model.requests) == 2  # the turn that asked was not asked again
+    run = store.get(rid)
+    assert run is not None and run.result is not None
+    assert run.result["approvals"][0]["approved"] is True
+    assert run.result["approvals"][0]["reason"] == "ok by ops"
+    assert sent == [later]  # its end handed the session to the run that waited
+
+
+def test_a_denied_approval_reaches_the_model(url: str, ledger: Ledger, cleanup: list[Any]) -> None:
+    _, _, store, worker, _ = setup(url, ledger, cleanup, requires_approval=True)
+    rid = store.add("s1", request_payload("charge 9"))
+    assert worker.execute(rid) == "waiting_approval"
+    key = store.pending_approvals(rid)[0]["approval_id"]
+    assert store.decide(rid, key, False, "too much") is True
+    assert store.decide(rid, key, True, "changed my mind") is False  # single use
+    assert worker.execute(rid) == "completed"
+    assert ledger.calls == []
+    run = store.get(rid)
+    assert run is not None and run.result is not None
+    assert run.result["tool_calls"][0]["status_code"] == 403
+    assert "too much" in run.result["output"]
+
+
+def test_runs_of_one_session_take_turns_and_hand_over(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    agent, _, store, worker, sent = setup(url, ledger, cleanup)
+    first = store.add("s1", request_payload("charge 1"))
+    second = store.add("s1", request_payload("charge 2"))
+    other = store.add("s2", request_payload("charge 3"))
+    assert worker.execute(second) == "parked"
+    assert worker.execute(other) == "completed"  # another session is not held up
+    assert sent == []
+    assert worker.execute(first) == "completed"
+    assert sent == [second]  # the first's end handed the session on
+    assert worker.execute(second) == "completed"
+    users = [m.content for m in agent.sessions.load("s1") if m.role == "user"]
+    assert users == ["charge 1", "charge 2"]
+
+
+def test_a_delivery_never_claimed_is_swept_back(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, _, store, worker, sent = setup(url, ledger, cleanup, lease_ttl=0.1)
+    rid = store.add("s1", request_payload("charge 1"))
+    store.mark_delivered(rid)
+    assert worker.sweep() == []  # not yet: its worker may still take it
+    time.sleep(0.35)
+    assert worker.sweep() == [rid] and sent == [rid]
+    assert worker.sweep() == []  # once per lease, not on every pass
+    running = store.add("s2", request_payload("charge 2"))
+    store.claim(running, "gone:1", 0.1)
+    time.sleep(0.15)
+    assert running in worker.sweep()  # a run whose worker died
+
+
+def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
+    url: str, cleanup: list[Any]
+) -> None:
+    release = threading.Event()
+
+    def slow(seconds: float) -> str:
+        """Wait.
+
+        Args:
+            seconds: how long.
+        """
+        release.wait(seconds)
+        return "slept"
+
+    model = ScriptedModel([call("slow", seconds=10), "never"])
+    agent = Agent(model, storage=url, tools=[slow])
+    assert isinstance(agent.storage, SqlStorage)
+    store = RunStore(agent.storage)
+    worker = RunWorker(agent, store, lambda _: None, name="t:1", lease_ttl=0.3)
+    cleanup.extend([agent, worker])
+    rid = store.add("s1", request_payload("sleep"))
+    outcome: list[str] = []
+    thread = threading.Thread(target=lambda: outcome.append(worker.execute(rid)))
+    thread.start()
+    time.sleep(0.5)
+    assert store.cancel(rid, "stop it")
+    thread.join(timeout=5)
+    release.set()
+    assert outcome == ["cancelled"]
+    assert store.get(rid).status == "cancelled"  # type: ignore[union-attr]
+    assert store.events(rid)[-1][1] == {
+        "kind": "run_stopped",
+        "status": "cancelled",
+        "error": "stop it",
+    }
