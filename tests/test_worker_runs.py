@@ -376,3 +376,27 @@ def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
         "status": "cancelled",
         "error": "stop it",
     }
+
+
+def test_a_queued_run_joins_the_submitters_trace(tmp_path: Path, cleanup: list[Any]) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from hermes_agent.tracing import instrument
+
+    provider = TracerProvider()
+    memory = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    agent, _, store, worker, _ = setup(f"sqlite:///{tmp_path / 's.db'}", Ledger(), cleanup)
+    instrument(agent, tracer_provider=provider)
+    with provider.get_tracer("client").start_as_current_span("submit") as submitting:
+        rid = store.add("s1", request_payload("charge 3"))
+    assert store.get(rid).request["trace_context"]["traceparent"]  # type: ignore[union-attr]
+    assert worker.execute(rid) == "completed"
+    spans = memory.get_finished_spans()
+    run_span = next(s for s in spans if s.name.startswith("invoke_agent"))
+    assert run_span.context.trace_id == submitting.get_span_context().trace_id
+    assert run_span.parent is not None
+    assert run_span.parent.span_id == submitting.get_span_context().span_id
+    assert any(s.name == "execute_tool charge" for s in spans)

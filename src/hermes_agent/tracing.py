@@ -183,6 +183,24 @@ def attach_incoming(agent: Agent, headers: Mapping[str, str]) -> object | None:
     return context.attach(incoming)
 
 
+def outgoing_context() -> dict[str, str]:
+    """The current W3C trace context as a carrier (``traceparent``, ...), for a run handed to
+    another process (the queue keeps it with the run and the worker joins the trace with
+    ``attach_incoming``). Empty when no span is current, and when OpenTelemetry was never
+    imported here (then nothing is traced, and nothing is imported now)."""
+    import sys
+
+    if "opentelemetry.trace" not in sys.modules:
+        return {}
+    from opentelemetry import propagate, trace
+
+    if not trace.get_current_span().get_span_context().is_valid:
+        return {}
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier
+
+
 def detach(token: object) -> None:
     """Undo ``attach_incoming``."""
     from opentelemetry import context

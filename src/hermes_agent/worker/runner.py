@@ -33,6 +33,7 @@ from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.tools.registry import Tool
+from hermes_agent.tracing import attach_incoming, detach, outgoing_context
 from hermes_agent.types import ToolCall
 from hermes_agent.worker.journal import StoreJournal
 from hermes_agent.worker.store import Claim, LeaseLost, RunStore
@@ -183,6 +184,8 @@ class RunWorker:
             self.store.add_event(rid, event.to_dict())
 
         request = run.request
+        # The submitter's trace continues here (the run's spans join it).
+        joined = attach_incoming(self.agent, request.get("trace_context") or {})
         try:
             result = await self.agent.arun(
                 request["message"],
@@ -218,6 +221,9 @@ class RunWorker:
             return self._fail(
                 rid, token, f"the run failed unexpectedly: {type(exc).__name__}: {exc}"
             )
+        finally:
+            if joined is not None:
+                detach(joined)
         wire = ResultEvent(result).to_dict()
         try:
             self.store.finish(rid, token, "completed", result=wire["result"])
@@ -322,8 +328,9 @@ def request_payload(
     channel: str | None = None,
     output_schema: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """What a queued run keeps of its request (JSON)."""
+    """What a queued run keeps of its request (JSON), with the submitter's trace context."""
     return {
+        "trace_context": outgoing_context(),
         "message": message,
         "tool_choice": tool_choice,
         "toolsets": toolsets,
