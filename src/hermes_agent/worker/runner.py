@@ -59,7 +59,7 @@ class QueueApprover:
     def key(self, call: ToolCall) -> str:
         canonical = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
         digest = hashlib.sha256(canonical.encode()).hexdigest()[:24]
-        return f"{self.journal.latest_turn}/{digest}"
+        return f"{self.journal.latest_turn}-{digest}"
 
     async def __call__(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
         key = self.key(call)
