@@ -175,3 +175,82 @@ def test_two_runs_of_one_session_on_two_workers_take_turns(tmp_path: Path, pg_ur
             ]
         finally:
             submitter.close()
+
+
+def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg_url: str) -> None:
+    """Workers send Celery events (what Flower shows); a run lost with its worker more than
+    max_redeliveries times is dead-lettered; `hermes-agent runs requeue` puts it back."""
+    import threading
+
+    from typer.testing import CliRunner
+
+    from hermes_agent.cli.app import app as cli
+    from hermes_agent.config import QueueConfig
+    from hermes_agent.worker.app import make_celery
+
+    with (
+        running_step_model(free_port(), latency=0.05) as model_url,
+        cluster(
+            tmp_path, pg_url, REDIS, model_url, lease_ttl=1.0, step_sleep=2.0, max_redeliveries=0
+        ) as c,
+    ):
+        events: list[dict[str, object]] = []
+        app = make_celery(QueueConfig(broker=REDIS, queue_name=c.queue_name))
+        connection = app.connection_for_read()
+        receiver = app.events.Receiver(connection, handlers={"*": events.append})
+        listening = threading.Thread(
+            target=lambda: receiver.capture(limit=None, timeout=None, wakeup=True), daemon=True
+        )
+        listening.start()
+        doomed = c.start_worker(concurrency=1)
+        c.wait_ready()
+        submitter = build_agent(tmp_path / "config.yaml")
+        try:
+            handle = submitter.submit("job d steps=1", session_id="dl")
+            deadline = time.monotonic() + 30
+            while handle.status() != "running" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)  # inside the two-second tool
+            c.kill(doomed)
+            c.start_worker(concurrency=1)  # its sweeper finds the run, which is dead
+            c.wait_ready()
+            deadline = time.monotonic() + 30
+            while handle.status() != "dead" and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert handle.status() == "dead"
+            assert "dead-lettered" in (handle.state().error or "")
+            config = str(tmp_path / "config.yaml")
+            runner = CliRunner()
+            listed = runner.invoke(
+                cli, ["runs", "list", "--config", config, "--status", "dead", "--json"]
+            )
+            assert listed.exit_code == 0, listed.output
+            assert json.loads(listed.output.splitlines()[0])["request_id"] == handle.request_id
+            requeued = runner.invoke(
+                cli, ["runs", "requeue", handle.request_id, "--config", config]
+            )
+            assert requeued.exit_code == 0, requeued.output
+            assert f"requeued {handle.request_id}" in requeued.output
+            result = handle.result(timeout=60)
+            assert result.output.startswith("done d after 1 steps")
+            # The step had started when its worker died: being idempotent, it ran again under
+            # the same call id, and took effect once.
+            assert result.tool_calls[0].status_code == 200
+            with c.effects_db() as conn:
+                runs_of_call = conn.execute("SELECT call_key FROM executions").fetchall()
+                effects = conn.execute("SELECT call_key FROM effects").fetchall()
+            assert [row[0] for row in runs_of_call] == [f"{handle.request_id}/0/0"] * 2
+            assert [row[0] for row in effects] == [f"{handle.request_id}/0/0"]
+            refused = runner.invoke(cli, ["runs", "requeue", handle.request_id, "--config", config])
+            assert refused.exit_code != 0 and "only a dead, failed or cancelled run" in (
+                refused.output
+            )
+        finally:
+            submitter.close()
+            receiver.should_stop = True
+            listening.join(timeout=5)
+            connection.release()
+        kinds = {str(e.get("type")) for e in events}
+        assert {"worker-online", "worker-heartbeat", "task-received", "task-succeeded"} <= kinds
+        names = {e.get("name") for e in events if e.get("type") == "task-received"}
+        assert names == {"hermes_agent.run"}
