@@ -221,8 +221,9 @@ def test_a_worker_whose_lease_passed_on_writes_nothing(
     with pytest.raises(LeaseLost):
         store.write_journal(rid, first.token, "turn/0", "done", {})
     journal = StoreJournal(store, rid, first.token)
-    with pytest.raises(LeaseLost):
+    with pytest.raises(asyncio.CancelledError):  # the run stops, whatever stage it is in
         asyncio.run(journal.call_started(CallKey(rid, 0, 0), "charge", {}, False))
+    assert journal.holds() is False
     assert store.heartbeat(rid, second.token, 5.0) is True
 
 
@@ -253,14 +254,18 @@ def test_a_second_copy_of_a_live_run_stops_at_once(
 def test_a_run_lost_too_often_is_dead_lettered_and_requeued_by_an_operator(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
-    _, _, store, worker, _ = setup(url, ledger, cleanup)  # max_redeliveries=1
+    agent, _, store, worker, _ = setup(url, ledger, cleanup)  # max_redeliveries=1
     rid = store.add("s1", request_payload("charge 2"))
     for attempt in range(2):
         assert store.claim(rid, f"w:{attempt}", 5.0).outcome == "claimed"
         expire(store, rid)
-    assert store.claim(rid, "w:9", 5.0).outcome == "dead"
+    assert worker.execute(rid) == "dead"
     run = store.get(rid)
     assert run is not None and run.status == "dead" and "dead-lettered" in (run.error or "")
+    assert store.events(rid)[-1][1] == {"kind": "run_stopped", "status": "dead", "error": run.error}
+    assert agent.storage is not None
+    last = agent.storage.records(rid)[-1]
+    assert (last.role, last.status_code) == ("stopped", 503)
     assert [r.request_id for r in store.runs(status="dead")] == [rid]
     store.requeue(rid)
     assert worker.execute(rid) == "completed"
@@ -376,6 +381,14 @@ def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
         "status": "cancelled",
         "error": "stop it",
     }
+    assert agent.storage is not None
+    last = agent.storage.records(rid)[-1]
+    assert (last.role, last.status_code, json.loads(last.content)["status"]) == (
+        "stopped",
+        409,
+        "cancelled",
+    )
+    assert agent.storage.requests()[0]["status"] == "stopped"
 
 
 def test_a_queued_run_joins_the_submitters_trace(tmp_path: Path, cleanup: list[Any]) -> None:
@@ -400,3 +413,48 @@ def test_a_queued_run_joins_the_submitters_trace(tmp_path: Path, cleanup: list[A
     assert run_span.parent is not None
     assert run_span.parent.span_id == submitting.get_span_context().span_id
     assert any(s.name == "execute_tool charge" for s in spans)
+
+
+def test_an_attempt_overtaken_mid_call_stops_and_leaves_the_run_to_the_new_owner(
+    url: str, cleanup: list[Any]
+) -> None:
+    inside = threading.Event()
+    release = threading.Event()
+    runs: list[int] = []
+
+    def pay(cents: int) -> str:
+        """Pay.
+
+        Args:
+            cents: the amount.
+        """
+        runs.append(cents)
+        inside.set()
+        release.wait(10)
+        return f"paid {cents}"
+
+    model = ScriptedModel([call("pay", cents=4), "paid"])
+    agent = Agent(model, storage=url, tools=[pay])
+    assert isinstance(agent.storage, SqlStorage)
+    store = RunStore(agent.storage)
+    worker = RunWorker(agent, store, lambda _: None, name="slow:1", lease_ttl=30.0)
+    cleanup.extend([agent, worker])
+    rid = store.add("s1", request_payload("pay 4"))
+    outcome: list[str] = []
+    thread = threading.Thread(target=lambda: outcome.append(worker.execute(rid)))
+    thread.start()
+    assert inside.wait(10)
+    expire(store, rid)  # as if its heartbeats had stopped reaching the store
+    taken = store.claim(rid, "new:2", 30.0)
+    assert taken.outcome == "claimed" and taken.resumed
+    release.set()
+    thread.join(timeout=10)
+    assert outcome == ["lease_lost"]
+    # The overtaken attempt recorded nothing after the takeover: no outcome of its call, no
+    # answer, no turn in the session, no result event.
+    assert store.journal_entries(rid)["call/0/0"][0] == "started"
+    assert agent.sessions.load("s1") == []
+    assert all(wire["kind"] != "result" for _, wire in store.events(rid))
+    assert all(r.role != "output" for r in agent.storage.records(rid))
+    assert store.get(rid).lease_owner == "new:2"  # type: ignore[union-attr]
+    assert len(model.requests) == 1 and runs == [4]

@@ -529,7 +529,7 @@ class Agent:
             try:
                 result = await run_turn(ctx, self.hooks)
             finally:
-                if ctx.recorder is not None:
+                if ctx.recorder is not None and (journal is None or journal.holds()):
                     ctx.recorder.commit()  # whatever whole steps a failing run left
             if ctx.recorder is not None:
                 result.warnings.extend(ctx.recorder.warnings())

@@ -12,7 +12,9 @@ earlier attempt of the same run:
 So a run killed anywhere resumes where it stopped, and a tool with side effects runs at most
 once per call id. The journal records the intent of a call before the tool runs and its outcome
 after, and each model turn as soon as it arrives; what makes the record durable (and fenced
-against a second copy of the run) is the journal's business (``worker.journal``).
+against a second copy of the run) is the journal's business (``worker.journal``): a journal
+that finds its attempt has lost the run cancels the run (``asyncio.CancelledError``), so
+nothing more happens in it.
 
 Every tool call has a stable id, ``CallKey`` (request, step, position in the model's turn),
 which the tool itself can read with ``current_call()`` — an idempotency key to pass on to the
@@ -112,6 +114,11 @@ class RunJournal(Protocol):
     async def save_turn(self, session_id: str, messages: Sequence[Message]) -> None:
         """Add the run's messages to the session and mark the run done, as one step (so a run
         killed in between can neither lose its turn nor save it twice)."""
+        ...
+
+    def holds(self) -> bool:
+        """Whether this attempt still owns the run. One that lost it (another worker took the
+        run over) leaves the trail to the new owner: its unfinished step is not recorded."""
         ...
 
 

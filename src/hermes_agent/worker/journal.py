@@ -9,7 +9,8 @@ another writes nothing more (``LeaseLost``) and the run stops there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_agent.pipeline.journal import CallKey, JournaledCall
@@ -21,7 +22,7 @@ from hermes_agent.types import (
     ToolCall,
     Usage,
 )
-from hermes_agent.worker.store import RunStore
+from hermes_agent.worker.store import LeaseLost, RunStore
 
 
 class StoreJournal:
@@ -34,6 +35,8 @@ class StoreJournal:
         self.latest_turn = -1
         """The latest model request of this attempt (approvals are keyed by it)."""
         self._entries = store.journal_entries(request_id)  # what earlier attempts left
+        self.lost = False
+        """This attempt lost the run (its lease passed on, or the run was cancelled)."""
         self.replayed_turns = 0
         self.replayed_calls = 0
         self.interrupted_calls = 0
@@ -47,8 +50,13 @@ class StoreJournal:
         return response_from_json(found[1])
 
     async def record_turn(self, turn: int, response: ModelResponse) -> None:
-        self.store.write_journal(
-            self.request_id, self.token, f"turn/{turn}", "done", response_to_json(response)
+        self._write(
+            self.store.write_journal,
+            self.request_id,
+            self.token,
+            f"turn/{turn}",
+            "done",
+            response_to_json(response),
         )
 
     async def call_started(
@@ -69,15 +77,21 @@ class StoreJournal:
             if not idempotent:
                 self.interrupted_calls += 1
                 return JournaledCall("interrupted", status_code=500)
-        self.store.write_journal(
-            self.request_id, self.token, name, "started", {"tool": tool, "arguments": arguments}
+        self._write(
+            self.store.write_journal,
+            self.request_id,
+            self.token,
+            name,
+            "started",
+            {"tool": tool, "arguments": arguments},
         )
         return None
 
     async def call_finished(
         self, key: CallKey, value: Any, status_code: int, error: str | None
     ) -> None:
-        self.store.write_journal(
+        self._write(
+            self.store.write_journal,
             self.request_id,
             self.token,
             f"call/{key.step}/{key.index}",
@@ -86,7 +100,21 @@ class StoreJournal:
         )
 
     async def save_turn(self, session_id: str, messages: Sequence[Message]) -> None:
-        self.store.save_turn(self.request_id, self.token, session_id, messages)
+        self._write(self.store.save_turn, self.request_id, self.token, session_id, messages)
+
+    def holds(self) -> bool:
+        return not self.lost
+
+    def _write(self, write: Callable[..., None], *args: Any) -> None:
+        """A fenced write; an attempt that lost the run stops here, whatever stage it is in
+        (a cancellation, which no stage turns into a result)."""
+        if self.lost:
+            raise asyncio.CancelledError
+        try:
+            write(*args)
+        except LeaseLost:
+            self.lost = True
+            raise asyncio.CancelledError from None
 
 
 def response_to_json(response: ModelResponse) -> dict[str, Any]:

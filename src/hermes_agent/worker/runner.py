@@ -42,6 +42,9 @@ logger = logging.getLogger("hermes_agent.worker")
 
 Enqueue = Callable[[str], None]
 
+_STOP_CODES = {"cancelled": 409, "failed": 500, "dead": 503}
+"""The status code of a ``stopped`` record (409 and 500 as the service writes them)."""
+
 
 class QueueApprover:
     """Approvals of a queued run: a decision in the store answers; no decision yet records the
@@ -103,6 +106,10 @@ class RunWorker:
         for Celery's task result): ``completed``, ``failed``, ``waiting_approval``,
         ``cancelled``, ``lease_lost`` or the claim's outcome when it did not run."""
         claim = self._claim(request_id)
+        if claim.outcome == "dead":
+            found = self.store.get(request_id)
+            logger.error("run %s: %s", request_id, found.error if found else "dead")
+            self._stopped(request_id, "dead", found.error if found else None)
         if claim.outcome != "claimed":
             logger.info("run %s: %s, not run by %s", request_id, claim.outcome, self.name)
             return claim.outcome
@@ -134,6 +141,7 @@ class RunWorker:
         lost = threading.Event()
         stop_beating = threading.Event()
         holder: list[asyncio.Task[Any]] = []
+        journal = StoreJournal(self.store, run.request_id, token)
 
         def beat() -> None:
             while not stop_beating.wait(self.lease_ttl / 3):
@@ -143,6 +151,7 @@ class RunWorker:
                     logger.exception("run %s: heartbeat failed", run.request_id)
                     continue
                 if not alive:
+                    journal.lost = True
                     lost.set()
                     if holder:
                         self._loop.call_soon_threadsafe(holder[0].cancel)
@@ -154,7 +163,7 @@ class RunWorker:
             holder.append(current)
             if lost.is_set():
                 raise asyncio.CancelledError
-            return await self._drive(claim, lost)
+            return await self._drive(claim, journal, lost)
 
         beating = threading.Thread(target=beat, name=f"lease-{run.request_id}", daemon=True)
         beating.start()
@@ -171,17 +180,17 @@ class RunWorker:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
 
-    async def _drive(self, claim: Claim, lost: threading.Event) -> str:
+    async def _drive(self, claim: Claim, journal: StoreJournal, lost: threading.Event) -> str:
         assert claim.run is not None
         run, token = claim.run, claim.token
         rid = run.request_id
-        journal = StoreJournal(self.store, rid, token)
         approver = QueueApprover(self.store, rid, token, journal)
         if claim.resumed:
             self._record_resumed(claim, journal)
 
         def listener(event: Event) -> None:
-            self.store.add_event(rid, event.to_dict())
+            if journal.holds():  # an attempt that lost the run says nothing more
+                self.store.add_event(rid, event.to_dict())
 
         request = run.request
         # The submitter's trace continues here (the run's spans join it).
@@ -209,7 +218,7 @@ class RunWorker:
                     rid, {"kind": "approval_required", "request_id": rid, **approver.suspended}
                 )
                 return "waiting_approval"
-            if lost.is_set():
+            if lost.is_set() or not journal.holds():
                 return self._lost(rid)
             raise
         except LeaseLost:
@@ -234,16 +243,8 @@ class RunWorker:
 
     def _lost(self, request_id: str) -> str:
         found = self.store.get(request_id)
-        status = found.status if found is not None else "gone"
-        if status == "cancelled":
-            self.store.add_event(
-                request_id,
-                {
-                    "kind": "run_stopped",
-                    "status": "cancelled",
-                    "error": found.error if found else None,
-                },
-            )
+        if found is not None and found.status == "cancelled":
+            self._stopped(request_id, "cancelled", found.error)
             return "cancelled"
         logger.warning("run %s: this worker's lease passed to another; stopped", request_id)
         return "lease_lost"
@@ -253,10 +254,39 @@ class RunWorker:
             self.store.finish(request_id, token, "failed", error=error)
         except LeaseLost:
             return self._lost(request_id)
-        self.store.add_event(
-            request_id, {"kind": "run_stopped", "status": "failed", "error": error}
-        )
+        self._stopped(request_id, "failed", error)
         return "failed"
+
+    def _stopped(self, request_id: str, status: str, error: str | None) -> None:
+        """Tell followers (a ``run_stopped`` event) and the trail (a ``stopped`` record, as
+        the service writes for runs it stops) that the run ended without an answer."""
+        self.store.add_event(request_id, {"kind": "run_stopped", "status": status, "error": error})
+        storage, sink = self.agent.storage, self.agent.audit_sink
+        if storage is None or sink is None:
+            return
+        try:
+            earlier = storage.records(request_id)
+            last = earlier[-1] if earlier else None
+            found = self.store.get(request_id)
+            content = json.dumps({"status": status, "error": error}, ensure_ascii=False)
+            record = AuditRecord(
+                request_id=request_id,
+                session_id=found.session_id if found else (last.session_id if last else ""),
+                step=last.step if last else 0,
+                stage="Worker",
+                role=Role.STOPPED.value,
+                content=content,
+                timestamp_ns=time.time_ns(),
+                latency_ms=0.0,
+                status="error",
+                status_code=_STOP_CODES.get(status, 500),
+                model_name=last.model_name if last else self.agent.model.name,
+                system_prompt_sha256=last.system_prompt_sha256 if last else "",
+                seq=last.seq + 1 if last else 0,
+            )
+            sink.write([record])
+        except Exception:
+            logger.exception("run %s: could not record how it stopped", request_id)
 
     def _record_resumed(self, claim: Claim, journal: StoreJournal) -> None:
         """One ``resumed`` record in the run's trail: which attempt, on which worker, from which
