@@ -87,14 +87,17 @@ def test_the_page_runs(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPa
                 assert done.stdout.strip(), f"block {number} printed nothing"
         assert workers, "the page starts a worker"
     finally:
+        codes = []
         for worker in workers:
             os.killpg(worker.pid, signal.SIGTERM)
             try:
-                worker.wait(timeout=20)
+                codes.append(worker.wait(timeout=20))
             except subprocess.TimeoutExpired:
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait()
         _drop_queue(queue)
+    assert codes == [0], "SIGTERM stops a worker cleanly"
+    assert "Traceback" not in (tmp_path / "worker.log").read_text()
 
 
 def start_worker(command: str, folder: Path) -> subprocess.Popen[bytes]:

@@ -137,7 +137,17 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
     _settings = (config, tuple(tools_files))
     app = make_celery(config.queue)
 
-    from celery.signals import task_received  # type: ignore[import-untyped]
+    from celery.signals import task_received, worker_shutdown  # type: ignore[import-untyped]
+
+    @worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
+    def closing(**_: Any) -> None:
+        # After a warm shutdown the runs of this process have finished; stop the sweeper,
+        # the run loop and the agent (its MCP servers, its store).
+        global _process
+        with _process_guard:
+            if _process is not None:
+                _process.close()
+                _process = None
 
     @task_received.connect(weak=False)  # type: ignore[untyped-decorator]
     def received(sender: Any = None, request: Any = None, **_: Any) -> None:
