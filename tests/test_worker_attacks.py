@@ -1,8 +1,7 @@
 """Attacks on durable queued runs, in one process without a broker: replay that differs from the
 first attempt, races between a decision and the attempt that asked for it, an operator's requeue
 beside newer runs of the session, approvals shared by identical calls, duplicated events, and
-input a model or a tool controls. Each test states a promise of docs/scale-out.md; the ones
-marked ``xfail`` show where it does not hold yet."""
+input a model or a tool controls. Each test states a promise of docs/scale-out.md."""
 
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from hermes_agent.worker.journal import response_to_json
-from hermes_agent.worker.runner import RunWorker, request_payload
-from hermes_agent.worker.store import RunStore
+from hermes_agent.worker.runner import RunWorker
+from hermes_agent.worker.store import RunStore, request_payload
 from storage_backends import _url
 
 
@@ -131,10 +130,6 @@ def _failed_midway(store: RunStore, rid: str) -> None:
 # -- replay must ask the same questions as the first attempt ----------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a cached summary skips turn 0 on resume: the journal's summary is taken as the answer",
-)
 def test_a_cached_history_summary_does_not_shift_the_replayed_turns(
     url: str, cleanup: list[Any]
 ) -> None:
@@ -166,10 +161,6 @@ def test_a_cached_history_summary_does_not_shift_the_replayed_turns(
     assert run.result["output"].startswith("answer:")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the selector's rate limit runs before the journal: a call that ran is reported 429",
-)
 def test_a_recorded_call_is_not_refused_by_a_rate_limit_on_replay(
     url: str, cleanup: list[Any]
 ) -> None:
@@ -200,19 +191,17 @@ def test_a_recorded_call_is_not_refused_by_a_rate_limit_on_replay(
 
 
 class DecidingStore(RunStore):
-    """A store where a decision arrives in the moment between the attempt recording the
-    pending approval and setting the run aside (another process answered at once)."""
+    """A store where a decision arrives the moment the pending approval exists (another
+    process answered at once): before the call is recorded there is nothing to answer, and
+    once it is, the run is already set aside, so the answer re-enqueues it."""
 
-    def finish(self, request_id: str, token: int, status: Any, **kwargs: Any) -> None:
-        if status == "waiting_approval":
-            for pending in self.pending_approvals(request_id):
-                assert self.decide(request_id, pending["approval_id"], True, "quick")
-        super().finish(request_id, token, status, **kwargs)
+    def park_for_approval(self, request_id: str, token: int, key: str, *args: Any) -> None:
+        assert not self.decide(request_id, key, True, "too early")  # nothing pending yet
+        super().park_for_approval(request_id, token, key, *args)
+        assert self.decide(request_id, key, True, "quick")
+        assert self.get(request_id).status == "queued"  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a decision before finish(waiting_approval) is lost: the run waits for ever"
-)
 def test_a_decision_given_while_the_run_is_being_set_aside_is_not_lost(
     url: str, cleanup: list[Any]
 ) -> None:
@@ -230,10 +219,6 @@ def test_a_decision_given_while_the_run_is_being_set_aside_is_not_lost(
     assert ledger.calls == [f"{rid}/0/0"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="approval key is turn + hash(tool, arguments): identical calls share one decision",
-)
 def test_one_decision_approves_one_call_not_every_identical_call_of_the_turn(
     url: str, cleanup: list[Any]
 ) -> None:
@@ -278,9 +263,6 @@ def test_an_approval_resume_keeps_each_stage_of_the_trail_once(
     ]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="a resumed run emits again the events of every replayed stage"
-)
 def test_events_of_a_resumed_run_are_not_repeated(url: str, cleanup: list[Any]) -> None:
     ledger = Ledger()
     agent, _ = charging_agent(url, ledger, requires_approval=True)
@@ -297,10 +279,6 @@ def test_events_of_a_resumed_run_are_not_repeated(url: str, cleanup: list[Any]) 
 # -- an operator's requeue ---------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claim checks only older runs: a requeued run starts beside a newer running one",
-)
 def test_a_requeued_run_does_not_run_beside_a_newer_run_of_its_session(
     url: str, cleanup: list[Any]
 ) -> None:
@@ -311,15 +289,14 @@ def test_a_requeued_run_does_not_run_beside_a_newer_run_of_its_session(
     _failed_midway(store, older)
     newer = store.add("s1", request_payload("charge 2"))
     assert store.claim(newer, "busy:2", 30.0).outcome == "claimed"  # running elsewhere now
-    store.requeue(older)
-    # Two turns of one session at once: the requeued run must wait (or be refused).
-    assert store.claim(older, "w:3", 30.0).outcome != "claimed"
+    # Two turns of one session at once, or the older after the newer: the requeue is refused.
+    from hermes_agent.storage.base import StorageError
+
+    with pytest.raises(StorageError, match="submit the message again"):
+        store.requeue(older)
+    assert store.get(older).status == "failed"  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="requeue accepts a run whose session moved on; its turn lands after newer turns",
-)
 def test_a_run_requeued_after_newer_runs_of_its_session_completed_keeps_the_order(
     url: str, cleanup: list[Any]
 ) -> None:
@@ -398,9 +375,6 @@ def test_events_written_at_once_by_two_writers_are_all_kept(
 ) -> None:
     """The attempt that is about to learn it lost the run and the one that took it over (or a
     service writing ``run_stopped``) add events to one run at the same moment."""
-    if url.startswith("postgresql"):  # SQLite takes its write lock first: writers queue
-        reason = "add_event numbers events max(seq)+1 unlocked: concurrent writers collide"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     agent, _ = charging_agent(url, Ledger())
     store, _, _ = worker_for(agent, cleanup)
     rid = store.add("s1", request_payload("charge 1"))
@@ -427,10 +401,6 @@ def test_events_written_at_once_by_two_writers_are_all_kept(
 # -- input the model or a tool controls -------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store dumps() keeps lone surrogates: the turn's journal write fails, the run ends 502",
-)
 def test_a_lone_surrogate_in_a_tool_calls_arguments_does_not_wedge_the_run(
     url: str, cleanup: list[Any]
 ) -> None:
@@ -458,10 +428,6 @@ def test_a_lone_surrogate_in_a_tool_calls_arguments_does_not_wedge_the_run(
     assert run.result["status"] == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store dumps() keeps lone surrogates: the tool ran, its outcome is lost, 500",
-)
 def test_a_tool_result_with_a_lone_surrogate_or_nul_is_kept(url: str, cleanup: list[Any]) -> None:
     def odd() -> str:
         """Return odd text."""
@@ -498,13 +464,7 @@ def test_a_huge_tool_result_is_journaled_and_cut_for_the_model(
 @pytest.mark.parametrize(
     "session_id",
     [
-        pytest.param(
-            "",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="store.add keeps an empty session id; arun then runs under a new one",
-            ),
-        ),
+        "",
         "s" * 400,
         "a\x00b",
     ],

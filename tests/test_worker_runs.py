@@ -21,8 +21,8 @@ from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from hermes_agent.worker.journal import StoreJournal, response_to_json
-from hermes_agent.worker.runner import RunWorker, request_payload
-from hermes_agent.worker.store import LeaseLost, RunStore
+from hermes_agent.worker.runner import RunWorker
+from hermes_agent.worker.store import LeaseLost, RunStore, request_payload
 from storage_backends import _url
 
 

@@ -567,7 +567,9 @@ class Agent:
         """The session's history as the prompt carries it (see ``memory.history``); the
         InputParser calls this, so a summary made by the model is a recorded model call."""
         stored = self.sessions.load(ctx.session_id)
-        return await self.history.load(ctx.session_id, stored, ctx.model)
+        return await self.history.load(
+            ctx.session_id, stored, ctx.model, cached=ctx.journal is None
+        )
 
     def _costs(self, result: RunResult) -> None:
         """``result.cost`` and ``cost_by_model``: each model's usage at its own prices (the

@@ -72,18 +72,22 @@ class HistoryLoader:
             self._summaries.clear()
 
     async def load(
-        self, session_id: str, stored: Sequence[Message], model: Model
+        self, session_id: str, stored: Sequence[Message], model: Model, *, cached: bool = True
     ) -> LoadedHistory:
+        """The history for the prompt. ``cached=False`` always asks the model for the summary
+        (a durable run: every attempt must make the same model requests, whatever this
+        process's cache holds)."""
         old, kept = split_history(stored, self.history_window)
         if not old or self.summary_max_chars <= 0:
             return LoadedHistory(kept)
         loaded = LoadedHistory()
+        use_cache = cached
         with self._lock:
-            cached = self._summaries.get(session_id)
-            if cached is not None and cached[0] == len(old):
+            cached_summary = self._summaries.get(session_id) if use_cache else None
+            if cached_summary is not None and cached_summary[0] == len(old):
                 self._summaries.move_to_end(session_id)
-        if cached is not None and cached[0] == len(old):
-            summary = cached[1]
+        if cached_summary is not None and cached_summary[0] == len(old):
+            summary = cached_summary[1]
         else:  # one more turn left the window since the last summary
             summary, loaded.summary_call = await self._summarize(old, model)
             if loaded.summary_call is not None:
@@ -132,9 +136,7 @@ def _request(text: str, limit: int) -> list[Message]:
     ]
 
 
-def _fitted_request(
-    text: str, limit: int, model: Model, settings: ModelSettings
-) -> list[Message]:
+def _fitted_request(text: str, limit: int, model: Model, settings: ModelSettings) -> list[Message]:
     """The summary request, with the oldest part of the transcript cut until it fits the
     model's context window (with room for the summary itself)."""
     request = _request(text, limit)

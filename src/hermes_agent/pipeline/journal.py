@@ -97,6 +97,12 @@ class RunJournal(Protocol):
         """Keep the model's answer to request ``turn`` before the run acts on it."""
         ...
 
+    def recorded_call(self, key: CallKey) -> bool:
+        """Whether the call's outcome is journaled (it ran in an earlier attempt): the
+        ToolSelector then does not refuse it for being unavailable or over its rate limit now,
+        since it is not run again."""
+        ...
+
     async def call_started(
         self, key: CallKey, tool: str, arguments: dict[str, Any], idempotent: bool
     ) -> JournaledCall | None:

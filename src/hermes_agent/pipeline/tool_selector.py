@@ -21,6 +21,7 @@ from typing import Any
 
 from hermes_agent.events import PlannedCallView, RefusedCallView, SelectionEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
+from hermes_agent.pipeline.journal import CallKey
 from hermes_agent.pipeline.status import Status
 from hermes_agent.tools.registry import Tool, find_tool
 from hermes_agent.tools.runtime import private_copy
@@ -89,8 +90,13 @@ class ToolSelector:
             message = f"tool '{call.name}' {where}; available tools: {available}"
             return error_result(call.id, call.name, Status.UNKNOWN_TOOL, message)
 
+        # A call whose outcome an earlier attempt of this durable run journaled is not run
+        # again: what holds for the tool now (availability, rate limit) does not refuse it.
+        recorded = ctx.journal is not None and ctx.journal.recorded_call(
+            CallKey(ctx.request_id, ctx.step, position)
+        )
         fallback_for = None
-        if not tool.available():
+        if not recorded and not tool.available():
             substitute = find_tool(ctx.tools, tool.fallback) if tool.fallback else None
             if substitute is None or not substitute.available():
                 return _unavailable(call.id, call.name, tool)
@@ -102,7 +108,7 @@ class ToolSelector:
 
         # Only a look: the ToolExecutor counts the call when it runs, so a refused call does
         # not use up the limit. Looking here spares the approver a call that could not run.
-        if not ctx.dry_run and not ctx.runtime.has_room(tool):
+        if not ctx.dry_run and not recorded and not ctx.runtime.has_room(tool):
             return rate_limited(call.id, tool)
 
         if tool.requires_approval and not ctx.dry_run:

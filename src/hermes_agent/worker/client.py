@@ -13,8 +13,7 @@ from hermes_agent.errors import HermesAgentError
 from hermes_agent.storage.base import Storage
 from hermes_agent.types import RunResult, ToolCallRecord, Usage
 from hermes_agent.worker.app import enqueue, make_celery
-from hermes_agent.worker.runner import request_payload
-from hermes_agent.worker.store import QueuedRun, RunStore
+from hermes_agent.worker.store import QueuedRun, RunStore, request_payload
 
 
 class QueueClient:

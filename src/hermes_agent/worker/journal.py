@@ -59,6 +59,10 @@ class StoreJournal:
             response_to_json(response),
         )
 
+    def recorded_call(self, key: CallKey) -> bool:
+        found = self._entries.get(f"call/{key.step}/{key.index}")
+        return found is not None and found[0] == "done"
+
     async def call_started(
         self, key: CallKey, tool: str, arguments: dict[str, Any], idempotent: bool
     ) -> JournaledCall | None:

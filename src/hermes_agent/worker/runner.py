@@ -33,14 +33,18 @@ from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.tools.registry import Tool
-from hermes_agent.tracing import attach_incoming, detach, outgoing_context
+from hermes_agent.tracing import attach_incoming, detach
 from hermes_agent.types import ToolCall
 from hermes_agent.worker.journal import StoreJournal
 from hermes_agent.worker.store import Claim, LeaseLost, RunStore
+from hermes_agent.worker.store import request_payload as request_payload  # re-exported
 
 logger = logging.getLogger("hermes_agent.worker")
 
 Enqueue = Callable[[str], None]
+
+WORKER_EVENTS = frozenset({"approval_required", "run_stopped"})
+"""Events the worker writes itself (not the pipeline's)."""
 
 _STOP_CODES = {"cancelled": 409, "failed": 500, "dead": 503}
 """The status code of a ``stopped`` record (409 and 500 as the service writes them)."""
@@ -60,7 +64,9 @@ class QueueApprover:
         self.suspended: dict[str, Any] | None = None
 
     def key(self, call: ToolCall) -> str:
-        canonical = json.dumps([call.name, call.arguments], sort_keys=True, default=str)
+        """The model turn, and a digest of the call's id (unique in its turn and the same on
+        every attempt), tool and arguments: one decision per call."""
+        canonical = json.dumps([call.id, call.name, call.arguments], sort_keys=True, default=str)
         digest = hashlib.sha256(canonical.encode()).hexdigest()[:24]
         return f"{self.journal.latest_turn}-{digest}"
 
@@ -70,7 +76,7 @@ class QueueApprover:
         if found is not None and found[0] != "pending":
             status, reason = found
             return status == "approved", reason or status
-        self.store.ask_approval(self.request_id, self.token, key, call.name, call.arguments)
+        # Recorded with the run set aside, in one transaction (``RunStore.park_for_approval``).
         self.suspended = {"approval_id": key, "tool": call.name, "arguments": call.arguments}
         # Leave the run here: its state is in the journal, and the answer resumes it.
         raise asyncio.CancelledError
@@ -188,8 +194,16 @@ class RunWorker:
         if claim.resumed:
             self._record_resumed(claim, journal)
 
+        # A resumed run goes through its turn again and emits the same events in the same
+        # order up to where the earlier attempt stopped (the journal makes it replay what that
+        # attempt did): those are in the store already, and are not written twice.
+        told = sum(1 for _, wire in self.store.events(rid) if wire["kind"] not in WORKER_EVENTS)
+        emitted = 0
+
         def listener(event: Event) -> None:
-            if journal.holds():  # an attempt that lost the run says nothing more
+            nonlocal emitted
+            emitted += 1
+            if emitted > told and journal.holds():  # a lapsed attempt says nothing more
                 self.store.add_event(rid, event.to_dict())
 
         request = run.request
@@ -213,7 +227,13 @@ class RunWorker:
             result = exc.result
         except asyncio.CancelledError:
             if approver.suspended is not None:
-                self.store.finish(rid, token, "waiting_approval")
+                asked = approver.suspended
+                try:
+                    self.store.park_for_approval(
+                        rid, token, asked["approval_id"], asked["tool"], asked["arguments"]
+                    )
+                except LeaseLost:
+                    return self._lost(rid)
                 self.store.add_event(
                     rid, {"kind": "approval_required", "request_id": rid, **approver.suspended}
                 )
@@ -347,24 +367,3 @@ class RunWorker:
             logger.warning("run %s: re-enqueued by %s's sweeper", request_id, self.name)
             self.enqueue(request_id)
         return found
-
-
-def request_payload(
-    message: str,
-    *,
-    tool_choice: str | None = None,
-    toolsets: list[str] | None = None,
-    output_format: str | None = None,
-    channel: str | None = None,
-    output_schema: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What a queued run keeps of its request (JSON), with the submitter's trace context."""
-    return {
-        "trace_context": outgoing_context(),
-        "message": message,
-        "tool_choice": tool_choice,
-        "toolsets": toolsets,
-        "output_format": output_format,
-        "channel": channel,
-        "output_schema": output_schema,
-    }

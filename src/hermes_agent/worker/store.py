@@ -46,7 +46,7 @@ from sqlalchemy import (
     update,
 )
 
-from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError
+from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError, check_session_id
 from hermes_agent.storage.sql import SqlStorage, append_messages
 from hermes_agent.types import Message
 
@@ -165,8 +165,10 @@ def _now() -> int:
 
 
 def dumps(value: Any) -> str:
-    """JSON for the store: non-JSON values become their ``str`` (as results do on the wire)."""
-    return json.dumps(value, ensure_ascii=False, default=str)
+    """JSON for the store: non-JSON values become their ``str`` (as results do on the wire).
+    ASCII with escapes, so that what a model or a tool wrote (a lone surrogate, a NUL) is kept
+    exactly and never refused by the database's text encoding."""
+    return json.dumps(value, ensure_ascii=True, default=str)
 
 
 class RunStore:
@@ -201,6 +203,7 @@ class RunStore:
         request_id: str | None = None,
     ) -> str:
         """Record a run to be queued; returns its request id."""
+        check_session_id(session_id, self.storage.max_id_length)  # refused before it queues
         request_id = request_id or str(uuid.uuid4())
         now = _now()
         with self._tx() as conn:
@@ -481,6 +484,23 @@ class RunStore:
                     f"run {request_id} is {row.status}; only a dead, failed or cancelled run "
                     "can be requeued"
                 )
+            newer = conn.execute(
+                select(func.count())
+                .select_from(runs_table)
+                .where(
+                    r.session_id == row.session_id,
+                    r.request_id != request_id,
+                    (r.created_ns > row.created_ns)
+                    | and_(r.created_ns == row.created_ns, r.request_id > request_id),
+                    (r.claims > 0) | (r.status != "queued"),
+                )
+            ).scalar_one()
+            if newer:
+                raise StorageError(
+                    f"run {request_id} cannot be requeued: a later turn of session "
+                    f"{row.session_id!r} has started since, and this turn would come after it "
+                    "with an answer to an older history; submit the message again instead"
+                )
             conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id)
@@ -560,7 +580,10 @@ class RunStore:
 
     def add_event(self, request_id: str, wire: dict[str, Any]) -> int:
         e = events_table.c
+        r = runs_table.c
         with self._tx() as conn:
+            # The run's row orders its event writers (an attempt and a service writing at once).
+            conn.execute(select(r.request_id).where(r.request_id == request_id).with_for_update())
             seq = (
                 conn.execute(
                     select(func.coalesce(func.max(e.seq), 0)).where(e.request_id == request_id)
@@ -592,13 +615,16 @@ class RunStore:
             ).first()
         return (row.status, row.reason) if row is not None else None
 
-    def ask_approval(
+    def park_for_approval(
         self, request_id: str, token: int, key: str, tool: str, arguments: dict[str, Any]
     ) -> None:
-        """Record a call waiting for a decision (fenced)."""
+        """Record a call waiting for a decision and set the run aside (``waiting_approval``),
+        in one fenced transaction: a decision can only come once both are true."""
+        a = approvals_table.c
+        r = runs_table.c
+        now = _now()
         with self._tx() as conn:
             self._fence(conn, request_id, token)
-            a = approvals_table.c
             if (
                 conn.execute(
                     select(a.status).where(a.request_id == request_id, a.key == key)
@@ -613,9 +639,19 @@ class RunStore:
                         arguments=dumps(arguments),
                         status="pending",
                         reason=None,
-                        updated_ns=_now(),
+                        updated_ns=now,
                     )
                 )
+            conn.execute(
+                update(runs_table)
+                .where(r.request_id == request_id)
+                .values(
+                    status="waiting_approval",
+                    updated_ns=now,
+                    lease_owner=None,
+                    lease_expires_ns=None,
+                )
+            )
 
     def pending_approvals(self, request_id: str | None = None) -> list[dict[str, Any]]:
         a = approvals_table.c
@@ -674,3 +710,26 @@ def _run(row: Any) -> QueuedRun:
         result=json.loads(row.result) if row.result else None,
         error=row.error,
     )
+
+
+def request_payload(
+    message: str,
+    *,
+    tool_choice: str | None = None,
+    toolsets: list[str] | None = None,
+    output_format: str | None = None,
+    channel: str | None = None,
+    output_schema: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a queued run keeps of its request (JSON), with the submitter's trace context."""
+    from hermes_agent.tracing import outgoing_context  # the agent layer, imported when used
+
+    return {
+        "trace_context": outgoing_context(),
+        "message": message,
+        "tool_choice": tool_choice,
+        "toolsets": toolsets,
+        "output_format": output_format,
+        "channel": channel,
+        "output_schema": output_schema,
+    }
