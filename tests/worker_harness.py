@@ -95,10 +95,13 @@ class Cluster:
     lease_ttl: float = 2.0
     max_redeliveries: int = 3
     step_sleep: float = 0.05
+    step_requires_approval: bool = False
+    """Every call of ``step`` waits for its owner's approval (the run is set aside meanwhile)."""
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def write_config(self) -> Path:
         config = self.root / "config.yaml"
+        approval = "\n    requires_approval: true" if self.step_requires_approval else ""
         config.write_text(
             f"""
 model:
@@ -112,7 +115,7 @@ agent:
   max_iterations: 6
 tools:
   step:
-    idempotent: true
+    idempotent: true{approval}
 storage:
   url: {self.db_url}
 queue:

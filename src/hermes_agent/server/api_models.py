@@ -103,13 +103,57 @@ class StoredRunBody(_Open):
     source: Literal["store"]
 
 
+class QueuedBody(_Open):
+    """A run put on the queue (``execution: queue``): where to follow it."""
+
+    request_id: str
+    session_id: str
+    status: str
+    status_url: str
+    events_url: str
+    source: Literal["queue"]
+
+
+class QueuedApprovalBody(_Open):
+    """A queued run's tool call waiting for ``POST /v1/approvals/{approval_id}`` (it waits
+    until answered or cancelled: ``expires`` is null)."""
+
+    approval_id: str
+    request_id: str
+    tool: str
+    arguments: dict[str, Any]
+    created: str
+    expires: str | None
+
+
+class QueuedRunBody(_Open):
+    """A queued run (``execution: queue``), from the store its workers write: ``queued``,
+    ``running``, ``waiting_approval``, ``completed``, ``failed``, ``dead`` (lost with its
+    worker too many times) or ``cancelled``."""
+
+    request_id: str
+    session_id: str
+    status: str
+    created: float
+    finished: float | None
+    result: RunResultBody | None
+    error: str | None
+    pending_approvals: list[QueuedApprovalBody]
+    attempts: int
+    """How many times a worker took the run (a resume after an approval is one more)."""
+    redeliveries: int
+    worker: str | None
+    """The worker holding the run now."""
+    source: Literal["queue"]
+
+
 class RunListItem(_Open):
     request_id: str
     session_id: str
     status: str
     created: float
     """Seconds since the epoch."""
-    source: Literal["memory", "store"]
+    source: Literal["memory", "store", "queue"]
 
 
 class RunListBody(_Open):
@@ -200,7 +244,7 @@ EVENT_STREAM: dict[str, Any] = {
     "text/event-stream": {
         "itemSchema": {
             "type": "object",
-            "required": ["id", "event", "data"],
+            "required": ["event", "data"],
             "properties": {
                 "id": {"type": "string", "pattern": "^[0-9]+$"},
                 "event": {"type": "string"},
@@ -214,4 +258,6 @@ EVENT_STREAM: dict[str, Any] = {
         "example": 'id: 1\nevent: input\ndata: {"kind": "input", ...}\n\n',
     }
 }
-"""An event stream: ``id: <n>`` / ``event: <kind>`` / ``data: <json>`` frames."""
+"""An event stream: ``id: <n>`` / ``event: <kind>`` / ``data: <json>`` frames (a queued run's
+last event, when the service makes it from the run's row, has no ``id``: it is not in the
+store's log)."""

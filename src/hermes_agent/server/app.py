@@ -11,6 +11,9 @@ served through one fork of it whose approver asks the run's owner over the API. 
 ``GET /v1/runs/{id}``, ``GET /v1/runs/{id}/events`` (``Last-Event-ID``),
 ``POST /v1/runs/{id}/cancel``, ``POST /v1/approvals/{id}``, ``GET|DELETE /v1/sessions[/{id}]``,
 ``GET /v1/runs/{id}/trace[.jsonl]``, ``/v1/ws``, ``/healthz``, ``/readyz``, ``/metrics``.
+
+With ``execution: queue`` the runs go to the Celery workers of the config's ``queue:`` section
+instead, and are read back from the store they share (``server.queued``).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from hermes_agent.server.approvals import ApprovalBook
 from hermes_agent.server.auth import KeyStore, open_key_store
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.middleware import ServiceMiddleware
+from hermes_agent.server.queued import QueueService, check_queue_mode
 from hermes_agent.server.quotas import Quotas, quota_store_for
 from hermes_agent.server.runs import RunManager, RunRejected
 from hermes_agent.server.settings import ServiceSettings, service_settings
@@ -59,8 +63,9 @@ def create_app(
 ) -> FastAPI:
     """The service app for the agent ``config`` describes (or ``agent``, which the app then
     uses but does not close). ``keys`` overrides where API keys are kept (see
-    ``ServiceSettings.keys_url``). Raises ``ConfigError`` for a bad config, tools file, or
-    ``auth: none`` on a host that is not loopback."""
+    ``ServiceSettings.keys_url``). Raises ``ConfigError`` for a bad config, tools file,
+    ``auth: none`` on a host that is not loopback, or ``execution: queue`` without a
+    ``queue:`` section and a SQL store."""
     hermes_config = (
         config if isinstance(config, HermesConfig) or config is None else load_config(config)
     )
@@ -70,6 +75,8 @@ def create_app(
             f"auth: none would let anyone who reaches {settings.host} run the agent; "
             "use auth: keys, or bind to 127.0.0.1"
         )
+    if settings.execution == "queue":  # before the agent is built: the config's own mistake
+        check_queue_mode(hermes_config, agent.storage if agent is not None else None)
     owns_agent = agent is None
     if agent is None:
         base = build_agent(hermes_config, tools_files=tools_files)
@@ -92,6 +99,10 @@ def create_app(
         storage_url = hermes_config.storage.url if hermes_config and hermes_config.storage else None
         keys = open_key_store(settings.keys_url or storage_url or "memory://")
     manager.quotas = Quotas(settings.quotas, quota_store_for(keys))  # beside the keys
+    queue: QueueService | None = None
+    if settings.execution == "queue":
+        assert hermes_config is not None
+        queue = QueueService(hermes_config, served.storage, settings, manager)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -103,6 +114,8 @@ def create_app(
             yield
         finally:
             await manager.shutdown(settings.shutdown_grace_s)
+            if queue is not None:
+                queue.close()
             served.close()  # flushes the audit trail
             if owns_agent:
                 base.close()
@@ -115,6 +128,7 @@ def create_app(
     app.state.storage = served.storage
     app.state.keys = keys
     app.state.agent = served
+    app.state.queue = queue
     app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_exception_handler(RunRejected, _rejected)
     app.add_exception_handler(HermesAgentError, _refused)

@@ -16,7 +16,9 @@ resets.
 
 The counts live in the key store's database (a table ``hermes_quota_usage``, one row per user
 and day), so they survive a restart and are shared by every process on that database; with keys
-in memory they are kept in memory (today's only).
+in memory they are kept in memory (today's only). A queued run (``execution: queue``) runs on a
+worker: its tokens are added by the first service process that sees its result, once (a table
+``hermes_quota_runs`` names the runs counted).
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
@@ -63,6 +66,11 @@ class QuotaStore(Protocol):
         """Add the tokens a run used."""
         ...
 
+    def add_run_tokens(self, user_id: str, day: str, request_id: str, tokens: int) -> bool:
+        """Add the tokens of run ``request_id`` unless they were added already (by any
+        process on this store); returns whether they were added now."""
+        ...
+
     def usage(self, user_id: str, day: str) -> DailyUsage:
         """What ``user_id`` used on ``day``."""
         ...
@@ -76,6 +84,8 @@ class MemoryQuotaStore:
         self._counts: dict[str, list[int]] = {}
         self._day = ""
         self._lock = threading.Lock()
+        self._counted_runs: OrderedDict[str, None] = OrderedDict()
+        """Runs whose tokens were added (``add_run_tokens``), the oldest forgotten first."""
 
     def _entry(self, user_id: str, day: str) -> list[int]:
         if day != self._day:
@@ -102,6 +112,16 @@ class MemoryQuotaStore:
         with self._lock:
             self._entry(user_id, day)[1] += tokens
 
+    def add_run_tokens(self, user_id: str, day: str, request_id: str, tokens: int) -> bool:
+        with self._lock:
+            if request_id in self._counted_runs:
+                return False
+            self._counted_runs[request_id] = None
+            while len(self._counted_runs) > _MAX_COUNTED_RUNS:
+                self._counted_runs.popitem(last=False)
+            self._entry(user_id, day)[1] += tokens
+            return True
+
     def usage(self, user_id: str, day: str) -> DailyUsage:
         with self._lock:
             found = self._counts.get(user_id) if day == self._day else None
@@ -117,6 +137,16 @@ quota_usage = sa.Table(
     sa.Column("runs", sa.Integer, nullable=False, default=0),
     sa.Column("tokens", sa.BigInteger, nullable=False, default=0),
 )
+quota_runs = sa.Table(
+    "hermes_quota_runs",
+    _metadata,
+    sa.Column("request_id", sa.String(64), primary_key=True),
+    sa.Column("user_id", sa.String(64), nullable=False),
+    sa.Column("day", sa.String(10), nullable=False),
+)
+"""The runs whose tokens were added by ``add_run_tokens`` (queued runs: the service that first
+sees one's result adds its tokens, once whichever process sees it)."""
+_MAX_COUNTED_RUNS = 100_000
 
 
 class SqlQuotaStore:
@@ -172,6 +202,20 @@ class SqlQuotaStore:
                 .values(tokens=q.tokens + tokens)
             )
 
+    def add_run_tokens(self, user_id: str, day: str, request_id: str, tokens: int) -> bool:
+        q, r = quota_usage.c, quota_runs.c
+        with self._begin() as conn, conn.begin():
+            values = {"request_id": request_id, "user_id": user_id, "day": day}
+            if _insert_if_missing_row(conn, quota_runs, values, r.request_id == request_id) != 1:
+                return False
+            _insert_if_missing(conn, user_id, day)
+            conn.execute(
+                sa.update(quota_usage)
+                .where(q.user_id == user_id, q.day == day)
+                .values(tokens=q.tokens + tokens)
+            )
+        return True
+
     def usage(self, user_id: str, day: str) -> DailyUsage:
         q = quota_usage.c
         with self.engine.connect() as conn:
@@ -183,20 +227,32 @@ class SqlQuotaStore:
 
 def _insert_if_missing(conn: sa.engine.Connection, user_id: str, day: str) -> None:
     values = {"user_id": user_id, "day": day, "runs": 0, "tokens": 0}
+    q = quota_usage.c
+    _insert_if_missing_row(conn, quota_usage, values, (q.user_id == user_id) & (q.day == day))
+
+
+def _insert_if_missing_row(
+    conn: sa.engine.Connection,
+    table: sa.Table,
+    values: Mapping[str, object],
+    key: sa.ColumnElement[bool],
+) -> int:
+    """Insert ``values`` unless a row matching ``key`` is there; returns the rows inserted."""
     dialect = conn.dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-        conn.execute(pg_insert(quota_usage).values(values).on_conflict_do_nothing())
-    elif dialect == "sqlite":
+        # psycopg reports no row count for it (-1): what it returns says whether it inserted.
+        key_column = next(iter(table.primary_key.columns))
+        inserted = pg_insert(table).values(values).on_conflict_do_nothing()
+        return len(conn.execute(inserted.returning(key_column)).all())
+    if dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-        conn.execute(sqlite_insert(quota_usage).values(values).on_conflict_do_nothing())
-    else:
-        q = quota_usage.c
-        found = conn.execute(sa.select(q.runs).where(q.user_id == user_id, q.day == day)).first()
-        if found is None:
-            conn.execute(sa.insert(quota_usage).values(values))
+        return conn.execute(sqlite_insert(table).values(values).on_conflict_do_nothing()).rowcount
+    if conn.execute(sa.select(sa.literal(1)).select_from(table).where(key)).first() is not None:
+        return 0
+    return conn.execute(sa.insert(table).values(values)).rowcount
 
 
 def _under(limits: QuotaLimits, runs: int, tokens: int) -> bool:
@@ -280,6 +336,11 @@ class Quotas:
         """Add the tokens of a run that ended today."""
         if tokens > 0:
             self.store.add_tokens(user_id, self.today(), tokens)
+
+    def spend_once(self, user_id: str, request_id: str, tokens: int) -> bool:
+        """Add the tokens of run ``request_id`` to today, unless they were added already;
+        returns whether they were added now."""
+        return self.store.add_run_tokens(user_id, self.today(), request_id, tokens)
 
     def usage(self, user_id: str) -> DailyUsage:
         """What ``user_id`` used today."""

@@ -33,6 +33,7 @@ from starlette.responses import RedirectResponse, Response
 
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.protocol.parser import parse_completion
+from hermes_agent.server import queued
 from hermes_agent.server.auth import CurrentUser, Principal
 from hermes_agent.server.routes_runs import json_response
 from hermes_agent.server.runs import Run, RunManager, client_session_id
@@ -160,7 +161,8 @@ class PendingApprovalRow(_Open):
     tool: str
     arguments: dict[str, Any]
     created: str
-    expires: str
+    expires: str | None
+    """Null for a queued run's approval (it waits until answered or cancelled)."""
 
 
 class PendingApprovalList(_Open):
@@ -659,6 +661,9 @@ def _canonical(value: Any) -> str:
 @router.get("/v1/approvals", response_model=PendingApprovalList, responses=_errors(401, 422))
 async def pending_approvals(request: Request, user: CurrentUser) -> Response:
     """The caller's approvals waiting for an answer, oldest first, over all their runs."""
+    queue = queued.queue_of(request)
+    if queue is not None:  # execution: queue: the approvals are in the store
+        return await queued.pending_approvals(queue, user)
     manager = _manager(request)
     found: list[dict[str, Any]] = []
     for run in manager.runs.values():

@@ -834,6 +834,14 @@ async def chat_completions(
 ) -> Response:
     """An OpenAI chat completion answered by the agent (see ``routes_openai``)."""
     state = request.app.state
+    if getattr(state, "queue", None) is not None:
+        raise OpenAIError(
+            501,
+            "this service queues its runs on workers (execution: queue), and the "
+            "OpenAI-compatible facade answers only from runs in its own process: use "
+            "POST /v1/runs, or a service with execution: in_process",
+            code="not_implemented",
+        )
     settings: ServiceSettings = state.settings
     manager: RunManager = state.manager
     storage: Storage = state.storage

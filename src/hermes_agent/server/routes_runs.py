@@ -1,4 +1,7 @@
-"""Runs and approvals over HTTP: start (JSON or SSE), status, list, events, cancel, answer."""
+"""Runs and approvals over HTTP: start (JSON or SSE), status, list, events, cancel, answer.
+
+With ``execution: queue`` each route hands over to ``server.queued`` (the runs are on the
+workers, their state in the store)."""
 
 from __future__ import annotations
 
@@ -12,12 +15,15 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from hermes_agent.audit.records import Role
+from hermes_agent.server import queued
 from hermes_agent.server.api_models import (
     AUTHENTICATED,
     EVENT_STREAM,
     ApprovalAnsweredBody,
     CancelBody,
     ErrorBody,
+    QueuedBody,
+    QueuedRunBody,
     RunListBody,
     RunResultBody,
     RunStatusBody,
@@ -90,7 +96,11 @@ def finished_response(run: Run, manager: RunManager) -> Response:
             "description": "The run's result; with `stream: true`, its events",
             "content": EVENT_STREAM,
         },
-        202: {"model": RunStatusBody, "description": "A tool call waits for an approval"},
+        202: {
+            "model": RunStatusBody | QueuedBody,
+            "description": "A tool call waits for an approval; with `execution: queue`, the "
+            "run was queued",
+        },
         409: {"model": RunStatusBody, "description": "The run was cancelled"},
         500: {"model": RunStatusBody, "description": "The run failed"},
         504: {"model": RunStatusBody, "description": "The run took longer than run_timeout_s"},
@@ -107,6 +117,9 @@ async def create_run(body: RunRequest, request: Request, user: CurrentUser) -> R
     ``stream: true`` the run's events as Server-Sent Events."""
     settings, manager = _settings(request), _manager(request)
     check_message(body.message, settings)
+    queue = queued.queue_of(request)
+    if queue is not None:
+        return await queued.create_run(queue, body, user)
     run = await manager.start(user.user_id, body)
     if body.stream:
         return EventStreamResponse(
@@ -167,11 +180,15 @@ def stored_run(storage: Storage, request_id: str, user: Principal) -> dict[str, 
 
 @router.get(
     "/runs/{request_id}",
-    response_model=RunStatusBody | StoredRunBody,
+    response_model=RunStatusBody | StoredRunBody | QueuedRunBody,
     responses=errors(404, *AUTHENTICATED),
 )
 async def get_run(request_id: str, request: Request, user: CurrentUser) -> Response:
-    """A run's status and result: from memory, or from the store's audit records."""
+    """A run's status and result: from memory, or from the store's audit records (with
+    ``execution: queue``, the queued run's state in the store)."""
+    queue = queued.queue_of(request)
+    if queue is not None:
+        return await queued.get_run(queue, request_id, user)
     manager = _manager(request)
     run = manager.get(request_id, user.user_id, admin=user.admin)
     if run is not None:
@@ -192,6 +209,9 @@ async def list_runs(
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> Response:
     """The caller's runs, newest first: those in memory, then those in the store."""
+    queue = queued.queue_of(request)
+    if queue is not None:
+        return await queued.list_runs(queue, user, session_id, status, limit)
     manager = _manager(request)
     storage: Storage = request.app.state.storage
     found: dict[str, dict[str, Any]] = {}
@@ -261,6 +281,9 @@ async def run_events_stream(
 ) -> Response:
     """Follow a run: every event after ``Last-Event-ID``, then live ones, then the end. A
     browser's ``EventSource`` may give its key as ``?access_token=``."""
+    queue = queued.queue_of(request)
+    if queue is not None:
+        return await queued.run_events(queue, request_id, user, last_event_id)
     run = _owned_run(request, request_id, user)
     settings = _settings(request)
     run.attach()
@@ -275,7 +298,11 @@ async def run_events_stream(
     responses=errors(404, 413, *AUTHENTICATED),
 )
 async def cancel_run(request_id: str, request: Request, user: CurrentUser) -> Response:
-    """Cancel a run in flight, its tools with it; answers once it has stopped."""
+    """Cancel a run in flight, its tools with it; answers once it has stopped (a queued run:
+    once it is marked cancelled; its worker stops at its next heartbeat)."""
+    queue = queued.queue_of(request)
+    if queue is not None:
+        return await queued.cancel_run(queue, request_id, user)
     run = _owned_run(request, request_id, user)
     cancelled = _manager(request).cancel(run)
     if cancelled and run.task is not None:
@@ -295,11 +322,14 @@ async def answer_approval(
     user: CurrentUser,
 ) -> Response:
     """Approve or deny a pending tool call (once; only the run's owner)."""
+    reason = body.reason or f"{'approved' if body.approved else 'denied'} by {user.user_id}"
+    queue = queued.queue_of(request)
+    if queue is not None:
+        return await queued.answer_approval(queue, approval_id, user, body.approved, reason)
     manager = _manager(request)
     pending = manager.approvals.get(approval_id, user.user_id)
     if pending is None:
         raise HTTPException(404, f"no approval {approval_id!r}")
-    reason = body.reason or f"{'approved' if body.approved else 'denied'} by {user.user_id}"
     try:
         manager.approvals.answer(pending, body.approved, reason)
     except ApprovalAnswered:

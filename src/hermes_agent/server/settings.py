@@ -104,6 +104,10 @@ class ServiceSettings(BaseModel):
     """Per-user daily quotas (runs and tokens), kept where the API keys are."""
     channels: dict[str, Any] = Field(default_factory=dict)
     """Channels (webhook, WeCom bot, email): validated by ``hermes_agent.channels``."""
+    execution: Literal["in_process", "queue"] = "in_process"
+    """Where runs run: in this process (``in_process``), or on the Celery workers of the
+    config's ``queue:`` section (``queue``: ``POST /v1/runs`` answers ``202`` at once and the
+    run's events are read back from the SQL store; see ``server.queued``)."""
 
 
 def service_settings(config: HermesConfig | None = None, **overrides: Any) -> ServiceSettings:

@@ -6,7 +6,9 @@ Client → server: ``{"type": "run", <RunRequest fields>, "client_ref"?}``,
 "client_ref"}``, ``{"type": "event", "request_id", "event_id", "event": <wire event>}``,
 ``{"type": "approval_answered", ...}``, ``{"type": "cancelled", ...}`` and ``{"type": "error",
 "status", "detail", ...}``. Several runs may be in flight on one socket; a socket that drops
-cancels nothing (reconnect with ``GET /v1/runs/{id}/events``).
+cancels nothing (reconnect with ``GET /v1/runs/{id}/events``). With ``execution: queue`` the
+same messages queue runs, follow their events in the store, and answer and cancel them there
+(``server.queued``).
 
 The key comes in ``Authorization: Bearer <key>``, or — from a browser, whose ``WebSocket``
 cannot send headers — as the second of two subprotocols, ``new WebSocket(url, ["bearer",
@@ -17,15 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable, Coroutine
+from contextlib import aclosing
+from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.server.approvals import ApprovalAnswered
 from hermes_agent.server.auth import LOCAL_USER, Principal, authenticate
+from hermes_agent.server.queued import QueueService
 from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest
+from hermes_agent.worker.store import QueuedRun
 
 router = APIRouter()
 
@@ -50,6 +57,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept(subprotocol=subprotocol)
     session = _Socket(websocket, state.manager, user, state.settings.send_timeout_s)
+    session.queue = getattr(state, "queue", None)
     try:
         await session.serve()
     finally:
@@ -67,6 +75,8 @@ class _Socket:
         self.send_timeout = send_timeout
         self.pumps: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
+        self.queue: QueueService | None = None
+        """The app's queue (``execution: queue``): runs go there instead of ``manager``."""
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._lock:
@@ -126,11 +136,22 @@ class _Socket:
             await self._error(413, detail, client_ref=client_ref)
             return
         try:
-            run = await self.manager.start(self.user.user_id, request)
+            pump: Callable[[], Coroutine[Any, Any, None]]
+            if self.queue is not None:
+                queued = await self.queue.submit(self.user.user_id, request)
+                started = (queued.request_id, self.queue.client_session(queued))
+                pump = partial(self._pump_queued, queued, client_ref)
+            else:
+                run = await self.manager.start(self.user.user_id, request)
+                started = (run.id, run.session_id)
+                pump = partial(self._pump, run, client_ref)
         except RunRejected as exc:
             await self._error(
                 exc.status_code, exc.message, client_ref=client_ref, retry_after=exc.retry_after
             )
+            return
+        except HTTPException as exc:
+            await self._error(exc.status_code, str(exc.detail), client_ref=client_ref)
             return
         except HermesAgentError as exc:
             await self._error(422, str(exc), client_ref=client_ref)
@@ -138,12 +159,12 @@ class _Socket:
         await self.send(
             {
                 "type": "started",
-                "request_id": run.id,
-                "session_id": run.session_id,
+                "request_id": started[0],
+                "session_id": started[1],
                 "client_ref": client_ref,
             }
         )
-        task = asyncio.create_task(self._pump(run, client_ref))
+        task = asyncio.create_task(pump())
         self.pumps.add(task)
         task.add_done_callback(self.pumps.discard)
 
@@ -164,18 +185,49 @@ class _Socket:
         finally:
             run.detach()
 
+    async def _pump_queued(self, run: QueuedRun, client_ref: Any) -> None:
+        assert self.queue is not None
+        keepalive = self.websocket.app.state.settings.keepalive_s
+        try:
+            async with aclosing(self.queue.follow(run, 0, keepalive)) as items:
+                async for item in items:
+                    if item is None:  # a keep-alive: nothing to send on a socket
+                        continue
+                    event_id, wire = item
+                    await self.send(
+                        {
+                            "type": "event",
+                            "request_id": run.request_id,
+                            "client_ref": client_ref,
+                            "event_id": event_id,
+                            "event": wire,
+                        }
+                    )
+        except (WebSocketDisconnect, RuntimeError, TimeoutError):
+            pass  # the socket is gone or stopped reading; the run goes on
+
     async def _approve(self, message: dict[str, Any]) -> None:
         approval_id = str(message.get("approval_id", ""))
         approved = message.get("approved")
         if not isinstance(approved, bool):
             await self._error(422, "approve needs approved: true or false", approval_id=approval_id)
             return
+        verb = "approved" if approved else "denied"
+        reason = str(message.get("reason") or f"{verb} by {self.user.user_id}")
+        if self.queue is not None:
+            try:
+                await self.queue.answer(approval_id, self.user, approved, reason)
+            except HTTPException as exc:
+                await self._error(exc.status_code, str(exc.detail), approval_id=approval_id)
+                return
+            await self.send(
+                {"type": "approval_answered", "approval_id": approval_id, "approved": approved}
+            )
+            return
         pending = self.manager.approvals.get(approval_id, self.user.user_id)
         if pending is None:
             await self._error(404, f"no approval {approval_id!r}", approval_id=approval_id)
             return
-        verb = "approved" if approved else "denied"
-        reason = str(message.get("reason") or f"{verb} by {self.user.user_id}")
         try:
             self.manager.approvals.answer(pending, approved, reason)
         except ApprovalAnswered:
@@ -187,6 +239,15 @@ class _Socket:
 
     async def _cancel(self, message: dict[str, Any]) -> None:
         request_id = str(message.get("request_id", ""))
+        if self.queue is not None:
+            try:
+                queued = await self.queue.owned(request_id, self.user)
+            except HTTPException:
+                await self._error(404, f"no run {request_id!r}", request_id=request_id)
+                return
+            cancelled = await self.queue.cancel(queued)
+            await self.send({"type": "cancelled", "request_id": request_id, "cancelled": cancelled})
+            return
         run = self.manager.get(request_id, self.user.user_id, admin=self.user.admin)
         if run is None:
             await self._error(404, f"no run {request_id!r}", request_id=request_id)

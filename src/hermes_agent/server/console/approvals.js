@@ -36,7 +36,7 @@ export function approvalCard(pending, { signal, followRun = true, onAnswered } =
         "run ",
         h("a", { href: `#/runs/${encodeURIComponent(pending.request_id)}` }, shortId(pending.request_id)),
         pending.session_id ? ` · session ${pending.session_id}` : "",
-        ` · expires ${fmtTime(Date.parse(pending.expires) / 1000)}`,
+        pending.expires ? ` · expires ${fmtTime(Date.parse(pending.expires) / 1000)}` : "",
       ),
     ),
     h("h4", {}, "Arguments"),

@@ -1,0 +1,510 @@
+"""Queued runs in the service (``execution: queue``): ``POST /v1/runs`` puts the run on the
+Celery queue of the config's ``queue:`` section and answers ``202`` at once; any worker runs it
+(``hermes_agent.worker``), and the run's state and events are read back from the SQL store the
+workers write, so every instance of the service can answer for every run.
+
+    service:
+      execution: queue
+    queue:
+      broker: redis://127.0.0.1:6379/0
+    storage:
+      url: postgresql+psycopg://hermes@db/hermes
+
+What the endpoints do with a queued run:
+
+- ``POST /v1/runs``: the same request, size limits, limits on runs in flight (counted in the
+  store: ``queued`` and ``running`` runs, of every instance; a run waiting for an approval holds
+  no worker and does not count) and daily quota; then ``202`` with ``request_id``, ``status``
+  and the URLs to follow it. ``stream: true`` streams its events instead.
+- ``GET /v1/runs/{id}``: the run's row (status, result, error, attempts, pending approvals);
+  ``GET /v1/runs/{id}/events``: its events from the store, polled every ``POLL_S`` seconds,
+  with keep-alives and ``Last-Event-ID``, until ``result`` or ``run_stopped``.
+- ``POST /v1/runs/{id}/cancel``: the run is marked cancelled; its worker stops at its next
+  heartbeat. ``POST /v1/approvals/{id}`` and ``GET /v1/approvals``: a queued run that needs an
+  approval is set aside (its worker is freed) until its owner answers; the answer puts it back
+  on the queue.
+
+An approval of a queued run is named, on the API, by its run and its key in the store
+(``approval_ref``), so that the id alone finds it from any instance. Someone else's run or
+approval is a 404, as in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import HTTPException, Request
+from sqlalchemy import case, func, select
+from starlette.responses import Response
+
+from hermes_agent.config import HermesConfig
+from hermes_agent.errors import ConfigError
+from hermes_agent.server.auth import Principal
+from hermes_agent.server.runs import (
+    RunManager,
+    RunRejected,
+    RunRequest,
+    client_session_id,
+    stored_session_id,
+)
+from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, sse_frame, to_json
+from hermes_agent.storage.base import Storage, check_session_id
+from hermes_agent.worker.client import QueueClient
+from hermes_agent.worker.store import QueuedRun, request_payload, runs_table
+
+logger = logging.getLogger("hermes_agent.server")
+
+POLL_S = 0.05
+"""How often a stream asks the store for a run's new events."""
+END_GRACE_S = 1.0
+"""A run the store shows finished whose last event is not there after this long (cancelled
+before a worker took it, dead-lettered) ends its streams with one made from its row."""
+IN_FLIGHT = ("queued", "running")
+"""What counts against ``max_runs_in_flight``: a run waiting for an approval holds no worker."""
+END_KINDS = frozenset({"result", "run_stopped"})
+
+Item = tuple[int | None, dict[str, Any]] | None
+"""What ``QueueService.follow`` yields: an event (its id in the store, ``None`` for the end
+made from the run's row) or ``None`` for a keep-alive."""
+
+
+def check_queue_mode(config: HermesConfig | None, storage: Storage | None = None) -> None:
+    """``ConfigError`` unless ``execution: queue`` has what it needs: the config's ``queue:``
+    section and a SQL store (where the workers keep the runs): ``storage``, or without it the
+    config's ``storage.url``."""
+    from hermes_agent.storage.sql import SqlStorage
+
+    source = config.source if config is not None else "the service settings"
+    if config is None or config.queue is None:
+        raise ConfigError(
+            f"{source}: execution: queue sends runs to the workers of the config's queue: "
+            "section; add one (queue: {broker: redis://127.0.0.1:6379/0}) or use execution: "
+            "in_process"
+        )
+    if storage is None:
+        url = config.storage.url if config.storage is not None else ""
+        sql = url.partition(":")[0].partition("+")[0].lower() in ("sqlite", "postgresql")
+    else:
+        sql = isinstance(storage, SqlStorage)
+    if not sql:
+        raise ConfigError(
+            f"{source}: execution: queue reads the runs back from the workers' SQL store; set "
+            "storage.url (postgresql+psycopg://... for workers on several machines)"
+        )
+
+
+def approval_ref(request_id: str, key: str) -> str:
+    """The API's id of a queued run's approval: the run's id and the store's key (which holds
+    a ``/``), so that the id alone finds the approval from any instance."""
+    encoded = base64.urlsafe_b64encode(key.encode()).rstrip(b"=").decode()
+    return f"{request_id}~{encoded}"
+
+
+def parse_approval_ref(ref: str) -> tuple[str, str] | None:
+    """``(request_id, key)`` of an ``approval_ref``; ``None`` for anything else."""
+    request_id, sep, encoded = ref.partition("~")
+    if not sep or not request_id or not encoded:
+        return None
+    try:
+        padded = encoded + "=" * (-len(encoded) % 4)
+        key = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+    return (request_id, key) if key else None
+
+
+def _iso(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat()
+
+
+def _json(data: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        to_json(data), status_code=status_code, media_type="application/json", headers=headers
+    )
+
+
+class QueueService:
+    """The service's side of queued runs: submits them, reads them back, follows their events,
+    cancels them and answers their approvals. ``manager`` lends its quotas, metrics and
+    shutdown (a service shutting down stops following runs; the workers go on)."""
+
+    def __init__(
+        self,
+        config: HermesConfig,
+        storage: Storage,
+        settings: ServiceSettings,
+        manager: RunManager,
+    ) -> None:
+        check_queue_mode(config, storage)
+        assert config.queue is not None
+        self.client = QueueClient(config.queue, storage)
+        self.store = self.client.store
+        self.storage = storage
+        self.settings = settings
+        self.manager = manager
+
+    def close(self) -> None:
+        """Let go of the broker's connections."""
+        try:
+            self.client.app.close()
+        except Exception:  # pragma: no cover - a broker gone away
+            logger.exception("closing the queue's broker connections failed")
+
+    # -- submitting ------------------------------------------------------------------------
+
+    async def submit(self, owner: str, body: RunRequest) -> QueuedRun:
+        """Queue a run for ``owner``: the limits and quota first (``RunRejected``), then the
+        store and the broker. A run the store or the broker does not take is refused with 503
+        and does not count (one in the store but not on the queue is marked cancelled: no
+        worker would ever see it)."""
+        if body.dry_run:
+            raise HTTPException(
+                422, "dry_run is not available with execution: queue; run it in process"
+            )
+        if not self.manager.accepting:
+            raise RunRejected(503, "the service is shutting down; try again on another instance")
+        session = body.session_id or uuid.uuid4().hex
+        stored = stored_session_id(owner, session)
+        check_session_id(stored, self.storage.max_id_length)  # SessionIdError: 422
+        await self._check_room(owner)
+        day = await self.manager._take_quota(owner)
+        payload = request_payload(
+            body.message,
+            tool_choice=body.tool_choice,
+            toolsets=body.toolsets,
+            output_format=body.output_format,
+            channel=body.channel,
+            output_schema=body.output_schema,
+        )
+        request_id: str | None = None
+        try:
+            request_id = await asyncio.to_thread(self.store.add, stored, payload, owner=owner)
+            await asyncio.to_thread(self.client.send, request_id)
+        except Exception as exc:
+            where = "store" if request_id is None else "broker"
+            logger.exception("a run of %s: the queue's %s did not take it", owner, where)
+            reason = f"the queue's {where} did not take the run: {type(exc).__name__}"
+            if request_id is not None:  # no worker will ever see it
+                await asyncio.to_thread(self.store.cancel, request_id, reason)
+            if day is not None:
+                await asyncio.to_thread(self.manager.quotas.refund, owner, day)
+            retry = self.settings.retry_after_s
+            raise RunRejected(503, f"{reason}; retry after {retry} s", retry) from None
+        found = await asyncio.to_thread(self.store.get, request_id)
+        assert found is not None
+        return found
+
+    async def _check_room(self, owner: str) -> None:
+        """429 past ``max_runs_in_flight`` (queued and running runs of every instance) or
+        ``max_runs_in_flight_per_user``."""
+        r = runs_table.c
+
+        def count() -> tuple[int, int]:
+            query = select(
+                func.count(), func.coalesce(func.sum(case((r.owner == owner, 1), else_=0)), 0)
+            ).where(r.status.in_(IN_FLIGHT))
+            with self.store.storage.transaction(write=False) as conn:
+                row = conn.execute(query).one()
+            return int(row[0]), int(row[1])
+
+        total, mine = await asyncio.to_thread(count)
+        settings, retry = self.settings, self.settings.retry_after_s
+        rejections = self.manager.metrics.rejections
+        if total >= settings.max_runs_in_flight:
+            rejections.labels("runs_in_flight").inc()
+            raise RunRejected(
+                429,
+                f"the queue has {settings.max_runs_in_flight} runs queued or running, the "
+                f"service's limit; retry after {retry} s",
+                retry,
+            )
+        if mine >= settings.max_runs_in_flight_per_user:
+            rejections.labels("runs_in_flight_per_user").inc()
+            raise RunRejected(
+                429,
+                f"you have {settings.max_runs_in_flight_per_user} runs queued or running, the "
+                f"limit per user; wait for one to finish (retry after {retry} s)",
+                retry,
+            )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def owned(self, request_id: str, user: Principal) -> QueuedRun:
+        """The run, if the caller owns it (or is an admin); else 404."""
+        found = await asyncio.to_thread(self.store.get, request_id)
+        if found is None or (found.owner != user.user_id and not user.admin):
+            raise HTTPException(404, f"no run {request_id!r}")
+        return found
+
+    def client_session(self, run: QueuedRun) -> str:
+        """The session id as the run's owner named it."""
+        return client_session_id(run.owner, run.session_id) or run.session_id
+
+    def present(self, run: QueuedRun, wire: dict[str, Any]) -> dict[str, Any]:
+        """An event as the API shows it: an approval by its API id, a result with the owner's
+        session id."""
+        kind = wire.get("kind")
+        if kind == "approval_required" and "approval_id" in wire:
+            return {**wire, "approval_id": approval_ref(run.request_id, str(wire["approval_id"]))}
+        if kind == "result" and isinstance(wire.get("result"), dict):
+            return {**wire, "result": self.result(run, wire["result"])}
+        return wire
+
+    def result(self, run: QueuedRun, result: dict[str, Any] | None) -> dict[str, Any] | None:
+        if result is None:
+            return None
+        return {**result, "session_id": self.client_session(run)}
+
+    async def pending(self, run: QueuedRun) -> list[dict[str, Any]]:
+        """The run's approvals waiting for an answer, as the API lists them."""
+        if run.status != "waiting_approval":
+            return []
+        found = await asyncio.to_thread(self.store.pending_approvals, run.request_id)
+        return [
+            {
+                "approval_id": approval_ref(run.request_id, item["approval_id"]),
+                "request_id": run.request_id,
+                "tool": item["tool"],
+                "arguments": item["arguments"],
+                "created": _iso(run.updated_ns),
+                "expires": None,
+            }
+            for item in found
+        ]
+
+    async def summary(self, run: QueuedRun) -> dict[str, Any]:
+        """``GET /v1/runs/{id}``'s answer for a queued run."""
+        await self.settle(run)
+        return {
+            "request_id": run.request_id,
+            "session_id": self.client_session(run),
+            "status": run.status,
+            "created": run.created_ns / 1e9,
+            "finished": run.updated_ns / 1e9 if run.finished else None,
+            "result": self.result(run, run.result),
+            "error": run.error,
+            "pending_approvals": await self.pending(run),
+            "attempts": run.claims,
+            "redeliveries": run.redeliveries,
+            "worker": run.lease_owner,
+            "source": "queue",
+        }
+
+    async def settle(self, run: QueuedRun) -> None:
+        """Add a completed run's tokens to its owner's daily quota, once whichever instance
+        sees its result first (a store that fails is logged: the answer is not lost for it)."""
+        if run.status != "completed" or not run.result:
+            return
+        quotas = self.manager.quotas
+        if not quotas.applies_to(run.owner):
+            return
+        tokens = int((run.result.get("usage") or {}).get("total_tokens") or 0)
+        try:
+            await asyncio.to_thread(quotas.spend_once, run.owner, run.request_id, tokens)
+        except Exception:
+            logger.exception("cannot add the tokens of run %s to its quota", run.request_id)
+
+    # -- following -------------------------------------------------------------------------
+
+    async def follow(
+        self, run: QueuedRun, after: int, keepalive: float
+    ) -> AsyncGenerator[Item, None]:
+        """The run's events after ``after`` as ``(id, wire)``, then live ones, until its
+        ``result`` or ``run_stopped``; ``None`` whenever ``keepalive`` seconds pass without one.
+        Ends without a last event when the service shuts down (the client follows it again
+        elsewhere, with ``Last-Event-ID``)."""
+        rid = run.request_id
+        quiet_since = time.monotonic()
+        finished_since: float | None = None
+        while self.manager.accepting:
+            events = await asyncio.to_thread(self.store.events, rid, after)
+            for seq, wire in events:
+                after = seq
+                shown = self.present(run, wire)
+                if shown.get("kind") == "result":
+                    latest = await asyncio.to_thread(self.store.get, rid)
+                    await self.settle(latest or run)
+                yield seq, shown
+                if shown.get("kind") in END_KINDS:
+                    return
+            now = time.monotonic()
+            if events:
+                quiet_since, finished_since = now, None
+            else:
+                # The worker writes the last event just after the final status: a run whose
+                # status is final and whose last event never comes ends from its row.
+                latest = await asyncio.to_thread(self.store.get, rid)
+                if latest is None:
+                    return
+                run = latest
+                if run.finished:
+                    finished_since = finished_since if finished_since is not None else now
+                    if now - finished_since >= END_GRACE_S:
+                        await self.settle(run)
+                        yield None, self.ending(run)
+                        return
+            if now - quiet_since >= keepalive:
+                quiet_since = now
+                yield None
+            await asyncio.sleep(POLL_S)
+
+    def ending(self, run: QueuedRun) -> dict[str, Any]:
+        """The last event of a finished run, made from its row."""
+        if run.status == "completed" and run.result is not None:
+            return {"kind": "result", "result": self.result(run, run.result)}
+        return {"kind": "run_stopped", "status": run.status, "error": run.error or run.status}
+
+    async def frames(self, run: QueuedRun, after: int) -> AsyncIterator[str]:
+        """The run's events as SSE frames (an end made from the run's row has no ``id:``: it
+        is not in the store's log)."""
+        async with aclosing(self.follow(run, after, self.settings.keepalive_s)) as items:
+            async for item in items:
+                if item is None:
+                    yield KEEPALIVE_COMMENT
+                elif item[0] is None:
+                    yield f"event: {item[1]['kind']}\ndata: {to_json(item[1])}\n\n"
+                else:
+                    yield sse_frame(item[0], item[1])
+
+    def stream(self, run: QueuedRun, after: int) -> Response:
+        response = EventStreamResponse(self.frames(run, after), self.settings.send_timeout_s)
+        response.headers["Location"] = f"/v1/runs/{run.request_id}"
+        return response
+
+    # -- cancelling and approvals ------------------------------------------------------------
+
+    async def cancel(self, run: QueuedRun, reason: str = "cancelled by the client") -> bool:
+        """Cancel a run that has not finished (its worker stops at its next heartbeat)."""
+        return await asyncio.to_thread(self.store.cancel, run.request_id, reason)
+
+    async def answer(
+        self, ref: str, user: Principal, approved: bool, reason: str
+    ) -> dict[str, Any]:
+        """Answer a queued run's approval (once; only the run's owner); the run goes back to
+        the queue and resumes. 404 for an unknown approval or someone else's, 409 when it was
+        answered already."""
+        parsed = parse_approval_ref(ref)
+        if parsed is None:
+            raise HTTPException(404, f"no approval {ref!r}")
+        request_id, key = parsed
+        found = await asyncio.to_thread(self.store.get, request_id)
+        if found is None or found.owner != user.user_id:
+            raise HTTPException(404, f"no approval {ref!r}")
+        state = await asyncio.to_thread(self.store.approval, request_id, key)
+        if state is None:
+            raise HTTPException(404, f"no approval {ref!r}")
+        decided = state[0] == "pending" and await asyncio.to_thread(
+            self.client.decide, request_id, key, approved, reason
+        )
+        if not decided:
+            raise HTTPException(409, f"approval {ref!r} was answered already")
+        return {"approval_id": ref, "approved": approved, "reason": reason}
+
+    async def pending_of(self, user: Principal) -> list[dict[str, Any]]:
+        """The user's approvals waiting for an answer, oldest first, over all their runs."""
+        waiting = await asyncio.to_thread(
+            self.store.runs, status="waiting_approval", owner=user.user_id, limit=500
+        )
+        found: list[dict[str, Any]] = []
+        for run in waiting:
+            session = self.client_session(run)
+            found.extend({**p, "session_id": session} for p in await self.pending(run))
+        found.sort(key=lambda p: str(p["created"]))
+        return found
+
+    async def runs_of(
+        self, user: Principal, session_id: str | None, status: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """The user's queued runs, newest first (``GET /v1/runs``)."""
+        scan = limit * 4 if session_id is not None else limit
+        rows = await asyncio.to_thread(
+            self.store.runs, status=status, owner=user.user_id, limit=scan
+        )
+        listed = [
+            {
+                "request_id": run.request_id,
+                "session_id": self.client_session(run),
+                "status": run.status,
+                "created": run.created_ns / 1e9,
+                "source": "queue",
+            }
+            for run in rows
+        ]
+        return [r for r in listed if session_id in (None, r["session_id"])][:limit]
+
+
+def queue_of(request: Request) -> QueueService | None:
+    """The app's queue, when it runs with ``execution: queue``."""
+    found: QueueService | None = getattr(request.app.state, "queue", None)
+    return found
+
+
+# -- the routes' queue side (routes_runs and routes_console hand over to these) ------------------
+
+
+async def create_run(queue: QueueService, body: RunRequest, user: Principal) -> Response:
+    """``POST /v1/runs``: ``202`` with where to follow the run, or its events (``stream``)."""
+    run = await queue.submit(user.user_id, body)
+    if body.stream:
+        return queue.stream(run, 0)
+    rid = run.request_id
+    return _json(
+        {
+            "request_id": rid,
+            "session_id": queue.client_session(run),
+            "status": run.status,
+            "status_url": f"/v1/runs/{rid}",
+            "events_url": f"/v1/runs/{rid}/events",
+            "source": "queue",
+        },
+        202,
+        {"Location": f"/v1/runs/{rid}"},
+    )
+
+
+async def get_run(queue: QueueService, request_id: str, user: Principal) -> Response:
+    return _json(await queue.summary(await queue.owned(request_id, user)))
+
+
+async def run_events(
+    queue: QueueService, request_id: str, user: Principal, last_event_id: int
+) -> Response:
+    return queue.stream(await queue.owned(request_id, user), last_event_id)
+
+
+async def cancel_run(queue: QueueService, request_id: str, user: Principal) -> Response:
+    run = await queue.owned(request_id, user)
+    cancelled = await queue.cancel(run)
+    latest = await asyncio.to_thread(queue.store.get, request_id)
+    status = latest.status if latest is not None else run.status
+    return _json({"request_id": request_id, "cancelled": cancelled, "status": status})
+
+
+async def answer_approval(
+    queue: QueueService, approval_id: str, user: Principal, approved: bool, reason: str
+) -> Response:
+    return _json(await queue.answer(approval_id, user, approved, reason))
+
+
+async def list_runs(
+    queue: QueueService,
+    user: Principal,
+    session_id: str | None,
+    status: str | None,
+    limit: int,
+) -> Response:
+    return _json({"runs": await queue.runs_of(user, session_id, status, limit)})
+
+
+async def pending_approvals(queue: QueueService, user: Principal) -> Response:
+    return _json({"approvals": await queue.pending_of(user)})
