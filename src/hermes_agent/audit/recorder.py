@@ -156,6 +156,7 @@ class Recorder:
         self._system_sha: str | None = None
         self._prompted: int | None = None  # messages in the last recorded prompt
         self._rewrites = 0
+        self._last_prompt = ""  # the whole prompt of the last request, as it was sent
         self._recorded: set[tuple[int, str]] = set()
 
     def continue_after(self, earlier: Sequence[AuditRecord]) -> None:
@@ -238,23 +239,30 @@ class Recorder:
 
     def _prompt_records(self, ctx: RunView) -> list[tuple[Role, str]]:
         """The prompt, then the completion. The first request of a run (and any request after
-        the conversation was trimmed to fit the context window) records the whole prompt as
-        sent; later ones record only the turns added since (role ``prompt_added``, ChatML), so
-        a long run's trail grows with what happened, not with the square of it."""
+        the conversation was trimmed to fit the context window, or whose earlier turns no
+        longer render as they were sent) records the whole prompt as sent; later ones record
+        only the turns added since (role ``prompt_added``, ChatML), so a long run's trail grows
+        with what happened, not with the square of it."""
         sent = _sent(ctx)
         completion = (Role.COMPLETION, ctx.completion_text or (ctx.error or ""))
+        whole = _prompt(ctx, sent)
         fresh = (
             self._prompted is None
             or ctx.prompt_rewrites != self._rewrites
             or len(sent) < self._prompted
+            # The turns sent before no longer render as they were sent: the tool choice or the
+            # tools changed (a forced call was made; the embedded model's last turn was given
+            # the ``required`` prompt because it decided to call; a tool was added).
+            or _prompt(ctx, sent[: self._prompted]) != self._last_prompt
         )
         if fresh:
-            prompt = (Role.PROMPT, _prompt(ctx, sent))
+            prompt = (Role.PROMPT, whole)
         else:
             added = sent[self._prompted :]
             text = to_chatml(render_conversation(added, ()), add_generation_prompt=False)
             prompt = (Role.PROMPT_ADDED, text)
         self._prompted, self._rewrites = len(sent), ctx.prompt_rewrites
+        self._last_prompt = whole
         if ctx.reason:
             return [prompt, completion, (Role.REASON, ctx.reason)]
         return [prompt, completion]

@@ -37,6 +37,7 @@ import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -64,6 +65,13 @@ _WIDE_CHECK = 512  # candidates checked before the whole vocabulary is (see _Gra
 DEFAULT_CALL_BIAS = 7.75
 """Added to the call side of the decision of an ``auto`` turn (see ``LlamaCpp``): calibrated on
 BFCL (``benchmarks/bfcl_call_bias.py``, docs/evaluation.md) for the bundled SmolLM2-135M."""
+
+_SENT: ContextVar[tuple[int, str, str] | None] = ContextVar("hermes_llamacpp_sent", default=None)
+"""In the task that made the last request of a ``LlamaCpp``: (``id`` of the model, the prompt
+rendered for that request, the prompt the model was given). They differ when the call decision
+of an ``auto`` turn chose to call: the model is then given the ``required`` rendering, and
+``render_prompt`` (which the audit trail records) says so. Task-local, so concurrent runs on one
+model never see each other's decisions."""
 
 
 def bundled_model_path() -> Path:
@@ -237,6 +245,8 @@ class _Request:
     """The turn answers a user message (not tool results): where the call decision is made."""
     call_prompt: str | None = None
     """The prompt a turn that decided to call is decoded with (rendered as ``required``)."""
+    sent: str | None = None
+    """The prompt the model was given, once it has been (``prompt`` or ``call_prompt``)."""
 
 
 class LlamaCpp(ModelBase):
@@ -265,8 +275,10 @@ class LlamaCpp(ModelBase):
     of the whole call opener ``<tool_call>\n{"name": "`` minus that of its best first text
     token), opens a call when ``margin + call_bias >= 0``, and is then decoded under the
     calls-only grammar as a ``required`` turn (its prompt gains "You must call at least one of
-    the functions."), or under the text-only grammar with the ``auto`` prompt. The audit trail
-    records the ``auto`` rendering. ``last_call_margin`` keeps the last margin. After
+    the functions."), or under the text-only grammar with the ``auto`` prompt. Once the
+    decision is made, ``render_prompt`` for that request gives the prompt the model was given,
+    so the audit trail records the ``required`` rendering of a turn that decided to call.
+    ``last_call_margin`` keeps the last margin. After
     tool results there is no decision (the model goes on under "text or calls" and answers).
     The default, 7.75, comes from BFCL (docs/evaluation.md); ``None`` turns the decision off.
 
@@ -357,7 +369,13 @@ class LlamaCpp(ModelBase):
         tools: Sequence[dict[str, Any]],
         settings: ModelSettings,
     ) -> str:
-        """The ChatML text the model completes for this request (the audit trail records it)."""
+        """The ChatML text the model completes for this request (the audit trail records it).
+
+        For the last request this task made, that is the prompt the model was given: for an
+        ``auto`` turn whose call decision chose to call, the ``required`` rendering it was
+        decoded with. Before that request is made (and for any other), the rendering of these
+        ``settings``, which is the prompt the decision is made on.
+        """
         wire = render_conversation(
             messages,
             tools,
@@ -365,7 +383,11 @@ class LlamaCpp(ModelBase):
             scratch_pad=settings.scratch_pad,
             tool_choice=settings.tool_choice,
         )
-        return to_chatml(wire)
+        prompt = to_chatml(wire)
+        last = _SENT.get()
+        if last is not None and last[0] == id(self) and last[1] == prompt:
+            return last[2]
+        return prompt
 
     def grammar(self, tools: Sequence[dict[str, Any]], settings: ModelSettings) -> str | None:
         """The GBNF grammar decoding runs under for this request (``None``: unconstrained).
@@ -392,7 +414,10 @@ class LlamaCpp(ModelBase):
     ) -> ModelResponse:
         """Complete the conversation; the model runs in a worker thread."""
         request = self._request(messages, tools, settings)
-        return await asyncio.to_thread(self._complete_sync, request)
+        try:
+            return await asyncio.to_thread(self._complete_sync, request)
+        finally:
+            self._remember(request)
 
     async def stream(
         self,
@@ -430,8 +455,13 @@ class LlamaCpp(ModelBase):
         finally:
             cancelled.set()
             await worker
+            self._remember(request)
 
     # -- internals ----------------------------------------------------------------------------
+
+    def _remember(self, request: _Request) -> None:
+        """Note, in the caller's task, what the model was given for ``request``."""
+        _SENT.set(None if request.sent is None else (id(self), request.prompt, request.sent))
 
     def _loaded(self) -> _Loaded:
         return _load(self.model_path, self.n_ctx, self.n_threads, self.seed, self.repack_weights)
@@ -495,6 +525,7 @@ class LlamaCpp(ModelBase):
         loaded = self._loaded()
         with loaded.lock:
             prompt, arguments, guide = self._arguments(loaded, request)
+            request.sent = prompt
             try:
                 response = loaded.llm.create_completion(prompt, **arguments)
             except Exception as exc:
@@ -516,6 +547,7 @@ class LlamaCpp(ModelBase):
         with loaded.lock:
             llm = loaded.llm
             prompt, arguments, guide = self._arguments(loaded, request)
+            request.sent = prompt
             prompt_tokens = len(llm.tokenize(prompt.encode("utf-8"), special=True))
             try:
                 pieces = llm.create_completion(prompt, stream=True, **arguments)
