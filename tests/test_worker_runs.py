@@ -458,3 +458,47 @@ def test_an_attempt_overtaken_mid_call_stops_and_leaves_the_run_to_the_new_owner
     assert all(r.role != "output" for r in agent.storage.records(rid))
     assert store.get(rid).lease_owner == "new:2"  # type: ignore[union-attr]
     assert len(model.requests) == 1 and runs == [4]
+
+
+def test_answers_and_cancels_without_a_worker_end_up_in_the_runs_log(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    _, _, store, worker, _ = setup(url, ledger, cleanup, requires_approval=True)
+    rid = store.add("s1", request_payload("charge 9"))
+    assert worker.execute(rid) == "waiting_approval"
+    pending = store.pending_approvals(rid)[0]
+    assert pending["asked_ns"] > 0
+    assert store.decide(rid, pending["approval_id"], False, "no")
+    assert store.events(rid)[-1][1] == {
+        "kind": "approval_resolved",
+        "approval_id": pending["approval_id"],
+        "approved": False,
+        "reason": "no",
+    }
+    assert worker.execute(rid) == "completed"
+    kinds = [wire["kind"] for _, wire in store.events(rid)]
+    assert kinds.count("input") == 1 and kinds[-1] == "result"  # the replay said nothing twice
+    queued = store.add("s2", request_payload("charge 1"))
+    assert store.cancel(queued, "changed my mind")
+    assert store.events(queued) == [
+        (1, {"kind": "run_stopped", "status": "cancelled", "error": "changed my mind"})
+    ]
+    assert worker.execute(queued) == "finished" and ledger.calls == []
+
+
+def test_a_run_the_broker_refuses_is_not_left_queued(tmp_path: Path) -> None:
+    from hermes_agent.config import QueueConfig
+    from hermes_agent.errors import HermesAgentError
+    from hermes_agent.worker.client import QueueClient
+
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'q.db'}")
+    try:
+        client = QueueClient(QueueConfig(broker="redis://127.0.0.1:1/0"), storage)
+        client.app.conf.broker_connection_timeout = 1
+        client.app.conf.task_publish_retry = False
+        with pytest.raises(HermesAgentError, match="the broker refused the run"):
+            client.submit("hello", session_id="s1")
+        (run,) = client.store.runs()
+        assert run.status == "cancelled" and "broker refused" in (run.error or "")
+    finally:
+        storage.close()

@@ -254,7 +254,7 @@ class QueueService:
         """An event as the API shows it: an approval by its API id, a result with the owner's
         session id."""
         kind = wire.get("kind")
-        if kind == "approval_required" and "approval_id" in wire:
+        if kind in ("approval_required", "approval_resolved") and "approval_id" in wire:
             return {**wire, "approval_id": approval_ref(run.request_id, str(wire["approval_id"]))}
         if kind == "result" and isinstance(wire.get("result"), dict):
             return {**wire, "result": self.result(run, wire["result"])}

@@ -41,7 +41,14 @@ class QueueClient:
     ) -> RunHandle:
         session_id = session_id or uuid.uuid4().hex
         request_id = self.store.add(session_id, request_payload(message, **options), owner=owner)
-        self.send(request_id)
+        try:
+            self.send(request_id)
+        except Exception as exc:  # nothing will run it: do not leave it queued
+            problem = f"the broker refused the run: {type(exc).__name__}: {exc}"
+            self.store.cancel(request_id, problem)
+            raise HermesAgentError(
+                f"{problem}; check queue.broker ({self.queue.broker.split('@')[-1]}) is up"
+            ) from exc
         return RunHandle(request_id, session_id, self)
 
     def send(self, request_id: str) -> None:

@@ -43,8 +43,8 @@ logger = logging.getLogger("hermes_agent.worker")
 
 Enqueue = Callable[[str], None]
 
-WORKER_EVENTS = frozenset({"approval_required", "run_stopped"})
-"""Events the worker writes itself (not the pipeline's)."""
+WORKER_EVENTS = frozenset({"approval_required", "approval_resolved", "run_stopped"})
+"""Events written beside the pipeline's (by the worker, or with an approval's answer)."""
 
 _STOP_CODES = {"cancelled": 409, "failed": 500, "dead": 503}
 """The status code of a ``stopped`` record (409 and 500 as the service writes them)."""

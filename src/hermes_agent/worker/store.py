@@ -453,9 +453,14 @@ class RunStore:
             )
 
     def cancel(self, request_id: str, reason: str = "cancelled by the client") -> bool:
-        """Cancel a run that has not finished; its worker notices at its next heartbeat."""
+        """Cancel a run that has not finished. A worker running it notices at its next
+        heartbeat and ends its log; otherwise (queued, parked, waiting for an approval) the
+        ``run_stopped`` event is written here."""
         r = runs_table.c
         with self._tx() as conn:
+            before = conn.execute(
+                select(r.status).where(r.request_id == request_id).with_for_update()
+            ).scalar()
             done = conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id, r.status.not_in(FINISHED))
@@ -467,6 +472,9 @@ class RunStore:
                     lease_expires_ns=None,
                 )
             )
+            if done.rowcount == 1 and before != "running":
+                stopped = {"kind": "run_stopped", "status": "cancelled", "error": reason}
+                _add_event(conn, request_id, stopped)
         return done.rowcount == 1
 
     def requeue(self, request_id: str) -> QueuedRun:
@@ -579,21 +587,8 @@ class RunStore:
     # -- events -----------------------------------------------------------------------
 
     def add_event(self, request_id: str, wire: dict[str, Any]) -> int:
-        e = events_table.c
-        r = runs_table.c
         with self._tx() as conn:
-            # The run's row orders its event writers (an attempt and a service writing at once).
-            conn.execute(select(r.request_id).where(r.request_id == request_id).with_for_update())
-            seq = (
-                conn.execute(
-                    select(func.coalesce(func.max(e.seq), 0)).where(e.request_id == request_id)
-                ).scalar_one()
-                + 1
-            )
-            conn.execute(
-                insert(events_table).values(request_id=request_id, seq=seq, payload=dumps(wire))
-            )
-        return int(seq)
+            return _add_event(conn, request_id, wire)
 
     def events(self, request_id: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
         e = events_table.c
@@ -665,6 +660,7 @@ class RunStore:
                     "approval_id": row.key,
                     "tool": row.tool,
                     "arguments": json.loads(row.arguments),
+                    "asked_ns": row.updated_ns,
                 }
                 for row in conn.execute(query)
             ]
@@ -689,7 +685,30 @@ class RunStore:
                 .where(r.request_id == request_id, r.status == "waiting_approval")
                 .values(status="queued", updated_ns=_now(), delivered_ns=None)
             )
+            answer = {
+                "kind": "approval_resolved",
+                "approval_id": key,
+                "approved": approved,
+                "reason": reason or ("approved" if approved else "denied"),
+            }
+            _add_event(conn, request_id, answer)
         return True
+
+
+def _add_event(conn: Connection, request_id: str, wire: dict[str, Any]) -> int:
+    """Append one event to a run's log, inside the caller's transaction."""
+    e = events_table.c
+    r = runs_table.c
+    # The run's row orders its event writers (an attempt and a service writing at once).
+    conn.execute(select(r.request_id).where(r.request_id == request_id).with_for_update())
+    seq = (
+        conn.execute(
+            select(func.coalesce(func.max(e.seq), 0)).where(e.request_id == request_id)
+        ).scalar_one()
+        + 1
+    )
+    conn.execute(insert(events_table).values(request_id=request_id, seq=seq, payload=dumps(wire)))
+    return int(seq)
 
 
 def _run(row: Any) -> QueuedRun:
