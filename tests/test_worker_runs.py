@@ -344,6 +344,11 @@ def test_a_delivery_never_claimed_is_swept_back(
     store.claim(running, "gone:1", 0.1)
     time.sleep(0.15)
     assert running in worker.sweep()  # a run whose worker died
+    # A delivery lost without a trace (never noted as received): sent again after ten leases.
+    forgotten = store.add("s3", request_payload("charge 3"))
+    assert forgotten not in worker.sweep()
+    time.sleep(1.1)
+    assert forgotten in worker.sweep()
 
 
 def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(

@@ -541,20 +541,30 @@ class RunStore:
     def to_sweep(self, lease_ttl: float) -> list[str]:
         """Runs that need a new delivery, each claimed for requeueing by one sweeper only:
         running runs whose lease expired (their worker died), parked runs whose session
-        has nothing older unfinished (their hand-over was lost), and queued runs delivered to a
-        worker that never claimed them within three leases (it died holding the delivery)."""
+        has nothing older unfinished (their hand-over was lost), queued runs delivered to a
+        worker that never claimed them within three leases (it died holding the delivery), and
+        queued runs nobody took within ten leases (a delivery lost without a trace)."""
         now = _now()
         r = runs_table.c
         quiet = now - int(lease_ttl * 1e9)
         found: list[str] = []
         with self._tx() as conn:
             unclaimed = now - int(3 * lease_ttl * 1e9)
+            forgotten = now - int(10 * lease_ttl * 1e9)
             rows = conn.execute(
                 select(r.request_id, r.session_id, r.status, r.created_ns, r.parked)
                 .where(
                     ((r.status == "running") & (r.lease_expires_ns < now))
                     | ((r.status == "queued") & r.parked)
-                    | ((r.status == "queued") & (r.delivered_ns < unclaimed)),
+                    | ((r.status == "queued") & (r.delivered_ns < unclaimed))
+                    # The last resort: a delivery lost without a trace (its worker died before
+                    # it could note it). A run still waiting in a long queue gets a duplicate,
+                    # which its claim makes harmless.
+                    | (
+                        (r.status == "queued")
+                        & r.delivered_ns.is_(None)
+                        & (func.coalesce(r.requeued_ns, r.updated_ns) < forgotten)
+                    ),
                     (r.requeued_ns.is_(None)) | (r.requeued_ns < quiet),
                 )
                 .limit(200)
