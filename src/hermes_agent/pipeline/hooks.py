@@ -203,9 +203,7 @@ def hook_name(hook: Hook) -> str:
     return str(name)
 
 
-def load_hook(
-    spec: dict[str, Any], *, source: str, point: str
-) -> Callable[..., Any] | None:
+def load_hook(spec: dict[str, Any], *, source: str, point: str) -> Callable[..., Any] | None:
     """Instantiate a hook from its YAML spec (``module``, ``class``, ``enabled``, ``options``);
     ``None`` when it is disabled."""
     if not spec.get("enabled", True):

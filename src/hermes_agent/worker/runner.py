@@ -228,15 +228,18 @@ class RunWorker:
         except asyncio.CancelledError:
             if approver.suspended is not None:
                 asked = approver.suspended
+                required = {"kind": "approval_required", "request_id": rid, **asked}
                 try:
                     self.store.park_for_approval(
-                        rid, token, asked["approval_id"], asked["tool"], asked["arguments"]
+                        rid,
+                        token,
+                        asked["approval_id"],
+                        asked["tool"],
+                        asked["arguments"],
+                        required,
                     )
                 except LeaseLost:
                     return self._lost(rid)
-                self.store.add_event(
-                    rid, {"kind": "approval_required", "request_id": rid, **approver.suspended}
-                )
                 return "waiting_approval"
             if lost.is_set() or not journal.holds():
                 return self._lost(rid)

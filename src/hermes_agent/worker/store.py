@@ -621,10 +621,17 @@ class RunStore:
         return (row.status, row.reason) if row is not None else None
 
     def park_for_approval(
-        self, request_id: str, token: int, key: str, tool: str, arguments: dict[str, Any]
+        self,
+        request_id: str,
+        token: int,
+        key: str,
+        tool: str,
+        arguments: dict[str, Any],
+        event: dict[str, Any] | None = None,
     ) -> None:
-        """Record a call waiting for a decision and set the run aside (``waiting_approval``),
-        in one fenced transaction: a decision can only come once both are true."""
+        """Record a call waiting for a decision, set the run aside (``waiting_approval``) and
+        log ``event`` (the ``approval_required`` its followers see), in one fenced
+        transaction: a decision can only come once all three are true."""
         a = approvals_table.c
         r = runs_table.c
         now = _now()
@@ -657,6 +664,8 @@ class RunStore:
                     lease_expires_ns=None,
                 )
             )
+            if event is not None:
+                _add_event(conn, request_id, event)
 
     def pending_approvals(self, request_id: str | None = None) -> list[dict[str, Any]]:
         a = approvals_table.c
