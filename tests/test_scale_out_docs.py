@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from storage_backends import _url
-from worker_harness import REDIS, broker_up
+from worker_harness import REDIS, broker_up, drop_queue
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "scale-out.md"
 BLOCK = re.compile(r"(?:<!-- (?P<mark>[^>]*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S)
@@ -118,12 +118,4 @@ def start_worker(command: str, folder: Path) -> subprocess.Popen[bytes]:
 
 
 def _drop_queue(name: str) -> None:
-    from hermes_agent.config import QueueConfig
-    from hermes_agent.worker.app import make_celery
-
-    app = make_celery(QueueConfig(broker=REDIS, queue_name=name))
-    try:
-        with app.connection_for_write() as conn:
-            conn.default_channel.queue_delete(name)
-    except Exception:
-        pass
+    drop_queue(REDIS, name)

@@ -201,21 +201,33 @@ queue:
         self.drop_queue()
 
     def drop_queue(self) -> None:
-        from hermes_agent.config import QueueConfig
-        from hermes_agent.worker.app import make_celery
-
-        app = make_celery(QueueConfig(broker=self.broker, queue_name=self.queue_name))
-        try:
-            with app.connection_for_write() as conn:
-                channel = conn.default_channel
-                channel.queue_delete(self.queue_name)
-        except Exception:
-            pass
+        drop_queue(self.broker, self.queue_name)
 
     def effects_db(self) -> Any:
         import psycopg
 
         return psycopg.connect(psycopg_url(self.db_url), autocommit=True)
+
+
+def drop_queue(broker: str, name: str) -> None:
+    """Delete a test's queue, and on Redis the binding keys kombu keeps beside it."""
+    from hermes_agent.config import QueueConfig
+    from hermes_agent.worker.app import make_celery
+
+    app = make_celery(QueueConfig(broker=broker, queue_name=name))
+    try:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(name)
+    except Exception:
+        pass
+    if broker.startswith("redis"):
+        import redis
+
+        client = redis.Redis.from_url(broker)
+        try:
+            client.delete(f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
+        finally:
+            client.close()
 
 
 @contextmanager
