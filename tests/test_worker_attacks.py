@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hermes_agent import Agent, ScriptedModel, current_call
+from hermes_agent import Agent, ScriptedModel
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
@@ -23,41 +23,11 @@ from hermes_agent.worker.journal import response_to_json
 from hermes_agent.worker.runner import RunWorker
 from hermes_agent.worker.store import RunStore, request_payload
 from storage_backends import _url
-
-
-def call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+from worker_harness import Ledger, call, charge_script
 
 
 def calls(*bodies: tuple[str, dict[str, Any]]) -> str:
     return "\n".join(call(name, **arguments) for name, arguments in bodies)
-
-
-class Ledger:
-    """A tool with a side effect, counting its executions and the call ids it saw."""
-
-    def __init__(self) -> None:
-        self.calls: list[str | None] = []
-
-    def charge(self, cents: int) -> str:
-        """Charge an amount.
-
-        Args:
-            cents: the amount.
-        """
-        key = current_call()
-        self.calls.append(key.id if key else None)
-        return f"charged {cents}"
-
-
-def charge_script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
-    """``charge N``: one call of ``charge`` with cents=N, then an answer quoting the result."""
-    user = next(m for m in reversed(messages) if m.role == "user")
-    after = messages[messages.index(user) :]
-    results = [m for m in after if m.role == "tool"]
-    if not results:
-        return call("charge", cents=int(str(user.content).split()[-1]))
-    return f"answer: {json.dumps(results[-1].tool_results[0].content)}"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -9,13 +9,13 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hermes_agent import Agent, ScriptedModel, current_call
+from hermes_agent import Agent, ScriptedModel
 from hermes_agent.pipeline.journal import CallKey
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
@@ -24,38 +24,8 @@ from hermes_agent.worker.journal import StoreJournal, response_to_json
 from hermes_agent.worker.runner import RunWorker
 from hermes_agent.worker.store import LeaseLost, RunStore, request_payload
 from storage_backends import _url
-
-
-def call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
-
-
-def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
-    """``charge N``: one call of ``charge`` with cents=N, then an answer quoting the result."""
-    user = next(m for m in reversed(messages) if m.role == "user")
-    after = messages[messages.index(user) :]
-    results = [m for m in after if m.role == "tool"]
-    if not results:
-        return call("charge", cents=int(str(user.content).split()[-1]))
-    content = results[-1].tool_results[0].content
-    return f"answer: {json.dumps(content)}"
-
-
-class Ledger:
-    """A tool with a side effect, counting its executions and the call ids it saw."""
-
-    def __init__(self) -> None:
-        self.calls: list[str | None] = []
-
-    def charge(self, cents: int) -> str:
-        """Charge an amount.
-
-        Args:
-            cents: the amount.
-        """
-        key = current_call()
-        self.calls.append(key.id if key else None)
-        return f"charged {cents}"
+from worker_harness import Ledger, call
+from worker_harness import charge_script as script
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

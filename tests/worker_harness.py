@@ -9,6 +9,7 @@ that happened once from a call that ran twice.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -16,13 +17,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from hermes_agent import current_call
+from hermes_agent.types import Message
 
 REDIS = "redis://127.0.0.1:6379/0"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
@@ -243,3 +247,37 @@ def cluster(
         yield made
     finally:
         made.stop()
+
+
+# -- a tool with a side effect and a model that calls it, for the in-process tests --------
+
+
+def call(name: str, **arguments: Any) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
+
+
+class Ledger:
+    """A tool with a side effect, counting its executions and the call ids it saw."""
+
+    def __init__(self) -> None:
+        self.calls: list[str | None] = []
+
+    def charge(self, cents: int) -> str:
+        """Charge an amount.
+
+        Args:
+            cents: the amount.
+        """
+        key = current_call()
+        self.calls.append(key.id if key else None)
+        return f"charged {cents}"
+
+
+def charge_script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
+    """``charge N``: one call of ``charge`` with cents=N, then an answer quoting the result."""
+    user = next(m for m in reversed(messages) if m.role == "user")
+    after = messages[messages.index(user) :]
+    results = [m for m in after if m.role == "tool"]
+    if not results:
+        return call("charge", cents=int(str(user.content).split()[-1]))
+    return f"answer: {json.dumps(results[-1].tool_results[0].content)}"
