@@ -7,6 +7,10 @@
   ``.hypothesis/`` of the working folder.
 - The session records the checkout's state when it starts; ``test_zz_clean_tree.py``, the
   last test file, fails when the run changed it or ``~/.hermes``.
+
+Two fixtures the worker tests share (``test_worker_runs.py``, ``test_worker_attacks.py``):
+``url``, an empty SQL database (SQLite in tmp_path, then a throwaway PostgreSQL database), and
+``cleanup``, a list whose entries are closed, last first, when the test ends.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from storage_backends import _url
 from tree_guard import ROOT, TREE_AT_START, snapshot
 
 _HYPOTHESIS_HOME = pytest.StashKey[Path]()
@@ -54,3 +60,18 @@ def _session_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture(autouse=True)
 def _test_in_a_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty SQL database: SQLite in tmp_path, then a throwaway PostgreSQL database."""
+    yield from _url(request.param, tmp_path)
+
+
+@pytest.fixture
+def cleanup() -> Iterator[list[Any]]:
+    """Things to close when the test ends (``close()``, last added first)."""
+    things: list[Any] = []
+    yield things
+    for thing in reversed(things):
+        thing.close()

@@ -9,8 +9,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -22,25 +21,11 @@ from hermes_agent.types import Message
 from hermes_agent.worker.journal import response_to_json
 from hermes_agent.worker.runner import RunWorker
 from hermes_agent.worker.store import RunStore, request_payload
-from storage_backends import _url
 from worker_harness import Ledger, call, charge_script
 
 
 def calls(*bodies: tuple[str, dict[str, Any]]) -> str:
     return "\n".join(call(name, **arguments) for name, arguments in bodies)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    yield from _url(request.param, tmp_path)
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        thing.close()
 
 
 def worker_for(

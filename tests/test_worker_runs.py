@@ -9,7 +9,6 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,8 @@ from hermes_agent.types import Message
 from hermes_agent.worker.journal import StoreJournal, response_to_json
 from hermes_agent.worker.runner import RunWorker
 from hermes_agent.worker.store import LeaseLost, RunStore, request_payload
-from storage_backends import _url
 from worker_harness import Ledger, call
 from worker_harness import charge_script as script
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    yield from _url(request.param, tmp_path)
 
 
 @pytest.fixture
@@ -42,14 +35,6 @@ def make_agent(url: str, ledger: Ledger, **tool_settings: Any) -> tuple[Agent, S
     model = ScriptedModel(script)
     agent = Agent(model, storage=url, tools=[Tool.from_function(ledger.charge, **tool_settings)])
     return agent, model
-
-
-@pytest.fixture
-def cleanup() -> Iterator[list[Any]]:
-    things: list[Any] = []
-    yield things
-    for thing in reversed(things):
-        thing.close()
 
 
 def setup(
