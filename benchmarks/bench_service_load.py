@@ -57,8 +57,9 @@ from typing import Any
 
 import httpx
 
-PG = {"host": "127.0.0.1", "port": 5432, "dbname": "test"}
-PG_USERS = ("postgres", "root")
+# Helpers the benchmarks share (this folder is on sys.path when run as a script).
+from _common import code_version, free_port, pg_database
+
 CALL = '<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris"}}\n</tool_call>'
 ANSWER = "It is sunny in Paris today."
 TLS = ssl.create_default_context()  # unused on loopback http, but httpx builds one per client
@@ -254,33 +255,6 @@ def profiled(app: Any, path: str) -> Callable[..., Awaitable[None]]:
 # -- the load generator (this process) --------------------------------------------------------
 
 
-def code_version() -> str:
-    """The commit the code came from, and whether the work tree differed from it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "src"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return f"{head}{' + uncommitted changes in src/' if dirty else ''}" if head else "unknown"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def spawn(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, __file__, "--role", *args])
 
@@ -402,29 +376,6 @@ def summarise(
         "added_p99_ms": round(pct(0.99), 1),
         "run_p50_ms": round(statistics.median(times) * 1000, 1) if times else float("nan"),
     }
-
-
-def pg_database() -> tuple[str, Callable[[], None]]:
-    """A throwaway database on the local PostgreSQL server: (URL, drop)."""
-    import psycopg
-
-    admin: psycopg.Connection[Any] | None = None
-    for user in PG_USERS:
-        try:
-            admin = psycopg.connect(user=user, autocommit=True, connect_timeout=3, **PG)  # type: ignore[arg-type]
-            break
-        except psycopg.OperationalError:
-            continue
-    if admin is None:
-        raise RuntimeError(f"no PostgreSQL server answers at {PG['host']}:{PG['port']}")
-    connection, name = admin, f"hermes_bench_{uuid.uuid4().hex[:12]}"
-    connection.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        connection.close()
-
-    return f"postgresql+psycopg://{connection.info.user}@{PG['host']}:{PG['port']}/{name}", drop
 
 
 async def bench_bare(
@@ -597,7 +548,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 if storage == "sqlite":
                     url = f"sqlite:///{Path(folder) / 'state.db'}"
                 else:
-                    url, drop = pg_database()
+                    url, _, drop = pg_database()
                 try:
                     if args.session_cost:
                         waits[storage] = session_io_wait(url)

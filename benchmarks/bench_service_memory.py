@@ -28,7 +28,6 @@ import gc
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,26 +37,11 @@ from typing import Any
 
 import httpx
 
+# Helpers the benchmarks share (this folder is on sys.path when run as a script).
+from _common import code_version
+
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.server import ServiceSettings, create_app
-
-
-def code_version() -> str:
-    """The commit the code came from, and whether the work tree differed from it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "src"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
-    return f"{head}{' + uncommitted changes in src/' if dirty else ''}" if head else "unknown"
 
 
 def rss_bytes() -> int:

@@ -49,13 +49,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-PG = {"host": "127.0.0.1", "port": 5432, "dbname": "test"}
-PG_USERS = ("postgres", "root")
+# Helpers the benchmarks share (this folder is on sys.path when run as a script).
+from _common import ROOT, code_version, free_port, pg_database
+
 FINISHED = ("completed", "failed", "dead", "cancelled")
 
 TOOLS = '''
@@ -105,13 +104,6 @@ queue:
 
 
 # -- processes ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_for_port(port: int, timeout: float = 30.0) -> None:
@@ -190,30 +182,6 @@ class Workers:
     def stop(self) -> None:
         for process in self.processes:
             stop(process)
-
-
-def pg_database() -> tuple[str, str, Callable[[], None]]:
-    """A throwaway database on the local PostgreSQL server: (URL, name, drop)."""
-    import psycopg
-
-    admin: Any = None
-    for user in PG_USERS:
-        try:
-            admin = psycopg.connect(user=user, autocommit=True, connect_timeout=3, **PG)  # type: ignore[arg-type]
-            break
-        except psycopg.OperationalError:
-            continue
-    if admin is None:
-        raise RuntimeError(f"no PostgreSQL server answers at {PG['host']}:{PG['port']}")
-    name = f"hermes_bench_{uuid.uuid4().hex[:12]}"
-    admin.execute(f'CREATE DATABASE "{name}"')
-
-    def drop() -> None:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-
-    url = f"postgresql+psycopg://{admin.info.user}@{PG['host']}:{PG['port']}/{name}"
-    return url, name, drop
 
 
 def delete_queue(broker: str, queue: str) -> None:
@@ -475,20 +443,6 @@ def queue_vs_in_process(
         "queued_caller_mean_ms": ms(statistics.fmean(caller)),
         **cpu,
     }
-
-
-def code_version() -> str:
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    try:
-        head = git("rev-parse", "--short", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "src")
-    except OSError:
-        return "unknown"
-    return f"{head}{' + uncommitted changes in src/' if changed else ''}" if head else "unknown"
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

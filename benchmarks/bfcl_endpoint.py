@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+
+# Helpers the benchmarks share (this folder is on sys.path when run as a script).
+from _common import free_port
 
 from hermes_agent.evals.resume import journal_path
 from hermes_agent.models.llamacpp import bundled_model_path
@@ -38,16 +40,10 @@ CLI = [sys.executable, "-c", "from hermes_agent.cli import main; main()"]
 CHAT_FORMATS = {"native": "chatml-function-calling", "hermes": "chatml"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def llama_server(chat_format: str) -> Iterator[str]:
     """``python -m llama_cpp.server`` on a free loopback port; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable, str(LAUNCHER), "--model", str(bundled_model_path()),
         "--host", "127.0.0.1", "--port", str(port), "--chat_format", chat_format,
