@@ -4,6 +4,7 @@
     python benchmarks/bfcl_study.py --resume     # go on with a run that was stopped
     python benchmarks/bfcl_study.py --table      # the results as Markdown (docs/evaluation.md)
     python benchmarks/bfcl_study.py --limit 2 --categories simple_python,irrelevance
+    python benchmarks/bfcl_study.py --categories multi_turn_base --update   # redo some rows
 
 Every category the BFCL harness runs goes through the real pipeline (BFCL's own checkers), with
 constrained decoding on and off:
@@ -33,7 +34,10 @@ Each condition (category, tool choice, grammar) is run by the harness with its o
 journal under ``--work`` (``.hermes/bfcl_study``): ``--resume`` keeps every case already done
 (the harness's resume: a killed run loses at most the case in flight) and runs the rest.
 ``benchmarks/results/bfcl_study.json`` is rewritten after every condition, with
-``complete: false`` until the last one is done.
+``complete: false`` until the last one is done. With ``--update`` the run replaces only the
+rows of the categories it runs and keeps the others, so part of the study can be rerun (say the
+multi-turn categories, with more cases) without the rest; the settings that decide a result
+must match those of the kept rows.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ IDENTITY = (
     "bfcl_eval",
 )
 """The settings a resumed condition must share with the run that began it."""
+SHARED = ("model", "call_bias", "temperature", "max_tokens", "n_ctx", "text_cap", "bfcl_eval")
+"""The settings rows kept by ``--update`` must share with the rows it runs."""
 
 
 class CappedText(LlamaCpp):
@@ -120,6 +126,9 @@ def main() -> None:
     )
     parser.add_argument("--text-cap", type=int, default=32, help="see the module's docstring")
     parser.add_argument("--resume", action="store_true", help="keep the cases already done")
+    parser.add_argument(
+        "--update", action="store_true", help="keep the rows of the categories not run now"
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--work", type=Path, default=WORK, help="per-condition reports")
     parser.add_argument("--table", action="store_true", help="print the results as Markdown")
@@ -151,7 +160,9 @@ def main() -> None:
         "complete": False,
         "runs": [],
     }
-    planned = sum(len(conditions(category)) for category in categories)
+    if args.update:
+        study = updated(study, json.loads(args.output.read_text(encoding="utf-8")), categories)
+    planned = len(study["runs"]) + sum(len(conditions(category)) for category in categories)
     for category in categories:
         multi_turn = category in MULTI_TURN_CATEGORIES
         cases = load_cases(category, multi_limit if multi_turn else args.limit)
@@ -169,6 +180,24 @@ def main() -> None:
             )
             args.output.parent.mkdir(parents=True, exist_ok=True)
             args.output.write_text(json.dumps(study, indent=1) + "\n", encoding="utf-8")
+
+
+def updated(
+    study: dict[str, Any], earlier: dict[str, Any], categories: list[str]
+) -> dict[str, Any]:
+    """``study`` with the rows of ``earlier`` whose categories are not run now; the per-category
+    limits record both runs' (``limit_per_multi_turn_category`` and ``limit_per_category`` are
+    those of the rows run now where those rows are of that kind)."""
+    settings, before = study["settings"], earlier["settings"]
+    differ = [key for key in SHARED if settings.get(key) != before.get(key)]
+    if differ:
+        raise SystemExit(f"--update: the kept rows were run with other settings: {differ}")
+    kept = [run for run in earlier["runs"] if run["category"] not in categories]
+    if not any(category in MULTI_TURN_CATEGORIES for category in categories):
+        settings["limit_per_multi_turn_category"] = before["limit_per_multi_turn_category"]
+    if all(category in MULTI_TURN_CATEGORIES for category in categories):
+        settings["limit_per_category"] = before["limit_per_category"]
+    return study | {"started": earlier["started"], "runs": kept}
 
 
 def run_condition(
