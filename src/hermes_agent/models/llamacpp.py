@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import ctypes
 import dataclasses
 import importlib
 import importlib.util
@@ -62,6 +63,8 @@ _MAX_THREADS = 8  # a 135M model gains nothing from more, and contends for the c
 _MAX_CACHED_GRAMMARS = 32
 _TOP_K = 40  # llama-cpp-python's default top_k, which create_completion applies when sampling
 _WIDE_CHECK = 512  # candidates checked before the whole vocabulary is (see _GrammarGuide)
+_SNAPSHOTS = 2  # contexts kept aside by _Loaded.reuse_context, most recently used last
+_SNAPSHOT_MIN_TOKENS = 64  # fewer evaluated tokens at stake than this: not worth a copy
 DEFAULT_CALL_BIAS = 7.75
 """Added to the call side of the decision of an ``auto`` turn (see ``LlamaCpp``): calibrated on
 BFCL (``benchmarks/bfcl_call_bias.py``, docs/evaluation.md) for the bundled SmolLM2-135M."""
@@ -128,6 +131,7 @@ class _Loaded:
     grammars: dict[str, Any] = field(default_factory=dict)  # GBNF text -> llama_sampler
     candidates: _Candidates | None = None
     pieces: dict[bytes, int] | None = None  # token text -> token id, for _GrammarGuide
+    snapshots: list[_Snapshot] = field(default_factory=list)  # see reuse_context
 
     def grammar_sampler(self, text: str) -> Any:
         """A llama.cpp grammar sampler for ``text`` in its initial state (compiled once)."""
@@ -154,6 +158,77 @@ class _Loaded:
                     pieces.setdefault(piece, token)
             self.pieces = pieces
         return self.pieces
+
+    def reuse_context(self, prompt_tokens: Sequence[int]) -> None:
+        """Make the most of what was evaluated before ``prompt_tokens`` is evaluated.
+
+        llama-cpp-python reuses the longest prefix the new prompt shares with the context; past
+        it, the context is overwritten. That wastes the most where an ``auto`` turn with the
+        call decision alternates between two renderings of one conversation (``auto`` to
+        decide, ``required`` to call): they part at the end of the system prompt, so without
+        this the whole conversation after it was evaluated twice at every model turn (several
+        seconds a turn on BFCL's multi-turn cases). So before a context is overwritten, its
+        KV cache is copied aside (a snapshot; the last ``_SNAPSHOTS`` are kept), and when a
+        snapshot shares a longer prefix with the new prompt than the context does, it is put
+        back in its place. Two snapshots also serve two conversations that take turns. A copy
+        costs a fraction of evaluating the tokens it saves (for SmolLM2,
+        about 23 KB and 20 us a token against milliseconds), and is made only when at least
+        ``_SNAPSHOT_MIN_TOKENS`` evaluated tokens are at stake.
+        """
+        llm = self.llm
+        here = llm.longest_token_prefix(llm._input_ids.tolist(), prompt_tokens)
+        best, best_shared = None, here
+        for snapshot in self.snapshots:
+            shared = llm.longest_token_prefix(snapshot.tokens, prompt_tokens)
+            if shared > best_shared:
+                best, best_shared = snapshot, shared
+        if best_shared - here < _SNAPSHOT_MIN_TOKENS:
+            best = None  # too little to gain for a copy back
+        if best is not None:
+            self.snapshots.remove(best)  # it becomes the context
+        if llm.n_tokens - here >= _SNAPSHOT_MIN_TOKENS:
+            self._snapshot()  # what is about to be lost
+        if best is not None:
+            self._restore(best)
+
+    def _snapshot(self) -> None:
+        """Copy the context aside (the oldest snapshot goes when there are too many)."""
+        llama_cpp = _import_llama_cpp()
+        llm = self.llm
+        tokens = llm._input_ids.tolist()
+        if any(snapshot.tokens == tokens for snapshot in self.snapshots):
+            return
+        size = llama_cpp.llama_state_seq_get_size(llm.ctx, 0)
+        data = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(llm.ctx, data, size, 0)
+        if not written:
+            return  # nothing kept is no harm: a later prompt is evaluated as it would have been
+        self.snapshots.append(_Snapshot(tokens, data, written))
+        del self.snapshots[:-_SNAPSHOTS]
+
+    def _restore(self, snapshot: _Snapshot) -> None:
+        """Make ``snapshot`` the context."""
+        llama_cpp = _import_llama_cpp()
+        llm = self.llm
+        memory = llama_cpp.llama_get_memory(llm.ctx)
+        llama_cpp.llama_memory_seq_rm(memory, 0, -1, -1)  # it holds only what is restored
+        if llama_cpp.llama_state_seq_set_data(llm.ctx, snapshot.data, snapshot.size, 0):
+            count = len(snapshot.tokens)
+            llm.input_ids[:count] = snapshot.tokens
+            llm.n_tokens = count
+        else:  # the context is in no known state: start afresh
+            llm.n_tokens = 0
+            llama_cpp.llama_memory_clear(memory, True)
+        llm._requires_eval = True  # the logits are not those of the context
+
+
+@dataclass(slots=True, eq=False)
+class _Snapshot:
+    """A context copied aside: the tokens it holds and its KV cache (``llama_state_seq``)."""
+
+    tokens: list[int]
+    data: Any  # ctypes uint8 array
+    size: int
 
 
 _LOADED: dict[tuple[str, int], _Loaded] = {}
@@ -526,6 +601,7 @@ class LlamaCpp(ModelBase):
         with loaded.lock:
             prompt, arguments, guide = self._arguments(loaded, request)
             request.sent = prompt
+            loaded.reuse_context(_tokens(loaded.llm, prompt))
             try:
                 response = loaded.llm.create_completion(prompt, **arguments)
             except Exception as exc:
@@ -548,7 +624,9 @@ class LlamaCpp(ModelBase):
             llm = loaded.llm
             prompt, arguments, guide = self._arguments(loaded, request)
             request.sent = prompt
-            prompt_tokens = len(llm.tokenize(prompt.encode("utf-8"), special=True))
+            tokens = _tokens(llm, prompt)
+            loaded.reuse_context(tokens)
+            prompt_tokens = len(tokens)
             try:
                 pieces = llm.create_completion(prompt, stream=True, **arguments)
                 finish_reason = None
@@ -595,8 +673,9 @@ def _call_margin(loaded: _Loaded, prompt: str, text_grammar: str) -> float:
     import numpy as np
 
     llm = loaded.llm
-    prompt_tokens = llm.tokenize(prompt.encode("utf-8"), special=True)
+    prompt_tokens = _tokens(llm, prompt)
     opener = llm.tokenize(CALL_OPENER.encode("utf-8"), add_bos=False, special=True)
+    loaded.reuse_context(prompt_tokens)
     # As create_completion does: keep the longest prefix already evaluated, but evaluate at
     # least the last prompt token, whose logits are needed.
     kept = min(
@@ -628,6 +707,12 @@ def _call_margin(loaded: _Loaded, prompt: str, text_grammar: str) -> float:
         llm.eval([token])
         scores = log_probs()
     return call - text
+
+
+def _tokens(llm: Any, prompt: str) -> list[int]:
+    """``prompt`` as ``create_completion`` tokenizes it."""
+    tokens: list[int] = llm.tokenize(prompt.encode("utf-8"), special=True)
+    return tokens
 
 
 def _best(scores: Any, width: int) -> Any:
