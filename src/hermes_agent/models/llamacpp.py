@@ -21,7 +21,8 @@ A prompt that shares a prefix with what the model evaluated last evaluates only 
 first copied aside, and put back when a later prompt shares more with it (``_Loaded.
 reuse_context``): the call decision's two renderings of one conversation, and two conversations
 taking turns, then evaluate each new turn once. Up to two copies are kept, each the size of the
-KV cache it holds (for SmolLM2 about 23 KB a token: at most 190 MB at ``n_ctx`` 8192).
+KV cache it holds (for SmolLM2 about 23 KB a token: up to 190 MB at ``n_ctx`` 8192, and a
+third while one is swapped for the live context).
 
 One ``Llama`` object per (model file, context size) is loaded per process, lazily, on first use,
 and shared by every ``LlamaCpp`` built for it; the first loader's ``n_threads`` and ``seed``
@@ -206,7 +207,10 @@ class _Loaded:
         if any(snapshot.tokens == tokens for snapshot in self.snapshots):
             return
         size = llama_cpp.llama_state_seq_get_size(llm.ctx, 0)
-        data = (ctypes.c_uint8 * size)()
+        try:
+            data = (ctypes.c_uint8 * size)()
+        except MemoryError:
+            return  # a copy is only an optimisation: without it the prompt is evaluated
         written = llama_cpp.llama_state_seq_get_data(llm.ctx, data, size, 0)
         if not written:
             return  # nothing kept is no harm: a later prompt is evaluated as it would have been
@@ -590,7 +594,9 @@ class LlamaCpp(ModelBase):
         if request.branches is not None and self.call_bias is not None and request.answers_user:
             calls, text = request.branches
             self.last_call_margin = _call_margin(loaded, request.prompt, text)
-            if self.last_call_margin + self.call_bias >= 0:
+            if self.last_call_margin is None:
+                grammar = text  # no room left for a call after the prompt
+            elif self.last_call_margin + self.call_bias >= 0:
                 # Decided: the call is decoded as a ``required`` turn is, prompt included. Under
                 # the "auto" prompt SmolLM2 tends to leave a forced string unclosed.
                 prompt, grammar = request.call_prompt or prompt, calls
@@ -666,7 +672,7 @@ CALL_OPENER = '<tool_call>\n{"name": "'
 """What every call starts with under the grammar, up to the tool's name."""
 
 
-def _call_margin(loaded: _Loaded, prompt: str, text_grammar: str) -> float:
+def _call_margin(loaded: _Loaded, prompt: str, text_grammar: str) -> float | None:
     """How much more likely the model is to open a tool call than to start its text answer.
 
     Both paths are scored where the grammar lets the turn begin either way: the call path by
@@ -676,12 +682,17 @@ def _call_margin(loaded: _Loaded, prompt: str, text_grammar: str) -> float:
     "What is 17 * 23?" as after "Hello!"; it is the rest of the opener that it finds likely
     after the first and unlikely after the second. Runs under ``loaded.lock``; the prompt stays
     in the context, so the completion that follows evaluates only what comes after it.
+    ``None`` when the prompt leaves no room for the opener.
     """
     import numpy as np
 
     llm = loaded.llm
     prompt_tokens = _tokens(llm, prompt)
     opener = llm.tokenize(CALL_OPENER.encode("utf-8"), add_bos=False, special=True)
+    if len(prompt_tokens) + len(opener) >= llm.n_ctx():
+        # No call fits after this prompt (and a prompt longer than the context is refused,
+        # with its ModelError, by the completion that follows): no decision, text only.
+        return None
     loaded.reuse_context(prompt_tokens)
     # As create_completion does: keep the longest prefix already evaluated, but evaluate at
     # least the last prompt token, whose logits are needed.
