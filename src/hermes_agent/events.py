@@ -115,6 +115,9 @@ class ThoughtEvent(_EventBase):
     parse_errors: list[str] = field(default_factory=list)
     error: str | None = None
     """Set when the model call itself failed (status 502)."""
+    tokens: int = 0
+    """The tokens this model turn used (prompt and completion): what a quota counts per turn,
+    however the run ends afterwards."""
 
 
 @dataclass(slots=True)

@@ -131,6 +131,7 @@ class ThoughtGenerator:
                     content=completion.content,
                     tool_calls=names,
                     parse_errors=[error.message for error in completion.errors],
+                    tokens=response.usage.total_tokens,
                 )
             )
         return ctx
