@@ -27,22 +27,14 @@ from typing import Annotated, Protocol
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Request
 
+from hermes_agent.runs.principal import LOCAL_USER as LOCAL_USER
+from hermes_agent.runs.principal import Principal as Principal
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.sql import _is_memory, _make_engine, _safe_url
 
 _USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _KEY = re.compile(r"^hk_([0-9a-f]{16})\.([A-Za-z0-9_-]{20,128})$")
-LOCAL_USER = "local"
 MAX_NAME_CHARS = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """The caller: a stable user id (what runs, sessions and approvals belong to) and whether
-    the caller may see everyone's runs."""
-
-    user_id: str
-    admin: bool = False
 
 
 @dataclass(frozen=True, slots=True)

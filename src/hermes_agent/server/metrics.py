@@ -56,6 +56,12 @@ class ServiceMetrics:
             registry=self.registry,
         )
 
+    def refused(self, reason: str, *, quota: bool = False) -> None:
+        """Count a run the gate refused (``runs.gate.RefusalCounter``)."""
+        self.rejections.labels(reason).inc()
+        if quota:
+            self.quota_rejections.labels(reason).inc()
+
     def observe(self, event: dict[str, Any], since: float) -> float:
         """Count what one wire event says; returns the time to measure the next stage from."""
         now = time.perf_counter()

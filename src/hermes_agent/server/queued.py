@@ -37,6 +37,7 @@ import binascii
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from datetime import UTC, datetime
@@ -48,14 +49,10 @@ from starlette.responses import Response
 
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError
-from hermes_agent.server.auth import Principal
-from hermes_agent.server.runs import (
-    RunManager,
-    RunRejected,
-    RunRequest,
-    client_session_id,
-    stored_session_id,
-)
+from hermes_agent.runs.gate import RunRejected, tokens_used
+from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
+from hermes_agent.runs.request import RunRequest
+from hermes_agent.server.runs import RunManager
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, sse_frame, to_json
 from hermes_agent.storage.base import Storage, check_session_id
@@ -69,6 +66,9 @@ POLL_S = 0.05
 END_GRACE_S = 1.0
 """A run the store shows finished whose last event is not there after this long (cancelled
 before a worker took it, dead-lettered) ends its streams with one made from its row."""
+SETTLED_KEPT = 10_000
+SETTLE_SCAN = 20
+"""How many of a user's latest runs a submit settles before it asks the quota."""
 IN_FLIGHT = ("queued", "running")
 """What counts against ``max_runs_in_flight``: a run waiting for an approval holds no worker."""
 END_KINDS = frozenset({"result", "run_stopped"})
@@ -152,6 +152,8 @@ class QueueService:
         self.storage = storage
         self.settings = settings
         self.manager = manager
+        self._settled: OrderedDict[str, None] = OrderedDict()
+        """Runs this instance settled already (the store's own guard is the last word)."""
 
     def close(self) -> None:
         """Let go of the broker's connections."""
@@ -162,22 +164,25 @@ class QueueService:
 
     # -- submitting ------------------------------------------------------------------------
 
-    async def submit(self, owner: str, body: RunRequest) -> QueuedRun:
-        """Queue a run for ``owner``: the limits and quota first (``RunRejected``), then the
-        store and the broker. A run the store or the broker does not take is refused with 503
-        and does not count (one in the store but not on the queue is marked cancelled: no
+    async def submit(self, principal: Principal, body: RunRequest) -> QueuedRun:
+        """Queue a run for ``principal``: the run layer's gate first (``RunRejected``), then
+        the store and the broker. A run the store or the broker does not take is refused with
+        503 and does not count (one in the store but not on the queue is marked cancelled: no
         worker would ever see it)."""
         if body.dry_run:
             raise HTTPException(
                 422, "dry_run is not available with execution: queue; run it in process"
             )
-        if not self.manager.accepting:
+        if not self.manager.accepting or self.manager.agent is None:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
+        owner, gate = principal.user_id, self.manager.gate
+        gate.check(principal, body, self.manager.agent, self.storage.max_id_length)
         session = body.session_id or uuid.uuid4().hex
         stored = stored_session_id(owner, session)
         check_session_id(stored, self.storage.max_id_length)  # SessionIdError: 422
-        await self._check_room(owner)
-        day = await self.manager._take_quota(owner)
+        gate.check_room(*await self._in_flight(owner))
+        await self.settle_finished(owner)  # turns of runs nobody read back count too
+        admission = await gate.take_quota(principal)
         payload = request_payload(
             body.message,
             tool_choice=body.tool_choice,
@@ -196,17 +201,16 @@ class QueueService:
             reason = f"the queue's {where} did not take the run: {type(exc).__name__}"
             if request_id is not None:  # no worker will ever see it
                 await asyncio.to_thread(self.store.cancel, request_id, reason)
-            if day is not None:
-                await asyncio.to_thread(self.manager.quotas.refund, owner, day)
+            await gate.give_back(admission)
             retry = self.settings.retry_after_s
             raise RunRejected(503, f"{reason}; retry after {retry} s", retry) from None
         found = await asyncio.to_thread(self.store.get, request_id)
         assert found is not None
         return found
 
-    async def _check_room(self, owner: str) -> None:
-        """429 past ``max_runs_in_flight`` (queued and running runs of every instance) or
-        ``max_runs_in_flight_per_user``."""
+    async def _in_flight(self, owner: str) -> tuple[int, int]:
+        """Runs queued or running, of every instance and of ``owner`` (what the gate's limits
+        count; a run waiting for an approval holds no worker)."""
         r = runs_table.c
 
         def count() -> tuple[int, int]:
@@ -217,25 +221,7 @@ class QueueService:
                 row = conn.execute(query).one()
             return int(row[0]), int(row[1])
 
-        total, mine = await asyncio.to_thread(count)
-        settings, retry = self.settings, self.settings.retry_after_s
-        rejections = self.manager.metrics.rejections
-        if total >= settings.max_runs_in_flight:
-            rejections.labels("runs_in_flight").inc()
-            raise RunRejected(
-                429,
-                f"the queue has {settings.max_runs_in_flight} runs queued or running, the "
-                f"service's limit; retry after {retry} s",
-                retry,
-            )
-        if mine >= settings.max_runs_in_flight_per_user:
-            rejections.labels("runs_in_flight_per_user").inc()
-            raise RunRejected(
-                429,
-                f"you have {settings.max_runs_in_flight_per_user} runs queued or running, the "
-                f"limit per user; wait for one to finish (retry after {retry} s)",
-                retry,
-            )
+        return await asyncio.to_thread(count)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -301,18 +287,31 @@ class QueueService:
         }
 
     async def settle(self, run: QueuedRun) -> None:
-        """Add a completed run's tokens to its owner's daily quota, once whichever instance
-        sees its result first (a store that fails is logged: the answer is not lost for it)."""
-        if run.status != "completed" or not run.result:
+        """Add a finished run's tokens — every model turn it took, however it ended — to its
+        owner's daily quota, once whichever instance sees its ending first."""
+        if not run.finished or run.request_id in self._settled:
             return
-        quotas = self.manager.quotas
-        if not quotas.applies_to(run.owner):
+        if not self.manager.quotas.applies_to(run.owner):
             return
-        tokens = int((run.result.get("usage") or {}).get("total_tokens") or 0)
-        try:
-            await asyncio.to_thread(quotas.spend_once, run.owner, run.request_id, tokens)
-        except Exception:
-            logger.exception("cannot add the tokens of run %s to its quota", run.request_id)
+        if run.status == "completed" and run.result:
+            tokens = tokens_used([{"kind": "result", "result": run.result}])
+        else:
+            events = await asyncio.to_thread(self.store.events, run.request_id)
+            tokens = tokens_used(wire for _, wire in events)
+        await self.manager.gate.settle(run.owner, run.request_id, tokens, once=True)
+        self._settled[run.request_id] = None
+        while len(self._settled) > SETTLED_KEPT:
+            self._settled.popitem(last=False)
+
+    async def settle_finished(self, owner: str) -> None:
+        """Settle ``owner``'s recent runs that ended without anyone reading them back (a run
+        cancelled before its answer still spent its turns): before the gate asks the quota."""
+        if not self.manager.quotas.applies_to(owner):
+            return
+        recent = await asyncio.to_thread(self.store.runs, owner=owner, limit=SETTLE_SCAN)
+        for run in recent:
+            if run.finished:
+                await self.settle(run)
 
     # -- following -------------------------------------------------------------------------
 
@@ -454,7 +453,7 @@ def queue_of(request: Request) -> QueueService | None:
 
 async def create_run(queue: QueueService, body: RunRequest, user: Principal) -> Response:
     """``POST /v1/runs``: ``202`` with where to follow the run, or its events (``stream``)."""
-    run = await queue.submit(user.user_id, body)
+    run = await queue.submit(user, body)
     if body.stream:
         return queue.stream(run, 0)
     rid = run.request_id

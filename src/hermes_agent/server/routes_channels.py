@@ -39,6 +39,7 @@ from hermes_agent.channels.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, ve
 from hermes_agent.channels.store import LogEntry, channel_store_for
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.runs.principal import Principal
 from hermes_agent.server.api_models import errors
 from hermes_agent.server.auth import KeyStore
 from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest
@@ -173,20 +174,13 @@ def router_for(
         except InboundRefused as exc:
             await _log(hub, name, exc.event, detail=exc.message)
             raise HTTPException(exc.status_code, exc.message) from None
-        service_settings: ServiceSettings = request.app.state.settings
-        if len(mapped.message) > service_settings.max_message_chars:
-            raise HTTPException(
-                413,
-                f"the message is {len(mapped.message)} characters long; this service accepts "
-                f"at most {service_settings.max_message_chars} (max_message_chars)",
-            )
         manager: RunManager = request.app.state.manager
         inbound_id = uuid.uuid4().hex
         run_request = RunRequest(
             message=mapped.message, session_id=mapped.session_id, output_format=channel.renderer
         )
         try:
-            run = await manager.start(mapped.user_id, run_request, listening=False)
+            run = await manager.start(Principal(mapped.user_id), run_request, listening=False)
         except RunRejected as exc:
             if exc.status_code == 429 and await asyncio.to_thread(
                 _over_quota, manager, mapped.user_id

@@ -68,7 +68,6 @@ from starlette.responses import JSONResponse, Response
 from hermes_agent.audit.redaction import redact_messages
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.server.auth import CurrentUser
-from hermes_agent.server.routes_runs import check_message
 from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest, stored_session_id
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, follow_run, to_json
@@ -847,7 +846,6 @@ async def chat_completions(
     storage: Storage = state.storage
     _model(request, body.model, "model")
     plan = plan_run(body, session_header)
-    check_message(plan.message, settings)
     session_id = plan.session_id or uuid.uuid4().hex
     stored = stored_session_id(user.user_id, session_id)
     seeded = bool(plan.history)
@@ -860,7 +858,7 @@ async def chat_completions(
         stream=bool(body.stream),
     )
     try:
-        run = await manager.start(user.user_id, run_request)
+        run = await manager.start(user, run_request)
     except SessionIdError as exc:  # a session id the store cannot hold
         param = SESSION_HEADER if session_header is not None else "user"
         raise OpenAIError(400, str(exc), param=param, code="invalid_session_id") from None

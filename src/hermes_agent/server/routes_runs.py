@@ -66,16 +66,6 @@ def _settings(request: Request) -> ServiceSettings:
     return settings
 
 
-def check_message(message: str, settings: ServiceSettings) -> None:
-    """413 for a message over ``max_message_chars``."""
-    if len(message) > settings.max_message_chars:
-        raise HTTPException(
-            413,
-            f"the message is {len(message)} characters long; this service accepts at most "
-            f"{settings.max_message_chars} (max_message_chars): send a shorter message",
-        )
-
-
 def finished_response(run: Run, manager: RunManager) -> Response:
     """What a plain POST answers once the run is over or waits for an approval."""
     if run.status == "completed":
@@ -116,11 +106,10 @@ async def create_run(body: RunRequest, request: Request, user: CurrentUser) -> R
     """Start a run: the ``RunResult`` JSON, ``202`` with the pending approvals, or with
     ``stream: true`` the run's events as Server-Sent Events."""
     settings, manager = _settings(request), _manager(request)
-    check_message(body.message, settings)
     queue = queued.queue_of(request)
     if queue is not None:
         return await queued.create_run(queue, body, user)
-    run = await manager.start(user.user_id, body)
+    run = await manager.start(user, body)
     if body.stream:
         return EventStreamResponse(
             run_events(run, 0, settings.keepalive_s), settings.send_timeout_s

@@ -8,9 +8,10 @@ the last id they saw. The log of a finished run is kept a while (``max_finished_
 Session ids are kept per user: the store holds ``<user_id>:<session_id>``, so one user's
 session id can never name another user's conversation, and ownership survives a restart.
 
-Every run passes the same gate in ``start``, whichever endpoint asked for it: the service is
-accepting, the global and per-user limits on runs in flight, then the user's daily quota
-(``quotas.Quotas``: the run is counted, and its tokens are added when it ends).
+Every run passes the run layer's gate (``runs.gate``) in ``start``, whichever door asked for
+it: the service is accepting, the request (size, session id, toolsets that only narrow), the
+global and per-user limits on runs in flight, then the user's daily quota; its tokens are added
+per model turn however it ends.
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from hermes_agent.agent import Agent
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
+from hermes_agent.runs.gate import Gate, tokens_used
+from hermes_agent.runs.gate import RunRejected as RunRejected
+from hermes_agent.runs.principal import Principal
+from hermes_agent.runs.principal import client_session_id as client_session_id
+from hermes_agent.runs.principal import stored_session_id as stored_session_id
+from hermes_agent.runs.request import RunRequest as RunRequest
+from hermes_agent.runs.status import STOP_CODES as STOP_CODES
 from hermes_agent.server.approvals import EXPIRED, ApprovalBook
 from hermes_agent.server.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.server.metrics import ServiceMetrics
@@ -41,52 +47,9 @@ from hermes_agent.types import RunResult, ToolCall
 
 logger = logging.getLogger("hermes_agent.server")
 
-STOP_CODES: dict[str, int] = {"cancelled": 409, "timed_out": 504, "failed": 500}
-"""The status code of a stopped run's ``stopped`` audit record (the API answers a plain POST
-for such a run with the same code)."""
-
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "hermes_service_run", default=None
 )
-
-
-class RunRequest(BaseModel):
-    """The body of ``POST /v1/runs`` (and of a WebSocket ``run`` message)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    message: str
-    session_id: str | None = None
-    tool_choice: str | None = None
-    toolsets: list[str] | None = None
-    dry_run: bool = False
-    output_format: str | None = None
-    output_schema: dict[str, Any] | None = None
-    """A JSON Schema the answer must match: the result's ``data`` is the validated value, and
-    a run whose answer never matches (retries included) ends with status 422."""
-    channel: str | None = None
-    stream: bool = False
-
-
-class RunRejected(Exception):
-    """A run that cannot start now: ``status_code`` (429, 503) and what to do."""
-
-    def __init__(self, status_code: int, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.retry_after = retry_after
-
-
-def stored_session_id(user_id: str, session_id: str) -> str:
-    """The id the store keeps a user's session under."""
-    return f"{user_id}:{session_id}"
-
-
-def client_session_id(user_id: str, stored: str) -> str | None:
-    """The user's own session id for a stored one, or ``None`` when it is not theirs."""
-    prefix = f"{user_id}:"
-    return stored[len(prefix) :] if stored.startswith(prefix) else None
 
 
 class Run:
@@ -190,36 +153,49 @@ class RunManager:
 
     # -- starting and following ----------------------------------------------------------
 
-    async def start(self, owner: str, request: RunRequest, *, listening: bool = True) -> Run:
-        """Start a run and return it once it has an id. Raises ``RunRejected`` (limits,
-        shutting down) or ``HermesAgentError`` (a request the agent refuses before it starts:
-        unknown tool_choice, channel, output format, a session id the store cannot hold).
+    @property
+    def gate(self) -> Gate:
+        """The run layer's gate, over this manager's settings and quotas."""
+        if self._gate is None or self._gate.quotas is not self.quotas:
+            self._gate = Gate(self.settings.gate_limits(), self.quotas, self.metrics)
+        return self._gate
+
+    _gate: Gate | None = None
+
+    async def start(
+        self, principal: Principal, request: RunRequest, *, listening: bool = True
+    ) -> Run:
+        """Start a run and return it once it has an id. Raises ``RunRejected`` (the gate,
+        shutting down), ``SessionIdError`` (a session id the store cannot hold) or
+        ``HermesAgentError`` (a request the agent refuses before it starts: channel, output
+        format).
 
         With ``listening`` the caller counts as following the run from the start (so an
         approval can wait for it) and calls ``run.detach()`` when it stops following."""
         if not self.accepting or self.agent is None:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
-        self._check_room(owner)
+        owner, gate = principal.user_id, self.gate
+        storage = self.agent.storage
+        gate.check(principal, request, self.agent, storage.max_id_length if storage else 10**6)
+        gate.check_room(self.in_flight(), self.in_flight(owner))
         run = Run(owner, request.session_id or uuid.uuid4().hex)
         # In flight from here: starts that wait on the quota store at once count each other.
         self._live.add(run)
         try:
-            quota_day = await self._take_quota(owner)
+            admission = await gate.take_quota(principal)
         except BaseException:
             self._live.discard(run)
             raise
         if not self.accepting:  # the shutdown began while the quota was asked
             self._live.discard(run)
-            if quota_day is not None:
-                await asyncio.to_thread(self.quotas.refund, owner, quota_day)
+            await gate.give_back(admission)
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         self._evict()
         run.listeners = int(listening)
         run.task = asyncio.create_task(self._drive(run, self.agent, request))
         await run.ready.wait()
         if run.start_error is not None:
-            if quota_day is not None:  # it never started: it does not count
-                await asyncio.to_thread(self.quotas.refund, owner, quota_day)
+            await gate.give_back(admission)  # it never started: it does not count
             raise run.start_error
         return run
 
@@ -245,54 +221,6 @@ class RunManager:
     def in_flight(self, owner: str | None = None) -> int:
         """Runs not finished, of one owner or of all."""
         return sum(1 for run in self._live if owner is None or run.owner == owner)
-
-    def _check_room(self, owner: str) -> None:
-        retry = self.settings.retry_after_s
-        if self.in_flight() >= self.settings.max_runs_in_flight:
-            self.metrics.rejections.labels("runs_in_flight").inc()
-            raise RunRejected(
-                429,
-                f"the service has {self.settings.max_runs_in_flight} runs in flight, its limit; "
-                f"retry after {retry} s",
-                retry,
-            )
-        if self.in_flight(owner) >= self.settings.max_runs_in_flight_per_user:
-            self.metrics.rejections.labels("runs_in_flight_per_user").inc()
-            raise RunRejected(
-                429,
-                f"you have {self.settings.max_runs_in_flight_per_user} runs in flight, the limit "
-                f"per user; wait for one to finish (retry after {retry} s)",
-                retry,
-            )
-
-    async def _take_quota(self, owner: str) -> str | None:
-        """Count a run against ``owner``'s daily quota; returns the day it counts on (``None``
-        when the user has no quota). ``RunRejected`` (429) when the quota is spent."""
-        if not self.quotas.applies_to(owner):
-            return None
-        try:
-            day, exceeded = await asyncio.to_thread(self.quotas.admit, owner)
-        except Exception:
-            logger.exception("cannot check the quota of %s", owner)
-            retry = self.settings.retry_after_s
-            raise RunRejected(
-                503, f"the quota store cannot be reached; retry after {retry} s", retry
-            ) from None
-        if exceeded is not None:
-            self.metrics.quota_rejections.labels(exceeded.quota).inc()
-            self.metrics.rejections.labels(exceeded.quota).inc()
-            raise RunRejected(429, exceeded.message, exceeded.retry_after)
-        return day
-
-    async def _spend_tokens(self, owner: str, tokens: int) -> None:
-        """Add a finished run's tokens to ``owner``'s day (a store that fails is logged: the
-        run's answer is not lost for it)."""
-        if tokens <= 0 or not self.quotas.applies_to(owner):
-            return
-        try:
-            await asyncio.to_thread(self.quotas.spend, owner, tokens)
-        except Exception:
-            logger.exception("cannot add %d tokens to the quota of %s", tokens, owner)
 
     # -- the run itself -------------------------------------------------------------------
 
@@ -323,10 +251,8 @@ class RunManager:
                     channel=request.channel,
                     output_type=request.output_schema,
                 )
-                await self._spend_tokens(run.owner, result.usage.total_tokens)
         except OutputValidationError as exc:
             # The run went through to its end; only its answer never matched the schema.
-            await self._spend_tokens(run.owner, exc.result.usage.total_tokens)
             self._finish(run, exc.result)
         except TimeoutError:
             self._stop(
@@ -357,6 +283,10 @@ class RunManager:
                 self._finished.append(run)
             run.ready.set()
             run.poke()
+            if run.id:  # every model turn counts, however the run ended
+                tokens = tokens_used(wire for _, wire in run.events)
+                settled = self.gate.settle(run.owner, run.id, tokens, once=False)
+                await asyncio.shield(settled)
             if run.error is not None and not request.dry_run:  # stopped after it started
                 await self._record_stop(run, agent)
 

@@ -22,6 +22,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hermes_agent.config import HermesConfig, validate_section
+from hermes_agent.runs.gate import GateLimits
+
+# The one status vocabulary, shared with the queue's workers.
+from hermes_agent.runs.status import FINAL_STATUSES as FINAL_STATUSES
+from hermes_agent.runs.status import RunStatus as RunStatus
 
 
 class QuotaLimits(BaseModel):
@@ -109,6 +114,15 @@ class ServiceSettings(BaseModel):
     config's ``queue:`` section (``queue``: ``POST /v1/runs`` answers ``202`` at once and the
     run's events are read back from the SQL store; see ``server.queued``)."""
 
+    def gate_limits(self) -> GateLimits:
+        """The limits the run layer's gate holds every run to."""
+        return GateLimits(
+            max_message_chars=self.max_message_chars,
+            max_runs_in_flight=self.max_runs_in_flight,
+            max_runs_in_flight_per_user=self.max_runs_in_flight_per_user,
+            retry_after_s=self.retry_after_s,
+        )
+
 
 def service_settings(config: HermesConfig | None = None, **overrides: Any) -> ServiceSettings:
     """The settings of the config's ``service:`` section, with ``overrides`` (those not
@@ -129,9 +143,3 @@ def store_url(
     if config is not None and config.storage is not None:
         return config.storage.url
     return default
-
-
-RunStatus = Literal["running", "waiting_approval", "completed", "failed", "cancelled", "timed_out"]
-"""Where a run is: the last four are final."""
-
-FINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled", "timed_out"})

@@ -130,19 +130,14 @@ class _Socket:
         except ValidationError as exc:
             await self._error(422, str(exc), client_ref=client_ref)
             return
-        settings = self.websocket.app.state.settings
-        if len(request.message) > settings.max_message_chars:
-            detail = f"the message is longer than max_message_chars ({settings.max_message_chars})"
-            await self._error(413, detail, client_ref=client_ref)
-            return
         try:
             pump: Callable[[], Coroutine[Any, Any, None]]
             if self.queue is not None:
-                queued = await self.queue.submit(self.user.user_id, request)
+                queued = await self.queue.submit(self.user, request)
                 started = (queued.request_id, self.queue.client_session(queued))
                 pump = partial(self._pump_queued, queued, client_ref)
             else:
-                run = await self.manager.start(self.user.user_id, request)
+                run = await self.manager.start(self.user, request)
                 started = (run.id, run.session_id)
                 pump = partial(self._pump, run, client_ref)
         except RunRejected as exc:

@@ -112,9 +112,8 @@ approvals_table = Table(
 _TABLES_LOCK = 0x48_52_55_4E  # "HRUN": serialises creating these tables across processes
 
 FINISHED = ("completed", "failed", "dead", "cancelled")
-RunStatus = Literal[
-    "queued", "running", "waiting_approval", "completed", "failed", "dead", "cancelled"
-]
+# The one status vocabulary of a run, in process and on the queue.
+from hermes_agent.runs.status import RunStatus as RunStatus  # noqa: E402
 
 
 class LeaseLost(StorageError):

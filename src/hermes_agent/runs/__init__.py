@@ -1,0 +1,39 @@
+"""The run layer: one typed request, one principal, one gate, one status vocabulary, between
+the front doors (REST, SSE, WebSocket, the OpenAI facade, channels, MCP, replay) and the
+agent. See ``runs.gate`` for what every run passes before anything of it runs."""
+
+from hermes_agent.runs.gate import (
+    Admission,
+    Gate,
+    GateLimits,
+    RunRejected,
+    exposed_toolsets,
+    tokens_used,
+)
+from hermes_agent.runs.principal import (
+    LOCAL_USER,
+    Principal,
+    client_session_id,
+    mcp_local_user,
+    stored_session_id,
+)
+from hermes_agent.runs.request import RunRequest
+from hermes_agent.runs.status import FINAL_STATUSES, STOP_CODES, RunStatus
+
+__all__ = [
+    "FINAL_STATUSES",
+    "LOCAL_USER",
+    "STOP_CODES",
+    "Admission",
+    "Gate",
+    "GateLimits",
+    "Principal",
+    "RunRejected",
+    "RunRequest",
+    "RunStatus",
+    "client_session_id",
+    "exposed_toolsets",
+    "mcp_local_user",
+    "stored_session_id",
+    "tokens_used",
+]

@@ -1,0 +1,258 @@
+"""The gate: what every run passes before anything of it runs, whichever door it came through
+and wherever it executes (in process or on the queue's workers).
+
+In order, and the same refusal (status and message) from every door:
+
+1. **who** — the ``Principal`` the door resolved (it authenticates; the gate only sees the
+   result, so a door without credentials runs as the user its operator configured);
+2. **whose session** — the store keeps sessions per user (``principal.stored_session_id``), so
+   a request names only the caller's own; the id must be one the store can hold (422);
+3. **what they may use** — a request's ``toolsets`` and ``tool_choice`` can only *narrow* what
+   the agent exposes: a toolset the operator did not offer, or a tool outside the narrowed set,
+   is 422 (and such a tool, called by the model, is 404 — it is simply not visible);
+4. **how big** — the message (413), checked before anything is expanded or parsed further;
+5. **how many at once** — runs in flight, of the service and of the user (429), counted by the
+   backend the same way in both modes (queued and running runs);
+6. **how much** — the user's daily quota (429; 503 when its store cannot be reached). A run
+   counts when it is admitted; its tokens are added per model turn, however it ends
+   (``settle``: completed, failed, cancelled, timed out, stopped at shutdown), once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hermes_agent.agent import Agent
+from hermes_agent.runs.principal import Principal, stored_session_id
+from hermes_agent.runs.request import RunRequest
+from hermes_agent.storage.base import check_session_id
+from hermes_agent.types import TOOL_CHOICE_MODES
+
+logger = logging.getLogger("hermes_agent.runs")
+
+
+class RunRejected(Exception):
+    """A run the gate refuses: ``status_code`` (413, 422, 429, 503) and what to do."""
+
+    def __init__(self, status_code: int, message: str, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class GateLimits:
+    """The limits the gate holds every run to (the service's settings)."""
+
+    max_message_chars: int = 32_000
+    max_runs_in_flight: int = 64
+    max_runs_in_flight_per_user: int = 8
+    retry_after_s: int = 1
+
+
+class QuotaRefusal(Protocol):
+    """Why a quota refused a run."""
+
+    @property
+    def quota(self) -> str: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def retry_after(self) -> int: ...
+
+
+class QuotaBook(Protocol):
+    """The daily quotas the gate counts against (``server.quotas.Quotas``)."""
+
+    def applies_to(self, user_id: str) -> bool: ...
+
+    def admit(self, user_id: str) -> tuple[str, QuotaRefusal | None]: ...
+
+    def refund(self, user_id: str, day: str) -> None: ...
+
+    def spend(self, user_id: str, tokens: int) -> None: ...
+
+    def spend_once(self, user_id: str, request_id: str, tokens: int) -> bool: ...
+
+
+class RefusalCounter(Protocol):
+    """Where refusals are counted (the service's metrics)."""
+
+    def refused(self, reason: str, *, quota: bool = False) -> None: ...
+
+
+class _NoCounter:
+    def refused(self, reason: str, *, quota: bool = False) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A run the gate let in: who, and the quota day it was counted on (``None``: the user has
+    no quota), so a run that then never starts can be given back."""
+
+    principal: Principal
+    day: str | None
+
+
+class Gate:
+    """One gate for every run (see the module docstring)."""
+
+    def __init__(
+        self,
+        limits: GateLimits,
+        quotas: QuotaBook,
+        counter: RefusalCounter | None = None,
+    ) -> None:
+        self.limits = limits
+        self.quotas = quotas
+        self.counter: RefusalCounter = counter or _NoCounter()
+
+    # -- what is asked ---------------------------------------------------------------------
+
+    def check(
+        self, principal: Principal, request: RunRequest, agent: Agent, max_id_length: int
+    ) -> None:
+        """Refuse (``RunRejected``) a request that is too big, names a session id the store
+        cannot hold, or widens what the agent exposes."""
+        size = len(request.message)
+        if size > self.limits.max_message_chars:
+            self.counter.refused("message_size")
+            raise RunRejected(
+                413,
+                f"the message is {size} characters long; this service accepts at most "
+                f"{self.limits.max_message_chars} (max_message_chars): send a shorter message",
+            )
+        if request.session_id is not None:
+            check_session_id(  # SessionIdError (422) when the store cannot hold it
+                stored_session_id(principal.user_id, request.session_id), max_id_length
+            )
+        self.check_tools(request.toolsets, request.tool_choice, agent)
+
+    def check_tools(
+        self, toolsets: Iterable[str] | None, tool_choice: str | None, agent: Agent
+    ) -> None:
+        """``toolsets`` and ``tool_choice`` may only narrow what ``agent`` exposes."""
+        offered = exposed_toolsets(agent)
+        if toolsets is not None:
+            wider = [name for name in toolsets if name not in offered]
+            if wider:
+                self.counter.refused("toolsets")
+                raise RunRejected(
+                    422,
+                    f"toolsets {', '.join(map(repr, wider))}: not offered by this service; "
+                    f"it offers {', '.join(sorted(offered)) or '(none)'} — name some of those, "
+                    "or leave toolsets out for all of them",
+                )
+        if tool_choice is not None and tool_choice not in TOOL_CHOICE_MODES:
+            narrowed = list(toolsets) if toolsets is not None else sorted(offered)
+            visible = {tool.name for tool in agent.registry.visible(narrowed)}
+            if tool_choice not in visible:
+                self.counter.refused("tool_choice")
+                raise RunRejected(
+                    422,
+                    f"tool_choice {tool_choice!r} is not a tool this run may use; use auto, "
+                    f"required, none or one of: {', '.join(sorted(visible)) or '(no tools)'}",
+                )
+
+    # -- how many, how much ------------------------------------------------------------------
+
+    def check_room(self, total: int, mine: int) -> None:
+        """429 when the service (``total``) or the user (``mine``) has as many runs queued or
+        running as the limits allow."""
+        limits, retry = self.limits, self.limits.retry_after_s
+        if total >= limits.max_runs_in_flight:
+            self.counter.refused("runs_in_flight")
+            raise RunRejected(
+                429,
+                f"the service has {limits.max_runs_in_flight} runs in flight (queued or "
+                f"running), its limit; retry after {retry} s",
+                retry,
+            )
+        if mine >= limits.max_runs_in_flight_per_user:
+            self.counter.refused("runs_in_flight_per_user")
+            raise RunRejected(
+                429,
+                f"you have {limits.max_runs_in_flight_per_user} runs in flight (queued or "
+                f"running), the limit per user; wait for one to finish (retry after {retry} s)",
+                retry,
+            )
+
+    async def take_quota(self, principal: Principal) -> Admission:
+        """Count one run against the principal's daily quota (429 when spent, 503 when the
+        quota store cannot be reached)."""
+        user = principal.user_id
+        if not self.quotas.applies_to(user):
+            return Admission(principal, None)
+        try:
+            day, exceeded = await asyncio.to_thread(self.quotas.admit, user)
+        except Exception:
+            logger.exception("cannot check the quota of %s", user)
+            retry = self.limits.retry_after_s
+            raise RunRejected(
+                503, f"the quota store cannot be reached; retry after {retry} s", retry
+            ) from None
+        if exceeded is not None:
+            self.counter.refused(exceeded.quota, quota=True)
+            raise RunRejected(429, exceeded.message, exceeded.retry_after)
+        return Admission(principal, day)
+
+    async def give_back(self, admission: Admission) -> None:
+        """Uncount an admitted run that never started."""
+        if admission.day is None:
+            return
+        try:
+            await asyncio.to_thread(self.quotas.refund, admission.principal.user_id, admission.day)
+        except Exception:
+            logger.exception("cannot give back the run of %s", admission.principal.user_id)
+
+    async def settle(self, user_id: str, request_id: str, tokens: int, *, once: bool) -> None:
+        """Add what run ``request_id`` used to its owner's day however it ended; with
+        ``once``, only by whichever process sees its ending first (runs on the queue: every
+        instance of the service may read it). A store that fails is logged: the run's ending
+        is not lost for it."""
+        if tokens <= 0 or not self.quotas.applies_to(user_id):
+            return
+        try:
+            if once:
+                await asyncio.to_thread(self.quotas.spend_once, user_id, request_id, tokens)
+            else:
+                await asyncio.to_thread(self.quotas.spend, user_id, tokens)
+        except Exception:
+            logger.exception("cannot add the tokens of run %s to its quota", request_id)
+
+
+def exposed_toolsets(agent: Agent) -> set[str]:
+    """The toolsets the operator's agent exposes (its ``toolsets``, else every one it has)."""
+    if agent.toolsets is not None:
+        return set(agent.toolsets)
+    return set(agent.registry.toolsets())
+
+
+def tokens_used(events: Iterable[Mapping[str, Any]]) -> int:
+    """The tokens a run used, from its events: the result's total when it answered, else the
+    sum of its model turns (``thought`` events) — so a run cancelled, timed out or failed just
+    before its answer still counts every turn it took."""
+    turns = 0
+    for wire in events:
+        kind = wire.get("kind")
+        if kind == "result":
+            result = wire.get("result")
+            usage = result.get("usage") if isinstance(result, Mapping) else None
+            if isinstance(usage, Mapping):
+                total = usage.get("total_tokens")
+                if total is None:
+                    total = int(usage.get("prompt_tokens") or 0) + int(
+                        usage.get("completion_tokens") or 0
+                    )
+                return max(int(total), turns)
+        elif kind == "thought":
+            turns += int(wire.get("tokens") or 0)
+    return turns
