@@ -27,10 +27,8 @@ CALCULATOR = openai_tool(
 def raw_loaded() -> Iterator[Any]:
     """A ``_Loaded`` around a raw ``Llama`` (n_ctx 2048, one thread) that no ``LlamaCpp``
     shares; closed when the generator is."""
-    import llama_cpp
-
-    llm = llama_cpp.Llama(
-        model_path=str(bundled_model_path()),
+    llm = llamacpp.new_llama(
+        str(bundled_model_path()),
         n_ctx=2048,
         n_threads=1,
         n_threads_batch=1,

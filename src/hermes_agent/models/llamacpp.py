@@ -280,6 +280,15 @@ def _load(path: str, n_ctx: int, n_threads: int, seed: int, repack_weights: bool
         return loaded
 
 
+def new_llama(model_path: str, *, repack_weights: bool = False, **options: Any) -> Any:
+    """A raw ``llama_cpp.Llama`` built the one safe way: with weight repacking off unless asked
+    for (see ``_weight_repacking``). Everything that builds a llama.cpp model — the product,
+    its tests, benchmarks and examples — goes through here or ``LlamaCpp``."""
+    llama_cpp = _import_llama_cpp()
+    with _LOAD_LOCK, _weight_repacking(llama_cpp, repack_weights):
+        return llama_cpp.Llama(model_path=model_path, **options)
+
+
 @contextmanager
 def _weight_repacking(llama_cpp: Any, enabled: bool) -> Iterator[None]:
     """Load with llama.cpp's "extra buffer types" (weight repacking) on or off.
