@@ -1,0 +1,237 @@
+"""The run layer's gate, attacked through the front doors as a user with one ordinary key (or
+none) would, each over a real uvicorn on loopback with the scripted agent:
+
+- a request's ``toolsets`` or ``tool_choice`` that would *widen* what the operator's agent
+  exposes is refused (422) over REST, SSE, the WebSocket and the OpenAI facade, and the hidden
+  tool never runs;
+- a run cancelled just before its answer still spends its model turns' tokens, so cancelling
+  cannot dodge ``tokens_per_day``;
+- a message over ``max_message_chars`` gets the same 413 and message from every door.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from websockets.sync.client import connect
+
+from hermes_agent import Agent, ScriptedModel
+from hermes_agent.runs import Gate, GateLimits, Principal, RunRejected, RunRequest, tokens_used
+from hermes_agent.server import ServiceSettings, create_app
+from hermes_agent.server.auth import MemoryKeyStore
+from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
+from hermes_agent.server.settings import QuotaSettings
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import Message
+from server_harness import call, serve, sse_events, wait_for
+
+WIPED: list[str] = []
+
+
+def wipe_everything() -> str:
+    """Wipe every account (the operator's admin tool)."""
+    WIPED.append("wiped")
+    return "wiped"
+
+
+def lookup(term: str) -> str:
+    """Look a term up."""
+    return f"found {term}"
+
+
+def _script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
+    user = str(next(m.content for m in reversed(messages) if m.role == "user"))
+    last_user = max(i for i, m in enumerate(messages) if m.role == "user")
+    done = sum(1 for m in messages[last_user:] if m.role == "tool")
+    if user.startswith("wipe") and done == 0:
+        return call("wipe_everything")
+    if user.startswith("look") and done < 3:
+        return call("lookup", term=f"t{done}")
+    return f"answer after {done} calls"
+
+
+def _agent(tmp_path: Path) -> Agent:
+    # The operator exposes only the default toolset; the admin tool is registered but hidden.
+    agent = Agent(
+        model=ScriptedModel(_script, chunk_size=8),
+        storage=f"sqlite:///{tmp_path / 'state.db'}",
+        toolsets=["default"],
+    )
+    agent.add_tool(Tool.from_function(wipe_everything, toolset="admin"))
+    agent.add_tool(Tool.from_function(lookup, timeout=5))
+    return agent
+
+
+def _app(tmp_path: Path, **settings: Any) -> Any:
+    values: dict[str, Any] = {"auth": "none"}
+    values.update(settings)
+    return create_app(agent=_agent(tmp_path), settings=ServiceSettings(**values))
+
+
+def test_toolsets_and_tool_choice_only_narrow_over_every_door(tmp_path: Path) -> None:
+    WIPED.clear()
+    with serve(_app(tmp_path)) as base:
+        client = httpx.Client(base_url=base, timeout=30)
+        # REST, plain and streaming: a toolset the operator did not offer is refused up front.
+        for stream in (False, True):
+            body = {"message": "wipe", "toolsets": ["admin"], "stream": stream}
+            refused = client.post("/v1/runs", json=body)
+            assert refused.status_code == 422, refused.text
+            assert "'admin': not offered by this service" in refused.json()["detail"]
+            assert "it offers default" in refused.json()["detail"]
+        # Naming the hidden tool as tool_choice is the same refusal's sibling.
+        named = client.post("/v1/runs", json={"message": "wipe", "tool_choice": "wipe_everything"})
+        assert named.status_code == 422 and "not a tool this run may use" in named.text
+        # Without toolsets the hidden tool is simply not there: the model's call is a 404.
+        plain = client.post("/v1/runs", json={"message": "wipe"})
+        assert plain.status_code == 200, plain.text
+        assert [c["status_code"] for c in plain.json()["tool_calls"]] == [404]
+        # Narrowing is allowed.
+        narrowed = client.post("/v1/runs", json={"message": "look", "toolsets": ["default"]})
+        assert narrowed.status_code == 200 and narrowed.json()["output"] == "answer after 3 calls"
+
+        # The WebSocket: the same refusal, as an error frame.
+        ws_url = base.replace("http://", "ws://") + "/v1/ws"
+        with connect(ws_url) as ws:
+            ws.send(json.dumps({"type": "run", "message": "wipe", "toolsets": ["admin", "x"]}))
+            frame = json.loads(ws.recv(timeout=10))
+            assert frame["type"] == "error" and frame["status"] == 422, frame
+            assert "'admin', 'x': not offered" in frame["detail"]
+
+        # The OpenAI facade: tool_choice naming the hidden tool.
+        facade = client.post(
+            "/v1/chat/completions",
+            json={
+                "model": "hermes-agent",
+                "messages": [{"role": "user", "content": "wipe"}],
+                "tool_choice": {"type": "function", "function": {"name": "wipe_everything"}},
+            },
+        )
+        assert facade.status_code == 422, facade.text
+        assert "not a tool this run may use" in facade.json()["error"]["message"]
+    assert WIPED == []
+
+
+def test_cancelling_before_the_answer_still_spends_the_turns_tokens(tmp_path: Path) -> None:
+    quota = 60
+    app = _app(tmp_path, quotas=QuotaSettings(tokens_per_day=quota))
+    agent = app.state.manager.agent
+    stalled: list[str] = []
+
+    async def slow_lookup(term: str) -> str:
+        """Look a term up, slowly."""
+        import asyncio
+
+        stalled.append(term)
+        await asyncio.sleep(30)
+        return term
+
+    agent.add_tool(Tool.from_function(slow_lookup, name="lookup", timeout=60), replace=True)
+    with serve(app) as base:
+        client = httpx.Client(base_url=base, timeout=30)
+        spent = attempts = 0
+        while True:
+            with client.stream("POST", "/v1/runs", json={"message": "look", "stream": True}) as r:
+                if r.status_code == 429:
+                    assert "tokens_per_day" in r.read().decode()
+                    break
+                assert r.status_code == 200
+                frames = sse_events(r.iter_lines())
+                rid = next(f for f in frames if f.get("event") == "input")["data"]["request_id"]
+                spent += next(f for f in frames if f.get("event") == "thought")["data"]["tokens"]
+            attempts += 1
+            # Cancel it while its tool runs: its answer never comes.
+            wait_for(lambda: bool(stalled))
+            cancelled = client.post(f"/v1/runs/{rid}/cancel").json()
+            assert cancelled["status"] == "cancelled", cancelled
+            stalled.clear()
+            assert attempts < 50, "the quota never counted the cancelled runs' turns"
+        usage = app.state.manager.quotas.usage("local")
+        assert usage.tokens >= quota and usage.tokens == spent, (usage, spent)
+        assert attempts >= 1 and spent > 0
+
+
+def test_an_oversized_message_gets_the_same_refusal_from_every_door(tmp_path: Path) -> None:
+    app = _app(tmp_path, max_message_chars=50)
+    with serve(app) as base:
+        client = httpx.Client(base_url=base, timeout=30)
+        long = "x" * 80
+        rest = client.post("/v1/runs", json={"message": long})
+        assert rest.status_code == 413
+        expected = rest.json()["detail"]
+        assert "80 characters long" in expected and "max_message_chars" in expected
+        with connect(base.replace("http://", "ws://") + "/v1/ws") as ws:
+            ws.send(json.dumps({"type": "run", "message": long}))
+            frame = json.loads(ws.recv(timeout=10))
+        assert (frame["status"], frame["detail"]) == (413, expected)
+        facade = client.post(
+            "/v1/chat/completions",
+            json={"model": "hermes-agent", "messages": [{"role": "user", "content": long}]},
+        )
+        assert facade.status_code == 413 and facade.json()["error"]["message"] == expected
+
+
+# -- the gate on its own --------------------------------------------------------------------
+
+
+def test_the_gate_counts_turns_of_runs_that_never_answered() -> None:
+    events = [
+        {"kind": "thought", "tokens": 30},
+        {"kind": "tool_results"},
+        {"kind": "thought", "tokens": 12},
+        {"kind": "run_stopped", "status": "cancelled"},
+    ]
+    assert tokens_used(events) == 42
+    answered = [*events[:3], {"kind": "result", "result": {"usage": {"total_tokens": 50}}}]
+    assert tokens_used(answered) == 50
+
+
+def test_the_gate_refuses_in_order_and_says_what_to_do(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    quotas = Quotas(QuotaSettings(runs_per_day=1), MemoryQuotaStore())
+    gate = Gate(GateLimits(max_message_chars=10, max_runs_in_flight_per_user=2), quotas)
+    alice = Principal("alice")
+    try:
+        gate.check(alice, RunRequest(message="hi", toolsets=["default"]), agent, 255)
+        for request, code, words in (
+            (RunRequest(message="x" * 11), 413, "max_message_chars"),
+            (RunRequest(message="hi", toolsets=["admin"]), 422, "not offered"),
+            (RunRequest(message="hi", tool_choice="wipe_everything"), 422, "may use"),
+            (RunRequest(message="hi", toolsets=[], tool_choice="lookup"), 422, "may use"),
+        ):
+            try:
+                gate.check(alice, request, agent, 255)
+            except RunRejected as exc:
+                assert exc.status_code == code and words in exc.message, exc.message
+            else:
+                raise AssertionError(f"{request} was let in")
+        try:
+            gate.check_room(total=3, mine=2)
+        except RunRejected as exc:
+            assert exc.status_code == 429 and "per user" in exc.message
+        else:
+            raise AssertionError("the per-user limit let a run in")
+    finally:
+        agent.close()
+
+
+def test_keys_of_two_users_see_nothing_of_each_other(tmp_path: Path) -> None:
+    keys = MemoryKeyStore()
+    alice, bob = keys.create("alice"), keys.create("bob")
+    app = create_app(agent=_agent(tmp_path), settings=ServiceSettings(auth="keys"), keys=keys)
+    with serve(app) as base:
+        a = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {alice}"}, timeout=30)
+        b = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {bob}"}, timeout=30)
+        done = a.post("/v1/runs", json={"message": "hello", "session_id": "diary"}).json()
+        rid = done["request_id"]
+        wait_for(lambda: a.get(f"/v1/runs/{rid}").status_code == 200)
+        assert b.get(f"/v1/runs/{rid}").status_code == 404
+        assert b.post(f"/v1/runs/{rid}/cancel").status_code == 404
+        assert b.post(f"/v1/runs/{rid}/replay").status_code == 404
+        # Bob's "diary" is his own: alice's conversation is not in it.
+        mine = b.post("/v1/runs", json={"message": "hello", "session_id": "diary"}).json()
+        assert mine["session_id"] == "diary" and mine["request_id"] != rid
