@@ -1,0 +1,66 @@
+"""The gate with ``execution: queue``: real ``hermes-agent worker`` processes on Redis, PostgreSQL
+as their store, the step model as the endpoint. The same refusals as in process: a toolset the
+operator did not offer is 422 before anything is queued, and a run cancelled before its answer
+still spends the tokens of every model turn its worker took."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hermes_agent.server import ServiceSettings, create_app
+from hermes_agent.server.auth import SqlKeyStore
+from server_harness import serve, sse_events
+from step_model import running_step_model
+from storage_backends import _url
+from worker_harness import REDIS, cluster, free_port
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    yield from _url("postgresql", tmp_path)
+
+
+def test_queued_runs_pass_the_same_gate(tmp_path: Path, pg_url: str) -> None:
+    store = SqlKeyStore(pg_url)
+    try:
+        key = store.create("alice")
+    finally:
+        store.close()
+    settings = ServiceSettings(
+        execution="queue", auth="keys", keepalive_s=0.2, quotas={"tokens_per_day": 50}
+    )
+    with (
+        running_step_model(free_port(), latency=0.05) as model_url,
+        cluster(tmp_path, pg_url, REDIS, model_url, step_sleep=5) as c,
+    ):
+        c.start_worker(concurrency=2)
+        c.wait_ready()
+        app = create_app(tmp_path / "config.yaml", settings=settings)
+        auth = {"Authorization": f"Bearer {key}"}
+        with serve(app) as url, httpx.Client(base_url=url, headers=auth, timeout=60) as alice:
+            wider = alice.post("/v1/runs", json={"message": "job w", "toolsets": ["admin"]})
+            assert wider.status_code == 422, wider.text
+            assert "'admin': not offered by this service" in wider.json()["detail"]
+            assert alice.get("/v1/runs").json()["runs"] == []  # nothing was queued
+
+            # Each run is cancelled after its first model turn (30 tokens), while its tool
+            # sleeps: two such runs spend the day's 50 tokens, and the third is refused.
+            for attempt in range(2):
+                request = {"message": f"job q{attempt} steps=3", "stream": True}
+                with alice.stream("POST", "/v1/runs", json=request) as reply:
+                    assert reply.status_code == 200, reply.read()
+                    rid = reply.headers["location"].rsplit("/", 1)[1]
+                    frames = sse_events(reply.iter_lines())
+                    thought = next(f for f in frames if f.get("event") == "thought")
+                    assert thought["data"]["tokens"] == 30
+                    assert alice.post(f"/v1/runs/{rid}/cancel").json()["cancelled"] is True
+            refused = alice.post("/v1/runs", json={"message": "job r steps=1"})
+            assert refused.status_code == 429, refused.text
+            assert "tokens_per_day" in refused.json()["detail"]
+            assert app.state.manager.quotas.usage("alice").tokens == 60
