@@ -119,11 +119,12 @@ async def stdio_session(project: Path) -> AsyncIterator[Client]:
 class HttpServer:
     """``hermes-agent mcp serve --transport http`` in a process of its own."""
 
-    def __init__(self, project: Path) -> None:
+    def __init__(self, project: Path, *extra: str) -> None:
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
+        args = serve_args(project, "--transport", "http", "--port", str(port), *extra)
         self.process = subprocess.Popen(
-            [sys.executable, *serve_args(project, "--transport", "http", "--port", str(port))],
+            [sys.executable, *args],
             cwd=project,
             stderr=subprocess.PIPE,
             text=True,
@@ -146,6 +147,26 @@ class HttpServer:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         return self.process.wait(30)
+
+
+def api_key(project: Path, user: str) -> str:
+    """A key of the service's key store (the config's storage), as ``keys create`` makes."""
+    from hermes_agent.server.auth import SqlKeyStore
+
+    keys = SqlKeyStore(f"sqlite:///{project / 'state.db'}")
+    try:
+        return keys.create(user)
+    finally:
+        keys.close()
+
+
+def keyed_client(url: str, key: str) -> Client:
+    """The SDK's client over streamable HTTP, sending ``key`` as a bearer token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=30)
 
 
 @pytest.fixture
@@ -233,8 +254,10 @@ def test_stdio_server_driven_by_the_sdk_client(project: Path) -> None:
 
 
 def test_http_server_driven_by_the_sdk_client(project: Path, http_server: HttpServer) -> None:
+    key = api_key(project, "ada")
+
     async def main() -> None:
-        async with Client(http_server.url, read_timeout_seconds=30) as client:
+        async with keyed_client(http_server.url, key) as client:
             await exercise(client, project)
 
     asyncio.run(asyncio.wait_for(main(), 120))

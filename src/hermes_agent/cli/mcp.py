@@ -6,6 +6,10 @@ server, over stdio or streamable HTTP (the ``mcp`` extra).
 
 Over stdio, standard output carries the protocol and nothing else; notices go to standard error.
 Calls are recorded in the audit trail of the config's storage (else ``.hermes/state.db``).
+
+Over HTTP, callers present the service's API keys (``--auth keys``, the default: the keys of
+``hermes-agent keys create``) and run as those keys' users, under the service's limits and
+quotas; ``--auth none`` runs every call as the local MCP user and is allowed on loopback only.
 """
 
 from __future__ import annotations
@@ -59,10 +63,40 @@ def serve(
         list[str] | None,
         typer.Option("--toolset", help="Serve only the tools of this toolset (repeatable)."),
     ] = None,
+    auth: Annotated[
+        str,
+        typer.Option(
+            "--auth",
+            help="http: keys (callers send the service's API keys; the default) or none "
+            "(loopback only: every call runs as the local MCP user).",
+        ),
+    ] = "keys",
+    user: Annotated[
+        str,
+        typer.Option(
+            "--user",
+            help="The local MCP user calls run as without keys (stdio, --auth none): its "
+            "sessions are mcp!NAME's own.",
+        ),
+    ] = "local",
 ) -> None:
     """Serve the agent's tools over MCP (docs/mcp.md)."""
     if transport not in ("stdio", "http"):
         fail(f"--transport {transport!r}: use stdio or http")
+    if auth not in ("keys", "none"):
+        fail(f"--auth {auth!r}: use keys or none")
+    from hermes_agent.mcp.server import is_loopback
+    from hermes_agent.runs.principal import mcp_local_user
+
+    if transport == "http" and auth == "none" and not is_loopback(host):
+        fail(
+            f"--host {host} with --auth none would let anyone on the network run the agent's "
+            "tools; use --auth keys (the service's API keys) or listen on 127.0.0.1"
+        )
+    try:
+        local = mcp_local_user(user)
+    except ValueError as exc:
+        fail(f"--user: {exc}")
     try:
         from hermes_agent.mcp.client import require_sdk
 
@@ -73,8 +107,17 @@ def serve(
 
     agent = cli_agent(config, tools, no_demo_tools)
     agent.approver = approve_only(approve or ())  # never the terminal: stdin may be the protocol
+    keys, gate = _gate_for(config, http_keys=transport == "http" and auth == "keys")
     try:
-        server = AgentMcpServer(agent, ask=ask, toolsets=toolset, approve=approve or ())
+        server = AgentMcpServer(
+            agent,
+            ask=ask,
+            toolsets=toolset,
+            approve=approve or (),
+            keys=keys,
+            local_user=local,
+            gate=gate,
+        )
     except ValueError as exc:
         agent.close()
         fail(str(exc))
@@ -101,6 +144,29 @@ def serve(
         signal.signal(signal.SIGTERM, previous)
         server.close()
         agent.close()
+        if keys is not None:
+            keys.close()
+
+
+def _gate_for(config: Any, *, http_keys: bool) -> tuple[Any, Any]:
+    """The service's key store (over HTTP with keys) and the run layer's gate with the
+    service's limits and daily quotas, as ``hermes-agent serve`` would apply them."""
+    from hermes_agent.cli.keys import key_store_url
+    from hermes_agent.config import load_config
+    from hermes_agent.runs.gate import Gate
+    from hermes_agent.server.auth import MemoryKeyStore, open_key_store
+    from hermes_agent.server.quotas import Quotas, quota_store_for
+    from hermes_agent.server.settings import service_settings
+
+    try:
+        loaded = load_config(config) if config else None
+        settings = service_settings(loaded)
+        keys = open_key_store(key_store_url(loaded)) if http_keys else None
+    except Exception as exc:
+        fail(str(exc))
+    quota_keys = keys if keys is not None else MemoryKeyStore()
+    quotas = Quotas(settings.quotas, quota_store_for(quota_keys))
+    return keys, Gate(settings.gate_limits(), quotas)
 
 
 def _serve_http(server: Any, host: str, port: int, path: str) -> None:

@@ -18,10 +18,19 @@ protocol), so a tool with ``requires_approval`` is denied unless it is named in 
 With ``ask=True`` the agent itself is one more tool, ``ask(message, session_id?)``: a whole
 run with the agent's model, whose answer comes back as text (and, structured, with the run's
 status, request id and session id).
+
+Who calls: every call runs as a ``Principal`` and passes the run layer's gate. Over HTTP with
+``keys`` the caller sends the service's API key (``Authorization: Bearer <key>``; anything else
+is a 401) and runs as that key's user; otherwise (stdio, or HTTP without keys, which only a
+loopback address allows) as the configured local user ``mcp!<name>`` — an id no API key or
+channel user can have. A session id given to ``ask`` is the caller's own (the store keeps it as
+``<user>:<session>``, as the REST service does), so no MCP client can name another user's
+conversation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -31,6 +40,14 @@ from hermes_agent.agent import Agent
 from hermes_agent.models.base import ModelBase, ModelSettings
 from hermes_agent.pipeline.context import Approver
 from hermes_agent.protocol.chatml import to_json, wrap_tool_call
+from hermes_agent.runs.gate import Gate, RunRejected, tokens_used
+from hermes_agent.runs.principal import (
+    Principal,
+    client_session_id,
+    mcp_local_user,
+    stored_session_id,
+)
+from hermes_agent.runs.request import RunRequest
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import (
     Completion,
@@ -51,6 +68,8 @@ if TYPE_CHECKING:
         PaginatedRequestParams,
     )
     from starlette.applications import Starlette
+
+    from hermes_agent.server.auth import KeyStore
 
 CALL_PREFIX = "MCP tools/call "
 """How a call's run starts its user message (the trail shows it so)."""
@@ -132,10 +151,22 @@ class AgentMcpServer:
         approve: Iterable[str] = (),
         approver: Approver | None = None,
         name: str = "hermes-agent",
+        keys: KeyStore | None = None,
+        local_user: Principal | None = None,
+        gate: Gate | None = None,
+        max_runs_in_flight: int = 16,
     ) -> None:
         from hermes_agent import __version__
 
         self.agent = agent
+        self.keys = keys
+        """Over HTTP: the service's API keys every caller must present (``None``: none)."""
+        self.local_user = local_user or mcp_local_user()
+        self.gate = gate
+        """The run layer's gate (limits and daily quotas); without one, only this server's own
+        limit on runs in flight applies."""
+        self.max_runs_in_flight = max_runs_in_flight
+        self._in_flight: dict[str, int] = {}
         self.ask = ask
         self.toolsets = list(toolsets) if toolsets is not None else agent.toolsets
         self.name = name
@@ -173,40 +204,95 @@ class AgentMcpServer:
             listed.append(McpTool(name=ASK_TOOL, description=description, input_schema=ASK_SCHEMA))
         return ListToolsResult(tools=listed)
 
+    def principal(self, ctx: ServerRequestContext[Any] | None) -> Principal | None:
+        """Who is calling: the API key's user over HTTP with keys (``None`` when the request
+        has no valid key), else the local user."""
+        request = ctx.request if ctx is not None else None
+        if self.keys is None or request is None:
+            return self.local_user
+        from hermes_agent.server.auth import authenticate
+
+        headers = getattr(request, "headers", None)
+        return authenticate(self.keys, headers.get("authorization") if headers else None)
+
     async def call_tool(
-        self, _ctx: ServerRequestContext[Any], params: CallToolRequestParams
+        self, ctx: ServerRequestContext[Any], params: CallToolRequestParams
     ) -> CallToolResult:
         from mcp import MCPError
         from mcp.types import INVALID_PARAMS
 
+        principal = self.principal(ctx)
+        if principal is None:  # the HTTP middleware refuses these first; never run anonymously
+            return _failure("missing or invalid API key: send 'Authorization: Bearer <key>'")
         arguments = dict(params.arguments or {})
         if self.ask and params.name == ASK_TOOL:
-            return await self._ask(arguments)
+            return await self._ask(arguments, principal)
         tools = self.tools()
         if params.name not in tools:
             known = ", ".join([*tools, *([ASK_TOOL] if self.ask else [])]) or "none"
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}; known: {known}")
-        record = await self.call(params.name, arguments)
+        try:
+            record = await self.call(params.name, arguments, principal)
+        except RunRejected as exc:
+            return _failure(f"refused ({exc.status_code}): {exc.message}")
         if record.status_code == 200:
             return _success(record.result)
         return _failure(record.error or f"the call ended with status {record.status_code}")
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> ToolCallRecord:
-        """Run one call of tool ``name`` through the agent's pipeline; its record (status,
-        result or error)."""
+    async def call(
+        self, name: str, arguments: dict[str, Any], principal: Principal | None = None
+    ) -> ToolCallRecord:
+        """Run one call of tool ``name`` through the agent's pipeline as ``principal`` (the
+        local user by default); its record (status, result or error). ``RunRejected`` when
+        the gate refuses it."""
+        who = principal or self.local_user
         message = CALL_PREFIX + to_json({"name": name, "arguments": arguments})
-        result = await self._direct.arun(
-            message,
-            session_id=f"mcp-{uuid.uuid4().hex}",
-            tool_choice="auto",
-            toolsets=self.toolsets,
-        )
+        request = RunRequest(message=message, session_id=f"mcp-{uuid.uuid4().hex}")
+        async with self._admitted(who, request, self._direct):
+            result = await self._direct.arun(
+                message,
+                session_id=stored_session_id(who.user_id, str(request.session_id)),
+                tool_choice="auto",
+                toolsets=self.toolsets,
+            )
         if result.tool_calls:
             return result.tool_calls[0]
         problem = result.error or result.output or "the call did not run"
         return ToolCallRecord(name, arguments, None, result.status, problem)
 
-    async def _ask(self, arguments: dict[str, Any]) -> CallToolResult:
+    @contextlib.asynccontextmanager
+    async def _admitted(
+        self, principal: Principal, request: RunRequest, agent: Agent
+    ) -> AsyncIterator[list[int]]:
+        """The gate, around one run: its checks, the limits on runs in flight (this server's
+        own count), the daily quota; the run's tokens are settled however it ends. Yields a
+        one-item list the run puts its token count in."""
+        user = principal.user_id
+        total, mine = sum(self._in_flight.values()), self._in_flight.get(user, 0)
+        if self.gate is None:
+            if total >= self.max_runs_in_flight:
+                raise RunRejected(429, "the MCP server has as many runs in flight as it allows")
+            admission = None
+        else:
+            storage = agent.storage
+            limit = storage.max_id_length if storage is not None else 10**6
+            self.gate.check(principal, request, self.agent, limit)
+            self.gate.check_room(total, mine)
+            admission = await self.gate.take_quota(principal)
+        self._in_flight[user] = mine + 1
+        tokens = [0]
+        try:
+            yield tokens
+        finally:
+            left = self._in_flight.get(user, 1) - 1
+            if left > 0:
+                self._in_flight[user] = left
+            else:
+                self._in_flight.pop(user, None)
+            if self.gate is not None and admission is not None and tokens[0] > 0:
+                await self.gate.settle(user, f"mcp-{uuid.uuid4().hex}", tokens[0], once=False)
+
+    async def _ask(self, arguments: dict[str, Any], principal: Principal) -> CallToolResult:
         message, session_id = arguments.get("message"), arguments.get("session_id")
         if not isinstance(message, str) or not message.strip():
             return _failure("ask needs a non-empty 'message' (a string)")
@@ -215,15 +301,29 @@ class AgentMcpServer:
         unknown = sorted(set(arguments) - {"message", "session_id"})
         if unknown:
             return _failure(f"unknown argument {', '.join(unknown)} (allowed: message, session_id)")
+        user = principal.user_id
+        session = session_id if session_id is not None else uuid.uuid4().hex
+        request = RunRequest(message=message, session_id=session)
+        turns: list[dict[str, Any]] = []
         try:
-            result = await self._asker.arun(message, session_id=session_id)
+            async with self._admitted(principal, request, self._asker) as tokens:
+                try:
+                    result = await self._asker.arun(
+                        message,
+                        session_id=stored_session_id(user, session),
+                        listener=lambda event: turns.append(event.to_dict()),
+                    )
+                finally:  # every model turn counts, however the run ended
+                    tokens[0] = tokens_used(turns)
+        except RunRejected as exc:
+            return _failure(f"refused ({exc.status_code}): {exc.message}")
         except Exception as exc:  # a run that cannot start (bad session id, broken model)
             return _failure(f"{type(exc).__name__}: {exc}")
         details = {
             "output": result.output,
             "status": result.status,
             "request_id": result.request_id,
-            "session_id": result.session_id,
+            "session_id": client_session_id(user, result.session_id) or session,
         }
         if result.error:
             details["error"] = result.error
@@ -253,8 +353,62 @@ class AgentMcpServer:
 
     def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp") -> Starlette:
         """A Starlette app serving streamable HTTP at ``path`` (serve it with uvicorn). On a
-        loopback ``host`` the SDK refuses other Host and Origin headers (DNS rebinding)."""
-        return self.lowlevel().streamable_http_app(streamable_http_path=path, host=host)
+        loopback ``host`` the SDK refuses other Host and Origin headers (DNS rebinding). With
+        ``keys`` every request must carry a valid API key (401 otherwise); without them only
+        a loopback ``host`` is allowed (``ValueError``)."""
+        if self.keys is None and not is_loopback(host):
+            raise ValueError(
+                f"an MCP server on {host} without API keys would let anyone on the network run "
+                "the agent's tools; give it the service's keys (--auth keys) or listen on "
+                "127.0.0.1"
+            )
+        app = self.lowlevel().streamable_http_app(streamable_http_path=path, host=host)
+        if self.keys is not None:
+            app.add_middleware(_RequireKey, keys=self.keys)
+        return app
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or ``localhost``)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _RequireKey:
+    """ASGI middleware: a request without a valid API key gets 401 before the MCP layer sees it."""
+
+    def __init__(self, app: Any, keys: KeyStore) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from starlette.concurrency import run_in_threadpool
+        from starlette.responses import JSONResponse
+
+        from hermes_agent.server.auth import authenticate
+
+        header = next(
+            (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"),
+            None,
+        )
+        if await run_in_threadpool(authenticate, self.keys, header) is None:
+            response = JSONResponse(
+                {"detail": "missing or invalid API key: send 'Authorization: Bearer <key>'"},
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 def _success(value: Any) -> CallToolResult:

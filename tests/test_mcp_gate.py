@@ -1,0 +1,146 @@
+"""The MCP server as a front door of the run layer, attacked: over HTTP without a key, with a
+bad key, naming another user's session through ``ask`` (over HTTP and stdio), and started on a
+non-loopback host without auth. Real ``hermes-agent mcp serve`` processes, the SDK's client."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hermes_agent import Agent, ScriptedModel
+from hermes_agent.storage import open_storage
+from hermes_agent.types import Message
+
+pytest.importorskip("mcp")
+
+from test_mcp_server import (  # noqa: E402
+    HttpServer,
+    api_key,
+    keyed_client,
+    project,  # noqa: F401  (the fixture)
+    serve_args,
+    stdio_session,
+)
+
+ALICE_DIARY = "alice:diary"
+"""Where the REST service keeps alice's session ``diary``."""
+
+
+def _seed_alice(project: Path) -> None:
+    storage = open_storage(f"sqlite:///{project / 'state.db'}")
+    try:
+        storage.sessions.append(
+            ALICE_DIARY,
+            [Message("user", "my secret plan"), Message("assistant", "noted")],
+        )
+    finally:
+        storage.close()
+
+
+def _session(project: Path, stored: str) -> list[str]:
+    storage = open_storage(f"sqlite:///{project / 'state.db'}")
+    try:
+        return [str(m.content) for m in storage.sessions.load(stored)]
+    finally:
+        storage.close()
+
+
+def test_http_without_a_valid_key_is_refused_before_anything_runs(project: Path) -> None:
+    server = HttpServer(project)
+    try:
+        for headers in ({}, {"Authorization": "Bearer hk_0123456789abcdef.wrongwrongwrongwrong"}):
+            reply = httpx.post(
+                server.url,
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"Accept": "application/json, text/event-stream", **headers},
+                timeout=10,
+            )
+            assert reply.status_code == 401, reply.text
+            assert "Authorization: Bearer" in reply.json()["detail"]
+    finally:
+        assert server.stop() == 0
+    assert not (project / "ran.txt").exists()
+
+
+def test_ask_over_http_cannot_name_another_users_session(project: Path) -> None:
+    _seed_alice(project)
+    bob = api_key(project, "bob")
+    server = HttpServer(project)
+
+    async def main() -> dict[str, object]:
+        async with keyed_client(server.url, bob) as client:
+            for session in ("diary", ALICE_DIARY):
+                reply = await client.call_tool("ask", {"message": "read it", "session_id": session})
+                assert reply.structured_content is not None
+                assert reply.structured_content["session_id"] == session  # bob's own id
+            return reply.structured_content
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        server.stop()
+    assert _session(project, ALICE_DIARY) == ["my secret plan", "noted"]  # untouched
+    assert _session(project, "bob:diary")[0] == "read it"
+    assert _session(project, "bob:alice:diary")[0] == "read it"
+
+
+def test_ask_over_stdio_runs_as_the_local_mcp_user(project: Path) -> None:
+    _seed_alice(project)
+
+    async def main() -> None:
+        async with stdio_session(project) as client:
+            reply = await client.call_tool("ask", {"message": "read it", "session_id": ALICE_DIARY})
+            assert reply.structured_content is not None
+            assert reply.structured_content["session_id"] == ALICE_DIARY
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert _session(project, ALICE_DIARY) == ["my secret plan", "noted"]
+    assert _session(project, "mcp!local:alice:diary")[0] == "read it"
+
+
+def test_a_non_loopback_host_without_auth_is_refused(project: Path) -> None:
+    refused = subprocess.run(
+        [
+            sys.executable,
+            *serve_args(project, "--transport", "http", "--host", "0.0.0.0", "--auth", "none"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert "--auth keys" in refused.stderr and "0.0.0.0" in refused.stderr
+
+    from hermes_agent.mcp.server import AgentMcpServer
+
+    agent = Agent(model=ScriptedModel(["ok"]))
+    server = AgentMcpServer(agent)
+    try:
+        with pytest.raises(ValueError, match="without API keys"):
+            server.http_app(host="0.0.0.0")
+        server.http_app(host="127.0.0.1")  # loopback without keys is the operator's choice
+    finally:
+        server.close()
+        agent.close()
+
+
+def test_http_with_auth_none_on_loopback_runs_as_the_local_user(project: Path) -> None:
+    from mcp import Client
+
+    server = HttpServer(project, "--auth", "none", "--user", "desk")
+
+    async def main() -> None:
+        async with Client(server.url, read_timeout_seconds=30) as client:
+            reply = await client.call_tool("ask", {"message": "hi", "session_id": "s"})
+            assert reply.structured_content is not None
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        server.stop()
+    assert _session(project, "mcp!desk:s")[0] == "hi"
