@@ -18,14 +18,20 @@ from hermes_agent.types import Message
 
 pytest.importorskip("mcp")
 
-from test_mcp_server import (  # noqa: E402
+from test_mcp_server import (
     HttpServer,
     api_key,
     keyed_client,
-    project,  # noqa: F401  (the fixture)
+    make_project,
     serve_args,
     stdio_session,
 )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
+
 
 ALICE_DIARY = "alice:diary"
 """Where the REST service keeps alice's session ``diary``."""

@@ -77,6 +77,11 @@ def free_port() -> int:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
+
+
+def make_project(tmp_path: Path) -> Path:
+    """A folder with the tools file and a config (scripted model, SQLite store)."""
     (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
     config = f"""
         model:

@@ -18,8 +18,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from hermes_agent.runs import Principal
 from hermes_agent.channels import signed_headers
+from hermes_agent.runs import Principal
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
 from hermes_agent.server.approvals import ApprovalBook
 from hermes_agent.server.auth import MemoryKeyStore
@@ -112,7 +112,8 @@ def test_a_run_admitted_while_the_service_shuts_down_is_refused_not_left_running
         manager.agent = base.fork(approver=manager.approver)
         store = _StallingQuotas()
         manager.quotas = Quotas(settings.quotas, store)
-        starting = asyncio.create_task(manager.start(Principal("local"), RunRequest(message="slow")))
+        local = Principal("local")
+        starting = asyncio.create_task(manager.start(local, RunRequest(message="slow")))
         await asyncio.to_thread(store.entered.wait, 10)
         shutting = asyncio.create_task(manager.shutdown(0.0))
         await asyncio.sleep(0.05)
