@@ -45,6 +45,14 @@ EMPTY_LIST = "empty list"
 NOT_CALL = "expected a JSON object"
 
 
+# Note kinds: a substring each note must contain.
+CALL_IN_THOUGHT = "inside the thought was not run"
+UNCLOSED_THOUGHT = "ended inside <think>"
+REVEALED = "a </think> with no <think> before it"
+DEFINITION = "<tools> holds a tool definition"
+XML_INVALID = "invalid XML call in <tool_call>"
+
+
 def case(
     id: str,
     text: str,
@@ -52,8 +60,10 @@ def case(
     calls: list[CallSpec] | tuple[()] = (),
     pad: str | None = None,
     errors: tuple[str, ...] = (),
+    thought: str | None = None,
+    notes: tuple[str, ...] = (),
 ) -> Any:
-    return pytest.param(text, content, list(calls), pad, errors, id=id)
+    return pytest.param(text, content, list(calls), pad, errors, thought, notes, id=id)
 
 
 CASES = [
@@ -382,6 +392,207 @@ CASES = [
         '<tool_call>{"name": "f", "arguments": [1]}</tool_call>',
         errors=(INVALID, NO_NAME, NOT_OBJECT),
     ),
+    # --- thoughts (<think>): kept apart, never a source of calls -----------------------------
+    case(
+        "think_then_answer",
+        "<think>\nThe user wants the weather.\n</think>\n\nIt is sunny.",
+        "It is sunny.",
+        thought="The user wants the weather.",
+    ),
+    case(
+        "think_then_call",
+        f"<think>I need get_weather.</think>\n<tool_call>\n{GOOD}\n</tool_call>",
+        calls=[WEATHER],
+        thought="I need get_weather.",
+    ),
+    case(
+        "call_inside_think_is_never_a_call",
+        '<think>Maybe <tool_call>{"name": "rm", "arguments": {}}</tool_call>? No.</think>Answer.',
+        "Answer.",
+        thought='Maybe <tool_call>{"name": "rm", "arguments": {}}</tool_call>? No.',
+        notes=(CALL_IN_THOUGHT,),
+    ),
+    case(
+        "tools_tag_inside_think_is_never_a_call",
+        '<think>or <tools>{"name": "rm"}</tools></think>No.',
+        "No.",
+        thought='or <tools>{"name": "rm"}</tools>',
+        notes=(CALL_IN_THOUGHT,),
+    ),
+    case(
+        "unclosed_think_swallows_its_call",
+        f"<think>I could <tool_call>{GOOD}</tool_call><|im_end|>",
+        thought=f"I could <tool_call>{GOOD}</tool_call>",
+        notes=(UNCLOSED_THOUGHT, CALL_IN_THOUGHT),
+    ),
+    case("empty_think_is_no_thought", "<think>\n\n</think>\n\nHi.", "Hi."),
+    case(
+        "think_tag_repeated_inside_think",
+        "<think>\n<think>plan</think>Done.",
+        "Done.",
+        thought="plan",
+    ),
+    case(
+        "bare_close_think_makes_a_thought_of_what_came_before",
+        "The user asks for rain.\n</think>\n\nNo rain today.",
+        "No rain today.",
+        thought="The user asks for rain.",
+        notes=(REVEALED,),
+    ),
+    case(
+        "bare_close_think_voids_the_calls_before_it",
+        f"Maybe <tool_call>{GOOD}</tool_call>? No.</think>Answer.",
+        "Answer.",
+        thought=f"Maybe <tool_call>{GOOD}</tool_call>? No.",
+        notes=(REVEALED, CALL_IN_THOUGHT),
+    ),
+    case(
+        "bare_close_think_then_a_real_call",
+        f"plan</think><tool_call>{GOOD}</tool_call>",
+        calls=[WEATHER],
+        thought="plan",
+        notes=(REVEALED,),
+    ),
+    case(
+        "second_close_think_is_stray",
+        "<think>a</think>b</think>c",
+        "bc",
+        thought="a",
+    ),
+    case(
+        "think_ends_an_unclosed_block",
+        f"<tool_call>{GOOD}<think>more</think>Then text.",
+        "Then text.",
+        [WEATHER],
+        thought="more",
+    ),
+    case(
+        "bare_close_think_ends_an_unclosed_block_and_voids_it",
+        f"<tool_call>{GOOD}</think>Then text.",
+        "Then text.",
+        thought=f"<tool_call>{GOOD}",
+        notes=(REVEALED, CALL_IN_THOUGHT),
+    ),
+    case(
+        "two_thoughts_interleaved_with_calls",
+        f"<think>first</think><tool_call>{GOOD}</tool_call><think>second</think>Done.",
+        "Done.",
+        [WEATHER],
+        thought="first\nsecond",
+    ),
+    case(
+        "think_inside_a_string_is_an_argument",
+        '<tool_call>{"name": "echo", "arguments": {"t": "<think>x</think>"}}</tool_call>',
+        calls=[("echo", {"t": "<think>x</think>"})],
+    ),
+    # --- Qwen3-Coder XML calls ----------------------------------------------------------------
+    case(
+        "xml_call",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nTokyo\n</parameter>\n"
+        "</function>\n</tool_call>",
+        calls=[WEATHER],
+    ),
+    case(
+        "xml_call_values_stay_text",
+        '<tool_call><function=f><parameter=n>3</parameter><parameter=o>{"a": 1}</parameter>'
+        "</function></tool_call>",
+        calls=[("f", {"n": "3", "o": '{"a": 1}'})],
+    ),
+    case(
+        "xml_call_keeps_inner_blanks",
+        "<tool_call>\n<function=write>\n<parameter=code>\n  x = 1\n\n</parameter>\n"
+        "</function>\n</tool_call>",
+        calls=[("write", {"code": "  x = 1\n"})],
+    ),
+    case(
+        "xml_call_without_parameters",
+        "<tool_call><function=now></function></tool_call>",
+        calls=[("now", {})],
+    ),
+    case(
+        "xml_call_missing_closing_tags",
+        "<tool_call>\n<function=f>\n<parameter=a>\n1\n<parameter=b>\n2\n</tool_call> ok",
+        "ok",
+        [("f", {"a": "1", "b": "2"})],
+    ),
+    case(
+        "xml_two_functions_in_one_block",
+        "<tool_call><function=a><parameter=x>1</parameter></function>\n"
+        "<function=b></function></tool_call>",
+        calls=[("a", {"x": "1"}), ("b", {})],
+    ),
+    case(
+        "xml_values_are_raw_text_with_any_quotes",
+        "<tool_call><function=note><parameter=q>it's \"open, 'x: {\"a</parameter>"
+        "</function></tool_call> ok",
+        "ok",
+        [("note", {"q": "it's \"open, 'x: {\"a"})],
+    ),
+    case(
+        # Like every Qwen3-Coder parser: a raw value cannot hold the closing tag.
+        "xml_value_cannot_hold_the_closing_tag",
+        '<tool_call><function=echo><parameter=o>{"t": "</tool_call>"}</parameter></function>',
+        '"}</parameter></function>',
+        [("echo", {"o": '{"t": "'})],
+    ),
+    case(
+        "xml_call_stray_text_is_an_error",
+        "<tool_call><function=f><parameter=a>1</parameter>oops</function></tool_call>",
+        errors=(XML_INVALID,),
+    ),
+    case(
+        "xml_call_without_a_name",
+        "<tool_call><function=>\n</function></tool_call>",
+        errors=(XML_INVALID,),
+    ),
+    case(
+        "xml_duplicate_parameter",
+        "<tool_call><function=f><parameter=a>1</parameter><parameter=a>2</parameter></function>"
+        "</tool_call>",
+        errors=("given twice",),
+    ),
+    case(
+        "xml_call_after_think",
+        "<think>call it</think>\n<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+        "Tokyo\n</parameter>\n</function>\n</tool_call>",
+        calls=[WEATHER],
+        thought="call it",
+    ),
+    # --- <tools> as an alias of <tool_call> ---------------------------------------------------
+    case("tools_tag_is_a_call", f"<tools>\n{GOOD}\n</tools>", calls=[WEATHER]),
+    case(
+        "tools_tag_with_text_around",
+        f"Checking.<tools>{GOOD}</tools> Done.",
+        "Checking. Done.",
+        [WEATHER],
+    ),
+    case("tools_tag_unclosed", f"<tools>{GOOD}", calls=[WEATHER]),
+    case("tools_tag_mixed_closer", f"<tools>{GOOD}</tool_call>x", "x", [WEATHER]),
+    case(
+        "tools_tag_echoing_a_definition_is_an_error",
+        '<tools>\n{"type": "function", "function": {"name": "get_weather", "description": "d", '
+        '"parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}\n</tools>',
+        errors=(DEFINITION,),
+    ),
+    case(
+        "tools_tag_bad_json_is_an_error",
+        "<tools>not a call</tools>",
+        errors=(INVALID,),
+    ),
+    case("stray_close_tools_dropped", "Done.</tools>", "Done."),
+    # --- missing commas ------------------------------------------------------------------------
+    case(
+        "list_missing_commas",
+        '<tool_call>[{"name": "a", "arguments": {"x": 1}} {"name": "b", "arguments": {}}\n'
+        '{"name": "c"}]</tool_call>',
+        calls=[("a", {"x": 1}), ("b", {}), ("c", {})],
+    ),
+    case(
+        "python_list_missing_commas",
+        "<tool_call>[{'name': 'a', 'arguments': {}} {'name': 'b', 'arguments': {'s': '} {'}}]"
+        "</tool_call>",
+        calls=[("a", {}), ("b", {"s": "} {"})],
+    ),
 ]
 
 
@@ -397,6 +608,8 @@ def check(
     calls: list[CallSpec],
     pad: str | None,
     errors: tuple[str, ...],
+    thought: str | None = None,
+    notes: tuple[str, ...] = (),
 ) -> None:
     assert got.content == content
     assert [(c.name, c.arguments) for c in got.tool_calls] == [spec[:2] for spec in calls]
@@ -409,13 +622,23 @@ def check(
     assert len(got.errors) == len(errors), got.errors
     for error, kind in zip(got.errors, errors, strict=True):
         assert kind in error.message
+    assert got.thought == thought
+    assert len(got.notes) == len(notes), got.notes
+    for note, kind in zip(got.notes, notes, strict=True):
+        assert kind in note
 
 
-@pytest.mark.parametrize(("text", "content", "calls", "pad", "errors"), CASES)
+@pytest.mark.parametrize(("text", "content", "calls", "pad", "errors", "thought", "notes"), CASES)
 def test_parse_completion(
-    text: str, content: str, calls: list[CallSpec], pad: str | None, errors: tuple[str, ...]
+    text: str,
+    content: str,
+    calls: list[CallSpec],
+    pad: str | None,
+    errors: tuple[str, ...],
+    thought: str | None,
+    notes: tuple[str, ...],
 ) -> None:
-    check(parse_completion(text), content, calls, pad, errors)
+    check(parse_completion(text), content, calls, pad, errors, thought, notes)
 
 
 def test_module_docstring_example_runs() -> None:

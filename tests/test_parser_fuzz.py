@@ -24,7 +24,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes_agent import Agent, ScriptedModel
-from hermes_agent.protocol.parser import MAX_NESTING, SPECIAL_TOKENS, parse_completion
+from hermes_agent.protocol.parser import (
+    MAX_NESTING,
+    NOTE_CALL_IN_THOUGHT,
+    NOTE_REVEALED_THOUGHT,
+    NOTE_UNCLOSED_THOUGHT,
+    SPECIAL_TOKENS,
+    parse_completion,
+)
 from hermes_agent.types import Completion
 
 # The comparison lives in test_stream_parser.py; see there for why the import has two forms.
@@ -237,9 +244,22 @@ WORDS = [
 TAG_BITS = [
     "<tool_call>", "</tool_call>", "<scratch_pad>", "</scratch_pad>", *SPECIAL_TOKENS,
     "<tool_", "</tool", "<|im", "<scratch", "<", "</", "<tool_call", "tool_call>",
+    "<think>", "</think>", "<thin", "</thi", "<tools>", "</tools>", "<tools",
+    "<function=", "</function>", "<parameter=", "</parameter>", "<function=f>",
 ]  # fmt: skip
 # No capital letters: a fuzzed NaN would parse (JSON allows it) and never equal itself.
 GARBAGE = string.ascii_lowercase + string.digits + " \n\t{}[]():,;'\"\\<>/|_-.#`=!東京天気…"
+# A tool definition as the prompt lists it, echoed back (in <tools> it must not become a call).
+DEFINITION = json.dumps(
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+)
 ENDINGS = ["</tool_call>", "</tool_call>", "</tool_call>", "", "<|im_end|>", "<|endoftext|>"]
 
 
@@ -352,15 +372,38 @@ def garbage(rng: random.Random, size: int = 12) -> str:
     return "".join(rng.choice(GARBAGE) for _ in range(rng.randint(0, size)))
 
 
+def random_xml_call(rng: random.Random) -> str:
+    """A Qwen3-Coder XML call: text or JSON values, newlines or not, closing tags forgotten."""
+    nl = rng.choice(["", "\n"])
+    parts = [f"<function={rng.choice(NAMES)}>{nl}"]
+    for _ in range(rng.randint(0, 4)):
+        value = random_value(rng, 1)
+        text = value if isinstance(value, str) else render(value, rng, python=False)
+        close = "</parameter>" if rng.random() < 0.9 else ""
+        parts.append(f"<parameter={rng.choice(NAMES)}>{nl}{text}{nl}{close}{nl}")
+    if rng.random() < 0.9:
+        parts.append("</function>")
+    return "".join(parts)
+
+
 def random_body(rng: random.Random) -> str:
     """What goes between ``<tool_call>`` and its end."""
     kind = rng.random()
     python = rng.random() < 0.25
-    if kind < 0.35:
+    if kind < 0.3:
         body = random_call(rng, python)
+    elif kind < 0.35:
+        xml = [random_xml_call(rng) for _ in range(rng.randint(1, 2))]
+        body = "\n".join(xml) if rng.random() < 0.8 else mutate("\n".join(xml), rng)
     elif kind < 0.45:
         calls = [random_call(rng, python) for _ in range(rng.randint(0, 3))]
-        body = "[" + ", ".join(calls) + "]" if rng.random() < 0.5 else "\n".join(calls)
+        layout = rng.random()
+        if layout < 0.4:
+            body = "[" + ", ".join(calls) + "]"
+        elif layout < 0.55:  # a list missing its commas
+            body = "[" + rng.choice([" ", "\n", ""]).join(calls) + "]"
+        else:
+            body = "\n".join(calls)
     elif kind < 0.5:
         body = json.dumps(random_call(rng, python=False))  # the whole call double-encoded
     elif kind < 0.62:
@@ -370,18 +413,39 @@ def random_body(rng: random.Random) -> str:
     elif kind < 0.92:
         body = garbage(rng, 40)
     else:
-        body = rng.choice(["", " ", "\n", "[]", "{}", "42", '"x"', "null"])
+        body = rng.choice(["", " ", "\n", "[]", "{}", "42", '"x"', "null", DEFINITION])
     if rng.random() < 0.1:
         fence = rng.choice(["```json\n", "```\n", "```json "])
         body = fence + body + rng.choice(["\n```", "```", ""])
     return body
 
 
+def random_block(rng: random.Random) -> str:
+    newline = rng.choice(["", "\n"])
+    if rng.random() < 0.15:  # Qwen2.5-Coder's <tools> alias
+        ending = rng.choice(["</tools>", "</tools>", "</tool_call>", ""])
+        return f"<tools>{newline}{random_body(rng)}{newline}{ending}"
+    return f"<tool_call>{newline}{random_body(rng)}{newline}{rng.choice(ENDINGS)}"
+
+
+def random_thought(rng: random.Random) -> str:
+    """A thought: prose, maybe calls (never to be run), closed or not; sometimes with no
+    opening tag at all (a template that opened it in the prompt)."""
+    parts = [
+        random_block(rng) if rng.random() < 0.2 else rng.choice(WORDS)
+        for _ in range(rng.randint(0, 6))
+    ]
+    opening = "" if rng.random() < 0.15 else rng.choice(["<think>", "<think>\n"])
+    closing = rng.choice(["</think>", "\n</think>\n\n", "</think>", ""])
+    return opening + " ".join(parts) + closing
+
+
 def random_piece(rng: random.Random) -> str:
     kind = rng.random()
-    if kind < 0.45:
-        newline = rng.choice(["", "\n"])
-        return f"<tool_call>{newline}{random_body(rng)}{newline}{rng.choice(ENDINGS)}"
+    if kind < 0.4:
+        return random_block(rng)
+    if kind < 0.5:
+        return random_thought(rng)
     if kind < 0.65:
         return " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 8)))
     if kind < 0.75:
@@ -446,3 +510,13 @@ def test_generator_covers_what_it_claims() -> None:
     assert any("invalid JSON" in m for m in messages)
     assert any("\ud800" in t for t in texts)
     assert any("{'name'" in t and c.tool_calls for t, c in zip(texts, completions, strict=True))
+    # The thinking and Qwen forms (issue 27).
+    notes = [n for c in completions for n in c.notes]
+    assert sum(c.thought is not None for c in completions) > 200
+    assert sum(NOTE_CALL_IN_THOUGHT in n for n in notes) > 50
+    assert any(NOTE_REVEALED_THOUGHT in n for n in notes)
+    assert any(NOTE_UNCLOSED_THOUGHT in n for n in notes)
+    assert sum(call.text_arguments for c in completions for call in c.tool_calls) > 50
+    assert any("invalid XML call" in m for m in messages)
+    assert any("<tools>" in t and c.tool_calls for t, c in zip(texts, completions, strict=True))
+    assert any("tool definition" in m for m in messages)

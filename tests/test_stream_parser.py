@@ -16,6 +16,8 @@ from hermes_agent.protocol.parser import (
     StreamEvent,
     StreamParser,
     TextDelta,
+    ThoughtDelta,
+    ThoughtRevealed,
     ToolCallArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
@@ -37,7 +39,10 @@ pytestmark = [
     pytest.mark.filterwarnings("error::DeprecationWarning"),
 ]
 
-TAGS = ("<tool_call>", "</tool_call>", "<scratch_pad>", "</scratch_pad>", *SPECIAL_TOKENS)
+TAGS = (
+    "<tool_call>", "</tool_call>", "<tools>", "</tools>", "<scratch_pad>", "</scratch_pad>",
+    "<think>", "</think>", *SPECIAL_TOKENS,
+)  # fmt: skip
 CASE_TEXTS = [pytest.param(c.values[0], id=c.id) for c in CASES]
 
 
@@ -55,11 +60,27 @@ def stream(chunks: list[str]) -> tuple[Completion, list[StreamEvent]]:
     return parser.close(), events
 
 
+def squeeze(text: str) -> str:
+    """``text`` without blanks and special tokens."""
+    for token in SPECIAL_TOKENS:
+        text = text.replace(token, "")
+    return "".join(text.split())
+
+
 def check_events(completion: Completion, events: list[StreamEvent]) -> None:
     """The invariants every event stream keeps."""
-    texts = [e.text for e in events if isinstance(e, TextDelta)]
+    reveals = [n for n, e in enumerate(events) if isinstance(e, ThoughtRevealed)]
+    assert len(reveals) <= 1
+    # A reveal voids the content and calls streamed before it; what follows it must add up.
+    after = events[reveals[0] + 1 :] if reveals else events
+    texts = [e.text for e in after if isinstance(e, TextDelta)]
     assert "".join(texts).strip() == completion.content
     assert all(text and not any(tag in text for tag in TAGS) for text in texts)
+    # The thought: the revealed text and the deltas, up to blanks (each thought is stripped,
+    # several are joined with newlines, an unclosed one loses trailing special tokens).
+    assert all(e.text for e in events if isinstance(e, ThoughtDelta))
+    streamed = "".join(e.text for e in events if isinstance(e, ThoughtRevealed | ThoughtDelta))
+    assert squeeze(streamed) == squeeze(completion.thought or "")
     # Per block: Started, then deltas, then one or more Finished; blocks numbered 0, 1, ...
     state: dict[int, str] = {}
     for event in events:
@@ -74,7 +95,7 @@ def check_events(completion: Completion, events: list[StreamEvent]) -> None:
             assert (event.call is None) != (event.error is None)
             state[event.index] = "finished"
     assert all(s == "finished" for s in state.values())
-    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    finished = [e for e in after if isinstance(e, ToolCallFinished)]
     assert [e.call for e in finished if e.call] == completion.tool_calls
     assert [e.error for e in finished if e.error] == completion.errors
 

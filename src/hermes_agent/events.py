@@ -16,6 +16,7 @@ kind                   class                 when
 ``input``              InputEvent            the message was checked and laid out (stage 1)
 ``text_delta``         TextDeltaEvent        streamed answer text (``stream=True`` only)
 ``scratch_pad_delta``  ScratchPadDeltaEvent  streamed ``<scratch_pad>`` text
+``thought_delta``      ThoughtDeltaEvent     streamed ``<think>`` text (or a server's reasoning)
 ``tool_call_started``  ToolCallStartedEvent  a ``<tool_call>`` opened in the stream
 ``tool_call_delta``    ToolCallDeltaEvent    streamed text of that call's JSON
 ``tool_call_parsed``   ToolCallParsedEvent   that call closed: parsed, or why it did not parse
@@ -81,6 +82,16 @@ class ScratchPadDeltaEvent(_EventBase):
 
 
 @dataclass(slots=True)
+class ThoughtDeltaEvent(_EventBase):
+    kind: ClassVar[Literal["thought_delta"]] = "thought_delta"
+    text: str
+    revealed: bool = False
+    """``True`` (at most once per step) when a bare ``</think>`` showed that everything
+    streamed before it in this step was a thought the chat template had opened in the prompt:
+    ``text`` is all of it, and the text and calls streamed before were not the answer."""
+
+
+@dataclass(slots=True)
 class ToolCallStartedEvent(_EventBase):
     kind: ClassVar[Literal["tool_call_started"]] = "tool_call_started"
     index: int
@@ -115,6 +126,10 @@ class ThoughtEvent(_EventBase):
     parse_errors: list[str] = field(default_factory=list)
     error: str | None = None
     """Set when the model call itself failed (status 502)."""
+    thought: str | None = None
+    """A thinking model's thought for this turn (never a source of calls)."""
+    notes: list[str] = field(default_factory=list)
+    """What the parser saw and did not act on, such as a call written inside the thought."""
     tokens: int = 0
     """The tokens this model turn used (prompt and completion): what a quota counts per turn,
     however the run ends afterwards."""
@@ -186,6 +201,7 @@ Event = (
     InputEvent
     | TextDeltaEvent
     | ScratchPadDeltaEvent
+    | ThoughtDeltaEvent
     | ToolCallStartedEvent
     | ToolCallDeltaEvent
     | ToolCallParsedEvent
@@ -201,6 +217,7 @@ EVENT_TYPES: tuple[type[_EventBase], ...] = (
     InputEvent,
     TextDeltaEvent,
     ScratchPadDeltaEvent,
+    ThoughtDeltaEvent,
     ToolCallStartedEvent,
     ToolCallDeltaEvent,
     ToolCallParsedEvent,

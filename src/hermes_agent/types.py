@@ -32,6 +32,9 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     id: str = field(default_factory=new_call_id)
+    text_arguments: bool = False
+    """The model wrote each argument as untyped text (Qwen3-style XML parameters), so every
+    value is a ``str``; the ToolSelector decodes them by the tool's schema before checking."""
 
 
 @dataclass(slots=True)
@@ -54,6 +57,12 @@ class Completion:
     tool_calls: list[ToolCall] = field(default_factory=list)
     scratch_pad: str | None = None
     errors: list[ParseError] = field(default_factory=list)
+    thought: str | None = None
+    """What a thinking model wrote inside ``<think>...</think>`` (or a server's reasoning
+    field); never a source of tool calls."""
+    notes: list[str] = field(default_factory=list)
+    """What the parser saw and deliberately did not act on (a ``<tool_call>`` inside a
+    thought, a thought that never closed), for the trail; not errors, not fed back."""
 
 
 @dataclass(slots=True)
@@ -161,6 +170,10 @@ class Step:
     """The name of the model that served this turn (with ``answer_model``, either model)."""
     reason: str | None = None
     """Explain mode: the one-line reason the model gave for this turn, when it gave one."""
+    thought: str | None = None
+    """A thinking model's thought for this turn (``Completion.thought``)."""
+    notes: list[str] = field(default_factory=list)
+    """What the parser saw in this turn and did not act on (``Completion.notes``)."""
 
 
 @dataclass(slots=True)

@@ -10,7 +10,11 @@ Two modes, because servers differ in how they handle tools:
 
 Either way ``ModelResponse.text`` is the completion as Hermes text (native calls rendered as
 ``<tool_call>`` blocks), and ``stream`` yields that same text piece by piece, so parsing the joined
-chunks gives the same calls as ``complete``.
+chunks gives the same calls as ``complete``. A server with a reasoning parser (vLLM, SGLang,
+llama.cpp's server) returns a thinking model's thought in ``reasoning_content`` (or
+``reasoning``) beside ``content``, in either mode: it becomes a ``<think>`` block at the start of
+that text, so it is the step's thought, in the trail and the stream, and never a call (a
+``</think>`` inside it is defused so that nothing in it can end the thought early).
 
 Requests go through the SDK's lower-level ``post`` with a JSON body built in ``openai_wire``
 (the same JSON ``chat.completions.create`` would send, without its per-request walk over the
@@ -231,7 +235,8 @@ class OpenAICompatible(ModelBase):
             native = (message.tool_calls if message else None) or []
             usage.add(_usage(response.usage))
             if content.strip() or native:
-                completion, text = _merge_native(content, native)
+                reasoning = _reasoning(message)
+                completion, text = _merge_native(content, native, reasoning)
                 return ModelResponse(
                     completion=completion,
                     text=text,
@@ -262,6 +267,7 @@ class OpenAICompatible(ModelBase):
         python's with tools and ``tool_choice: auto``)."""
         body = self._body(messages, tools, settings, stream=True)
         calls = _StreamedCalls()
+        thought = _StreamedThought()
         usage = Usage(requests=1)
         received = False
         try:
@@ -280,16 +286,23 @@ class OpenAICompatible(ModelBase):
                     if not chunk.choices:
                         continue
                     delta = chunk.choices[0].delta
+                    reasoning = _reasoning(delta)
                     received = received or bool(
-                        (delta.content and delta.content.strip()) or delta.tool_calls
+                        (delta.content and delta.content.strip())
+                        or delta.tool_calls
+                        or reasoning.strip()
                     )
+                    if reasoning:
+                        text = calls.finish() + thought.feed(reasoning)
+                        calls.wrote(text)
+                        yield StreamChunk(text)
                     if delta.content:
                         # Text after a native call would land inside its tags: close it first.
-                        text = calls.finish() + delta.content
+                        text = thought.finish() + calls.finish() + delta.content
                         calls.wrote(text)
                         yield StreamChunk(text)
                     for call_delta in delta.tool_calls or []:
-                        text = calls.feed(call_delta)
+                        text = thought.finish() + calls.feed(call_delta)
                         if text:
                             yield StreamChunk(text)
             finally:
@@ -306,7 +319,7 @@ class OpenAICompatible(ModelBase):
             yield StreamChunk(response.text)
             yield StreamChunk("", usage=response.usage)
             return
-        tail = calls.finish()
+        tail = thought.finish() + calls.finish()
         if tail:
             yield StreamChunk(tail)
         yield StreamChunk("", usage=usage)
@@ -404,9 +417,14 @@ class OpenAICompatible(ModelBase):
 # -- replies ---------------------------------------------------------------------------------------
 
 
-def _merge_native(content: str, native: Sequence[Any]) -> tuple[Completion, str]:
-    """Calls a local model leaked into ``content`` first (they were written first), then the
-    native ``tool_calls``; the text shows both as ``<tool_call>`` blocks."""
+def _merge_native(
+    content: str, native: Sequence[Any], reasoning: str = ""
+) -> tuple[Completion, str]:
+    """The server's reasoning as a thought first, then calls a local model leaked into
+    ``content`` (they were written first), then the native ``tool_calls``; the text shows them
+    as a ``<think>`` block and ``<tool_call>`` blocks."""
+    if reasoning.strip():
+        content = _THINK_OPEN + _defused(reasoning) + _THINK_CLOSE + content
     completion = parse_completion(content)
     parts = [content] if content else []
     for native_call in native:
@@ -448,6 +466,60 @@ def _call_head(name: str, call_id: str | None = None) -> str:
     # expect tool results to quote the id they issued).
     head = '{"id": ' + to_json(call_id) + ", " if call_id else "{"
     return head + '"name": ' + to_json(name) + ', "arguments": '
+
+
+_THINK_OPEN = "<think>\n"
+_THINK_CLOSE = "\n</think>\n"
+_END_OF_THOUGHT = "</think>"
+# What a literal </think> inside a server's reasoning becomes: still readable, no longer a tag.
+_DEFUSED_END = "</think >"
+
+
+def _reasoning(part: Any) -> str:
+    """A server's reasoning text on a message or a stream delta: ``reasoning_content`` (vLLM,
+    llama.cpp's server, SGLang, DeepSeek) or ``reasoning`` (newer vLLM, OpenRouter). The SDK
+    does not declare either; its models keep unknown fields as attributes."""
+    for key in ("reasoning_content", "reasoning"):
+        value = getattr(part, key, None)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _defused(reasoning: str) -> str:
+    return reasoning.replace(_END_OF_THOUGHT, _DEFUSED_END)
+
+
+class _StreamedThought:
+    """Renders streamed reasoning deltas as one ``<think>`` block, piece by piece.
+
+    It opens with the first delta and closes when text or a call follows or the stream ends.
+    A ``</think>`` split across deltas is held back until it can be defused whole.
+    """
+
+    def __init__(self) -> None:
+        self._open = False
+        self._held = ""
+
+    def feed(self, reasoning: str) -> str:
+        head = "" if self._open else _THINK_OPEN
+        self._open = True
+        text = _defused(self._held + reasoning)
+        keep = next(
+            (k for k in range(len(_END_OF_THOUGHT) - 1, 0, -1)
+             if text.endswith(_END_OF_THOUGHT[:k])),
+            0,
+        )  # fmt: skip
+        self._held = text[len(text) - keep :]
+        return head + text[: len(text) - keep]
+
+    def finish(self) -> str:
+        """Close the thought, if one is open; return the closing text."""
+        if not self._open:
+            return ""
+        self._open = False
+        held, self._held = self._held, ""
+        return held + _THINK_CLOSE
 
 
 class _StreamedCalls:

@@ -3,6 +3,13 @@
 The model renders the prompt for its own wire (Hermes text or native tools) and returns the
 parsed completion plus the raw text. When streaming, the text is parsed incrementally so that
 consumers see text and tool calls as they arrive.
+
+A thinking model's thought (``<think>``, or a server's reasoning field, which the model hands
+over as ``<think>`` text) goes to ``Step.thought`` and the events, never to the conversation:
+it is not sent back in later turns. The Qwen3 and QwQ chat templates drop the thoughts of the
+turns before the last user message too (Qwen3's keeps those of the tool steps after it; a chat
+format that does the same is not built yet). A turn that did not parse is the exception: it is
+replayed verbatim (``Message.raw``), thought included, so the model sees exactly what it wrote.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from hermes_agent.errors import ModelError
 from hermes_agent.events import (
     ScratchPadDeltaEvent,
     TextDeltaEvent,
+    ThoughtDeltaEvent,
     ThoughtEvent,
     ToolCallDeltaEvent,
     ToolCallParsedEvent,
@@ -30,6 +38,8 @@ from hermes_agent.protocol.parser import (
     StreamEvent,
     StreamParser,
     TextDelta,
+    ThoughtDelta,
+    ThoughtRevealed,
     ToolCallArgumentsDelta,
     ToolCallFinished,
     ToolCallStarted,
@@ -119,6 +129,8 @@ class ThoughtGenerator:
                 tool_choice_enforcement=enforcement if forced else None,
                 model=ctx.model.name,
                 reason=ctx.reason,
+                thought=completion.thought,
+                notes=list(completion.notes),
             )
         )
         names = [call.name for call in completion.tool_calls]
@@ -132,6 +144,8 @@ class ThoughtGenerator:
                     tool_calls=names,
                     parse_errors=[error.message for error in completion.errors],
                     tokens=response.usage.total_tokens,
+                    thought=completion.thought,
+                    notes=list(completion.notes),
                 )
             )
         return ctx
@@ -267,6 +281,10 @@ def _forward(ctx: RunContext, events: list[StreamEvent]) -> None:
                 ctx.emit(TextDeltaEvent(event.text))
         elif isinstance(event, ScratchPadDelta):
             ctx.emit(ScratchPadDeltaEvent(event.text))
+        elif isinstance(event, ThoughtDelta):
+            ctx.emit(ThoughtDeltaEvent(event.text))
+        elif isinstance(event, ThoughtRevealed):
+            ctx.emit(ThoughtDeltaEvent(event.text, revealed=True))
         elif isinstance(event, ToolCallStarted):
             ctx.emit(ToolCallStartedEvent(event.index))
         elif isinstance(event, ToolCallArgumentsDelta):

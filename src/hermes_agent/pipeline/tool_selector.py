@@ -7,6 +7,12 @@ schema (400, with the exact errors)? Is the tool within its rate limit (429)? Do
 approval, and was it given (403)? A block that could not be parsed at all is refused the same
 way (400). Every refusal is a result the model reads.
 
+A call written as Qwen3-style XML (``ToolCall.text_arguments``) has only text values, and only
+the tool's schema says what they are: before the schema check, a value whose property allows a
+string stays text, and any other is decoded (JSON, read as leniently as a ``<tool_call>``
+block) and must be of a type the property allows — else a 400 that names the parameter, what
+it holds and how to write it.
+
 A call counts against its tool's rate limit only when it is about to run (the ToolExecutor
 counts it), so refused calls do not use the limit up. An approver approves with ``True`` or
 ``(True, reason)`` only; any other answer is a denial that names the answer. A call that a
@@ -23,6 +29,7 @@ from hermes_agent.events import PlannedCallView, RefusedCallView, SelectionEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.journal import CallKey
 from hermes_agent.pipeline.status import Status
+from hermes_agent.protocol.parser import decode_value
 from hermes_agent.tools.registry import Tool, find_tool
 from hermes_agent.tools.runtime import private_copy
 from hermes_agent.types import ToolCall, ToolResult
@@ -102,7 +109,12 @@ class ToolSelector:
                 return _unavailable(call.id, call.name, tool)
             fallback_for, tool = tool.name, substitute
 
-        arguments, errors = tool.validate(call.arguments)
+        arguments = call.arguments
+        if call.text_arguments:
+            arguments, problems = typed_arguments(arguments, tool.parameters)
+            if problems:
+                return _invalid(call.id, tool.name, problems)
+        arguments, errors = tool.validate(arguments)
         if errors:
             return _invalid(call.id, tool.name, errors)
 
@@ -154,6 +166,125 @@ async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
     plan.arguments = arguments
     ctx.mark_checked(plan)
     return None
+
+
+def typed_arguments(
+    arguments: dict[str, Any], schema: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Text argument values typed by the tool's JSON Schema: (typed arguments, problems).
+
+    A value whose property allows a string, or whose property the schema does not describe,
+    stays as it is (the schema check that follows has the last word on it); any other text is
+    decoded and must give a type the property allows.
+
+        >>> typed_arguments({"n": "3", "q": "3"}, {"properties": {
+        ...     "n": {"type": "integer"}, "q": {"type": "string"}}})
+        ({'n': 3, 'q': '3'}, [])
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return dict(arguments), []
+    typed: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in arguments.items():
+        allowed = _types_of(properties.get(key), schema)
+        typed[key] = value
+        if not isinstance(value, str) or not allowed or "string" in allowed:
+            continue
+        try:
+            decoded = decode_value(value)
+        except ValueError:
+            decoded = _NOT_DECODED
+        if decoded is not _NOT_DECODED and _type_of(decoded) & allowed:
+            typed[key] = decoded
+            continue
+        kinds = " or ".join(sorted(allowed))
+        example = ", ".join(_EXAMPLES[t] for t in sorted(allowed) if t in _EXAMPLES)
+        problems.append(
+            f"parameter '{key}' must be {kinds} (the tool's schema), but it holds "
+            f"{_shown(value)}; write the value as JSON, such as {example}"
+        )
+    return typed, problems
+
+
+_NOT_DECODED = object()
+_JSON_TYPES = frozenset(("string", "integer", "number", "boolean", "object", "array", "null"))
+_EXAMPLES = {
+    "integer": "3",
+    "number": "2.5",
+    "boolean": "true",
+    "object": '{"key": "value"}',
+    "array": '["a", "b"]',
+    "null": "null",
+}
+
+
+def _types_of(schema: Any, root: dict[str, Any], depth: int = 0) -> frozenset[str]:
+    """The JSON types a (sub)schema allows; empty when it does not say (any value)."""
+    if not isinstance(schema, dict) or depth > 8:  # a $ref cycle ends here
+        return frozenset()
+    ref = schema.get("$ref")
+    if isinstance(ref, str):
+        return _types_of(_resolve(ref, root), root, depth + 1)
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return frozenset((declared,)) & _JSON_TYPES
+    if isinstance(declared, list):
+        return frozenset(t for t in declared if isinstance(t, str)) & _JSON_TYPES
+    for key in ("anyOf", "oneOf"):
+        branches = schema.get(key)
+        if isinstance(branches, list):
+            found = [_types_of(branch, root, depth + 1) for branch in branches]
+            # One branch that allows anything makes the whole union allow anything.
+            return frozenset().union(*found) if all(found) else frozenset()
+    for key in ("enum", "const"):
+        if key in schema:
+            values = schema[key] if key == "enum" else [schema[key]]
+            if isinstance(values, list):
+                return frozenset().union(*(_type_of(v) for v in values))
+    if isinstance(schema.get("allOf"), list):
+        for branch in schema["allOf"]:
+            narrowed = _types_of(branch, root, depth + 1)
+            if narrowed:
+                return narrowed
+    if "properties" in schema:
+        return frozenset(("object",))
+    if "items" in schema:
+        return frozenset(("array",))
+    return frozenset()
+
+
+def _resolve(ref: str, root: dict[str, Any]) -> Any:
+    """A local ``$ref`` (``#/$defs/Name``) in the tool's schema; ``None`` for any other."""
+    if not ref.startswith("#/"):
+        return None
+    node: Any = root
+    for part in ref[2:].split("/"):
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _type_of(value: Any) -> frozenset[str]:
+    """The JSON types ``value`` has (an integer is a number too)."""
+    if value is None:
+        return frozenset(("null",))
+    if isinstance(value, bool):
+        return frozenset(("boolean",))
+    if isinstance(value, int):
+        return frozenset(("integer", "number"))
+    if isinstance(value, float):
+        integral = value.is_integer()
+        return frozenset(("integer", "number")) if integral else frozenset(("number",))
+    if isinstance(value, str):
+        return frozenset(("string",))
+    if isinstance(value, list):
+        return frozenset(("array",))
+    if isinstance(value, dict):
+        return frozenset(("object",))
+    return frozenset()
 
 
 def rate_limited(call_id: str, tool: Tool) -> ToolResult:

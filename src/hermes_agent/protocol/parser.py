@@ -1,4 +1,5 @@
-"""Model output → ``Completion``: free text, ``<tool_call>`` blocks and ``<scratch_pad>``.
+"""Model output → ``Completion``: free text, ``<tool_call>`` blocks, ``<scratch_pad>`` and
+``<think>`` thoughts.
 
 ``parse_completion(text)`` reads a whole completion; ``StreamParser`` reads the same text chunk by
 chunk and emits events as it goes. ``parse_completion`` *is* a ``StreamParser`` fed one chunk, so
@@ -9,12 +10,20 @@ How a completion is split:
 
 - Text outside the tags is ``content`` (the pieces joined, then stripped of surrounding
   whitespace). Special tokens (``<|im_end|>``, ``<|endoftext|>``, ``<|eot_id|>``,
-  ``<|end_of_text|>``, ``<|eom_id|>``) and stray ``</tool_call>`` / ``</scratch_pad>`` tags are
-  dropped from it.
+  ``<|end_of_text|>``, ``<|eom_id|>``) and stray closing tags are dropped from it.
 - ``<scratch_pad>...</scratch_pad>`` goes to ``scratch_pad`` (stripped; several pads are joined
   with a newline). Inside a scratch pad only ``</scratch_pad>`` is a tag.
-- A ``<tool_call>`` block ends at ``</tool_call>``, at the next ``<tool_call>`` (a forgotten
-  closing tag), at a special token, or at the end of the text (an unclosed final block). The
+- ``<think>...</think>`` goes to ``thought`` (the same way; an empty thought is none). Inside a
+  thought only ``</think>`` is a tag: a ``<tool_call>`` there is text of the thought, never a
+  call, and ``notes`` says one was seen. A thought that never closes runs to the end of the
+  text (never cut short, unlike a scratch pad, so that no call inside it can escape). A bare
+  ``</think>`` before any ``<think>`` means the chat template opened the thought in the prompt:
+  everything before it becomes the thought, and whatever was read there as content, calls or
+  errors is dropped (``StreamParser`` sends ``ThoughtRevealed``). Feed ``"<think>"`` first when
+  the template is known to open it, and the stream is right from the first event.
+- A ``<tool_call>`` block (or ``<tools>``, which Qwen2.5-Coder writes instead) ends at either
+  closing tag, at the next opening tag (a forgotten closing tag), at ``<think>`` or
+  ``</think>``, at a special token, or at the end of the text (an unclosed final block). The
   scan is JSON-aware: tags inside a quoted string (double or single quotes) do not end a block.
   A quote opens a string only where a JSON value or key can start (after ``{ [ , : (`` or at the
   start of the block), so an apostrophe in prose inside a broken block does not.
@@ -31,7 +40,13 @@ What a block may hold (lenient in what it accepts):
   ``{"type": "function", "function": {"name": ..., "arguments": ...}}``.
 - ``arguments`` as an object, or double-encoded as a JSON string; missing, ``null`` or ``""``
   means ``{}``.
-- A JSON list of calls, or several objects one after another, in one tag.
+- A JSON list of calls (its commas between objects may be missing), or several objects one
+  after another, in one tag.
+- Qwen3-Coder's XML: ``<function=NAME><parameter=KEY>VALUE</parameter></function>`` (one or
+  more functions; missing closing tags tolerated). Values are text, marked
+  ``ToolCall.text_arguments``; the ToolSelector types them from the tool's schema.
+- In a ``<tools>`` block, a tool definition echoed from the prompt (a ``description``, or a
+  JSON Schema as ``parameters``) is an error, never a call.
 - Code fences (```` ```json ... ``` ````) around the JSON.
 - Python-style dicts: single quotes, ``True``/``False``/``None``, tuples (read with
   ``ast.literal_eval``, never ``eval``); trailing commas.
@@ -66,14 +81,20 @@ from hermes_agent.types import Completion, ParseError, ToolCall, new_call_id
 
 __all__ = [
     "MAX_NESTING",
+    "NOTE_CALL_IN_THOUGHT",
+    "NOTE_REVEALED_THOUGHT",
+    "NOTE_UNCLOSED_THOUGHT",
     "SPECIAL_TOKENS",
     "ScratchPadDelta",
     "StreamEvent",
     "StreamParser",
     "TextDelta",
+    "ThoughtDelta",
+    "ThoughtRevealed",
     "ToolCallArgumentsDelta",
     "ToolCallFinished",
     "ToolCallStarted",
+    "decode_value",
     "parse_completion",
 ]
 
@@ -88,16 +109,32 @@ SPECIAL_TOKENS: Final = (
 
 _TOOL_OPEN: Final = "<tool_call>"
 _TOOL_CLOSE: Final = "</tool_call>"
+# Qwen2.5-Coder writes its calls in <tools>, the tag the prompt lists the tools in.
+_TOOLS_OPEN: Final = "<tools>"
+_TOOLS_CLOSE: Final = "</tools>"
 _PAD_OPEN: Final = "<scratch_pad>"
 _PAD_CLOSE: Final = "</scratch_pad>"
+_THINK_OPEN: Final = "<think>"
+_THINK_CLOSE: Final = "</think>"
+_BLOCK_OPENERS: Final = (_TOOL_OPEN, _TOOLS_OPEN)
+_BLOCK_CLOSERS: Final = (_TOOL_CLOSE, _TOOLS_CLOSE)
 
 # Outside any element: tags that switch mode, plus stray closers and special tokens (dropped).
-_TEXT_TAGS: Final = (_TOOL_OPEN, _PAD_OPEN, _TOOL_CLOSE, _PAD_CLOSE, *SPECIAL_TOKENS)
-# Inside a block, outside strings: what ends the block. Only the closing tag belongs to the
-# block; an opening tag starts the next block and a special token is dropped as text.
-_BLOCK_END_TAGS: Final = (_TOOL_CLOSE, _TOOL_OPEN, *SPECIAL_TOKENS)
+# A bare </think> is not always dropped: see StreamParser._reveal.
+_TEXT_TAGS: Final = (
+    *_BLOCK_OPENERS, _PAD_OPEN, _THINK_OPEN, *_BLOCK_CLOSERS, _PAD_CLOSE, _THINK_CLOSE,
+    *SPECIAL_TOKENS,
+)  # fmt: skip
+# Inside a block, outside strings: what ends the block. Only a closing tag belongs to the
+# block; an opening tag (or a thought's tag) starts what follows, a special token is dropped.
+_BLOCK_END_TAGS: Final = (
+    *_BLOCK_CLOSERS, *_BLOCK_OPENERS, _THINK_OPEN, _THINK_CLOSE, *SPECIAL_TOKENS,
+)  # fmt: skip
 # Where an unclosed scratch pad is cut: the model evidently moved on to calling or stopped.
-_PAD_CUT_TAGS: Final = (_TOOL_OPEN, *SPECIAL_TOKENS)
+_PAD_CUT_TAGS: Final = (*_BLOCK_OPENERS, *SPECIAL_TOKENS)
+# Inside a thought: its end, a repeated opening tag (dropped), and the call tags that are
+# only text there but are worth a note.
+_THINK_TAGS: Final = (_THINK_CLOSE, _THINK_OPEN, *_BLOCK_OPENERS)
 
 _LONGEST_TAG: Final = max(len(tag) for tag in _TEXT_TAGS)
 _TAG_SECOND_CHARS: Final = frozenset(tag[1] for tag in _TEXT_TAGS)  # every tag is in _TEXT_TAGS
@@ -105,13 +142,14 @@ _TAG_SECOND_CHARS: Final = frozenset(tag[1] for tag in _TEXT_TAGS)  # every tag 
 # Returned by _tag_at when the buffer ends inside what may still become a tag.
 _PARTIAL: Final = "<partial>"
 
-_TEXT, _BLOCK, _PAD = 0, 1, 2
+_TEXT, _BLOCK, _PAD, _THINK = 0, 1, 2, 3
 
 _WHITESPACE: Final = " \t\r\n"
 # A quote opens a string only where JSON (or a Python literal) can have one: at the start of
 # the block or after one of these. "" stands for the start of the block.
 _VALUE_START: Final = frozenset(("", "{", "[", ",", ":", "("))
 _OUTSIDE_STRING_STOP: Final = re.compile(r"[\"'<]")
+_TAG_START: Final = re.compile("<")
 _IN_STRING_STOP: Final = {'"': re.compile(r'[\\"]'), "'": re.compile(r"[\\']")}
 
 # Chunks up to this long may take StreamParser's per-character fast path (token-sized ones).
@@ -143,6 +181,19 @@ _NOT_NESTING: Final = re.compile(
 _NESTING_STEP: Final = {"[": 1, "{": 1, "(": 1, "]": -1, "}": -1, ")": -1}
 
 _HINT: Final = 'write {"name": ..., "arguments": {...}}'
+_XML_HINT: Final = "write <function=NAME><parameter=KEY>VALUE</parameter></function>"
+
+NOTE_CALL_IN_THOUGHT: Final = (
+    "a <tool_call> written inside the thought was not run: nothing inside <think>...</think> "
+    "is ever a call (a call goes after </think>)"
+)
+NOTE_UNCLOSED_THOUGHT: Final = (
+    "the text ended inside <think> (no </think>): all of it after <think> is the thought"
+)
+NOTE_REVEALED_THOUGHT: Final = (
+    "a </think> with no <think> before it: the text before it is the thought (the chat "
+    "template opened <think> in the prompt)"
+)
 
 
 # --- events ----------------------------------------------------------------------------------
@@ -163,8 +214,28 @@ class ScratchPadDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ThoughtDelta:
+    """More text inside a ``<think>`` thought (unstripped). Never holds the thought's tags."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThoughtRevealed:
+    """A bare ``</think>`` (no ``<think>`` before it) showed that everything before it was a
+    thought: the chat template opened ``<think>`` in the prompt. ``text`` is that thought, raw;
+    every ``TextDelta``, ``ScratchPadDelta`` and tool-call event before this one was part of
+    it and is void (its calls were never calls). Comes at most once per stream. A caller that
+    knows its template pre-opens ``<think>`` feeds ``"<think>"`` first and never sees this.
+    """
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStarted:
-    """A ``<tool_call>`` tag opened block number ``index`` (0, 1, ... in order of appearance)."""
+    """A ``<tool_call>`` (or ``<tools>``) tag opened block number ``index`` (0, 1, ... in order
+    of appearance)."""
 
     index: int
 
@@ -190,7 +261,13 @@ class ToolCallFinished:
 
 
 StreamEvent = (
-    TextDelta | ScratchPadDelta | ToolCallStarted | ToolCallArgumentsDelta | ToolCallFinished
+    TextDelta
+    | ScratchPadDelta
+    | ThoughtDelta
+    | ThoughtRevealed
+    | ToolCallStarted
+    | ToolCallArgumentsDelta
+    | ToolCallFinished
 )
 """What ``StreamParser.feed`` and ``flush`` return, in stream order."""
 
@@ -282,9 +359,18 @@ class StreamParser:
         self._calls: list[ToolCall] = []
         self._errors: list[ParseError] = []
         self._pads: list[str] = []
-        # The block or scratch pad being read.
+        self._thoughts: list[str] = []
+        self._notes: list[str] = []
+        # The block, scratch pad or thought being read.
         self._parts: list[str] = []
         self._blocks = 0  # blocks opened so far; the current block is number _blocks - 1
+        self._block_tag = _TOOL_OPEN  # the tag that opened the current block
+        self._xml = False  # the current block is Qwen3-Coder XML (its quotes are plain text)
+        self._call_in_thought = False  # the current thought holds a <tool_call> or <tools>
+        # The raw input so far, kept only while no thought has been seen: a bare </think>
+        # would make all of it a thought (see _reveal). None once a thought was seen.
+        self._fed: list[str] | None = []
+        self._taken = 0  # characters fed so far; _buf is always a suffix of them
         self._quote: str | None = None  # the quote of the JSON string we are in, if any
         self._escape = False  # the previous character was a backslash inside a string
         self._prev = ""  # last non-blank character outside strings in this block
@@ -295,6 +381,9 @@ class StreamParser:
         """Read one more chunk; return the events it completes."""
         if self._flushed:
             raise RuntimeError("StreamParser.feed() after flush() or close()")
+        self._taken += len(chunk)
+        if self._fed is not None:
+            self._fed.append(chunk)
         if not self._buf:  # nothing held back from the last chunk
             fast = self._feed_fast(chunk)
             if fast is not None:
@@ -322,7 +411,10 @@ class StreamParser:
             event: StreamEvent = TextDelta(chunk)
         elif mode == _BLOCK and len(chunk) <= _FAST_CHUNK:
             quote, escape = self._quote, self._escape
-            if quote is not None and not escape and quote not in chunk and "\\" not in chunk:
+            if self._xml:
+                if "<" in chunk:
+                    return None
+            elif quote is not None and not escape and quote not in chunk and "\\" not in chunk:
                 pass  # inside a string that goes on
             elif quote is None and '"' not in chunk and "'" not in chunk and "<" not in chunk:
                 blank_free = chunk.rstrip(_WHITESPACE)
@@ -332,6 +424,9 @@ class StreamParser:
                 return None
             self._parts.append(chunk)
             event = ToolCallArgumentsDelta(self._blocks - 1, chunk)
+        elif mode == _THINK and "<" not in chunk:
+            self._parts.append(chunk)
+            event = ThoughtDelta(chunk)
         else:
             return None
         self._chars_scanned += len(chunk)
@@ -383,6 +478,8 @@ class StreamParser:
                 tool_calls=self._calls,
                 scratch_pad="\n".join(self._pads) if self._pads else None,
                 errors=self._errors,
+                thought="\n".join(self._thoughts) if self._thoughts else None,
+                notes=self._notes,
             )
         return self._completion
 
@@ -397,6 +494,8 @@ class StreamParser:
                 pos, stalled = self._scan_text(self._buf, pos, events, final)
             elif self._mode == _BLOCK:
                 pos, stalled = self._scan_block(self._buf, pos, events, final)
+            elif self._mode == _THINK:
+                pos, stalled = self._scan_think(self._buf, pos, events, final)
             else:
                 pos, stalled = self._scan_pad(self._buf, pos, events, final)
             if stalled:
@@ -420,12 +519,18 @@ class StreamParser:
             if tag == _PARTIAL:
                 return i, True
             after = i + len(tag)
-            if tag == _TOOL_OPEN:
-                self._open_block(events)
+            if tag in _BLOCK_OPENERS:
+                self._open_block(tag, events)
                 return after, False
             if tag == _PAD_OPEN:
                 self._mode = _PAD
                 return after, False
+            if tag == _THINK_OPEN:
+                self._mode = _THINK
+                self._fed = None  # a thought was seen: a later </think> reveals nothing
+                return after, False
+            if tag == _THINK_CLOSE and self._fed is not None:
+                self._reveal(self._taken - len(buf) + i, events)
             start = search = after  # a stray closer or special token: dropped
 
     def _scan_block(
@@ -450,7 +555,7 @@ class StreamParser:
                     self._quote, self._prev = None, quote
                 pos = j + 1
                 continue
-            found = _OUTSIDE_STRING_STOP.search(buf, pos)
+            found = (_TAG_START if self._xml else _OUTSIDE_STRING_STOP).search(buf, pos)
             j = end if found is None else found.start()
             k = j - 1
             while k >= pos and buf[k] in _WHITESPACE:
@@ -468,6 +573,16 @@ class StreamParser:
                 pos = j + 1
                 continue
             tag = _tag_at(buf, j, _BLOCK_END_TAGS, final)
+            if tag is None and self._prev == "" and not self._xml:
+                # The block's first word decides: XML values are raw text, so quotes in them
+                # open no strings (as the Qwen3-Coder template writes them, and every parser
+                # of that format reads them).
+                head = buf[j : j + len(_FUNCTION_OPEN)]
+                if head == _FUNCTION_OPEN:
+                    self._xml = True
+                elif not final and j + len(head) == end and _FUNCTION_OPEN.startswith(head):
+                    self._emit_block_text(buf[start:j], events)
+                    return j, True
             if tag is None:
                 self._prev = "<"
                 pos = j + 1
@@ -481,9 +596,38 @@ class StreamParser:
                 self._chars_scanned += len(rest)
                 self._reread(rest + buf[j:])
                 return 0, False
-            return (j + len(tag) if tag == _TOOL_CLOSE else j), False
+            return (j + len(tag) if tag in _BLOCK_CLOSERS else j), False
         self._emit_block_text(buf[start:pos], events)
         return pos, False
+
+    def _scan_think(
+        self, buf: str, pos: int, events: list[StreamEvent], final: bool
+    ) -> tuple[int, bool]:
+        # Only </think> ends a thought. A call tag is text here: noted, never opened.
+        start = search = pos
+        while True:
+            i = buf.find("<", search)
+            if i < 0:
+                self._emit_thought(buf[start:], events)
+                return len(buf), False
+            tag = _tag_at(buf, i, _THINK_TAGS, final)
+            if tag is None:
+                search = i + 1
+                continue
+            if tag in _BLOCK_OPENERS:
+                self._call_in_thought = True
+                search = i + len(tag)
+                continue
+            self._emit_thought(buf[start:i], events)
+            if tag == _PARTIAL:
+                return i, True
+            if tag == _THINK_OPEN:  # the model repeated the opening tag: dropped
+                start = search = i + len(tag)
+                continue
+            self._end_thought("".join(self._parts))
+            self._parts = []
+            self._mode = _TEXT
+            return i + len(tag), False
 
     def _scan_pad(
         self, buf: str, pos: int, events: list[StreamEvent], final: bool
@@ -517,13 +661,42 @@ class StreamParser:
             self._parts.append(text)
             events.append(ScratchPadDelta(text))
 
+    def _emit_thought(self, text: str, events: list[StreamEvent]) -> None:
+        if text:
+            self._parts.append(text)
+            events.append(ThoughtDelta(text))
+
+    def _end_thought(self, text: str) -> None:
+        text = text.strip()
+        if text:  # an empty <think></think> (thinking switched off) is no thought
+            self._thoughts.append(text)
+        if self._call_in_thought:
+            self._notes.append(NOTE_CALL_IN_THOUGHT)
+            self._call_in_thought = False
+
+    def _reveal(self, end: int, events: list[StreamEvent]) -> None:
+        """A bare ``</think>`` at raw position ``end`` before any thought: everything before it
+        was a thought that the chat template opened in the prompt. What was read as content,
+        scratch pads, calls and errors is dropped; the raw text becomes the thought."""
+        assert self._fed is not None
+        raw = "".join(self._fed)[:end]
+        self._fed = None
+        if self._blocks or any(opener in raw for opener in _BLOCK_OPENERS):
+            self._call_in_thought = True
+        self._content, self._calls, self._errors, self._pads = [], [], [], []
+        self._notes.append(NOTE_REVEALED_THOUGHT)
+        self._end_thought(raw)
+        events.append(ThoughtRevealed(raw))
+
     def _emit_block_text(self, text: str, events: list[StreamEvent]) -> None:
         if text:
             self._parts.append(text)
             events.append(ToolCallArgumentsDelta(self._blocks - 1, text))
 
-    def _open_block(self, events: list[StreamEvent]) -> None:
+    def _open_block(self, tag: str, events: list[StreamEvent]) -> None:
         self._mode = _BLOCK
+        self._block_tag = tag
+        self._xml = False
         self._parts = []
         self._quote, self._escape, self._prev = None, False, ""
         events.append(ToolCallStarted(self._blocks))
@@ -533,7 +706,8 @@ class StreamParser:
         """Parse the block and report it; return text to read again if it had to be cut."""
         self._parts = []
         self._mode = _TEXT
-        results = _parse_block(block, self._new_id)
+        listing = self._block_tag == _TOOLS_OPEN
+        results = _parse_block(block, self._new_id, listing=listing)
         cut = None
         if self._may_recover and not any(isinstance(r, ToolCall) for r in results):
             # Any tag left inside the block sat inside a string (outside one it would have
@@ -543,7 +717,7 @@ class StreamParser:
         if cut is not None:
             self._may_recover = False
             i, tag = cut
-            results = _parse_block(block[:i], self._new_id)
+            results = _parse_block(block[:i], self._new_id, listing=listing)
         index = self._blocks - 1
         for result in results:
             if isinstance(result, ToolCall):
@@ -554,7 +728,7 @@ class StreamParser:
                 events.append(ToolCallFinished(index, error=result))
         if cut is None:
             return None
-        return block[i + len(tag) :] if tag == _TOOL_CLOSE else block[i:]
+        return block[i + len(tag) :] if tag in _BLOCK_CLOSERS else block[i:]
 
     def _finish_unclosed(self, events: list[StreamEvent]) -> None:
         """The text ended inside a block or scratch pad: close it, recovering if it ran on."""
@@ -565,6 +739,13 @@ class StreamParser:
                 self._reread(rest)
             return
         self._parts = []
+        if self._mode == _THINK:
+            # Never cut like a scratch pad: a call inside a thought must not become one
+            # because the thought ran to the end of the text.
+            self._mode = _TEXT
+            self._notes.append(NOTE_UNCLOSED_THOUGHT)
+            self._end_thought(_strip_special_suffix(text))
+            return
         self._mode = _TEXT
         cut = _first_tag(text, 0, _PAD_CUT_TAGS) if self._may_recover else None
         if cut is None:
@@ -612,11 +793,19 @@ class _InvalidJSON(ValueError):
     """Text that neither JSON nor the small repairs could read; the message says why."""
 
 
-def _parse_block(block: str, new_id: Callable[[], str]) -> list[ToolCall | ParseError]:
-    """Everything one ``<tool_call>`` block holds, in order; at least one entry."""
+def _parse_block(
+    block: str, new_id: Callable[[], str], *, listing: bool = False
+) -> list[ToolCall | ParseError]:
+    """Everything one ``<tool_call>`` block holds, in order; at least one entry.
+
+    ``listing``: the block was opened by ``<tools>``, where a model may also echo the tool
+    definitions of its prompt; those are refused, never run with their schema as arguments.
+    """
     text = _strip_fence(_strip_special_suffix(block).strip())
     if not text:
         return [ParseError(block, f"empty <tool_call>: {_HINT} between the tags")]
+    if text.startswith(_FUNCTION_OPEN):
+        return _xml_calls(text, block, new_id)
     try:
         value = _loads_lenient(text)
         if isinstance(value, str):  # the whole call double-encoded as a JSON string
@@ -624,22 +813,30 @@ def _parse_block(block: str, new_id: Callable[[], str]) -> list[ToolCall | Parse
     except _InvalidJSON as exc:
         return [ParseError(block, f"invalid JSON in <tool_call>: {exc}; {_HINT}")]
     if not isinstance(value, list):
-        return [_call_from(value, block, new_id, where="")]
+        return [_call_from(value, block, new_id, where="", listing=listing)]
     if not value:
         return [ParseError(block, f"<tool_call> holds an empty list; {_HINT}")]
     return [
-        _call_from(item, block, new_id, where=f"item {n} of the list in <tool_call>: ")
+        _call_from(
+            item, block, new_id, where=f"item {n} of the list in <tool_call>: ", listing=listing
+        )
         for n, item in enumerate(value, 1)
     ]
 
 
 def _call_from(
-    item: Any, block: str, new_id: Callable[[], str], where: str
+    item: Any, block: str, new_id: Callable[[], str], where: str, *, listing: bool = False
 ) -> ToolCall | ParseError:
     if not isinstance(item, dict):
         return ParseError(block, f"{where}expected a JSON object, got {_kind(item)}; {_HINT}")
     function = item.get("function")
     source: dict[str, Any] = function if isinstance(function, dict) else item  # OpenAI shape
+    if listing and _is_definition(source):
+        return ParseError(
+            block,
+            f"{where}<tools> holds a tool definition, not a call; to call a tool write "
+            '<tool_call>{"name": ..., "arguments": {...}}</tool_call>',
+        )
     name = source.get("name")
     if name is None:
         return ParseError(block, f'{where}tool call has no "name"; {_HINT}')
@@ -653,6 +850,105 @@ def _call_from(
     if not (isinstance(call_id, str) and call_id):
         call_id = new_id()
     return ToolCall(name=name.strip(), arguments=arguments, id=call_id)
+
+
+def _is_definition(source: dict[str, Any]) -> bool:
+    """A tool definition as the prompt lists them: a description, or a JSON Schema for
+    ``parameters``. A call has neither."""
+    if "description" in source:
+        return True
+    schema = source.get("parameters")
+    return isinstance(schema, dict) and schema.get("type") == "object" and "properties" in schema
+
+
+# --- Qwen3-Coder XML calls ---------------------------------------------------------------
+
+_FUNCTION_OPEN: Final = "<function="
+_FUNCTION_CLOSE: Final = "</function>"
+_PARAMETER_OPEN: Final = "<parameter="
+_PARAMETER_CLOSE: Final = "</parameter>"
+# One regex for the four tags, so each search moves forward: linear however many parameters.
+_XML_TAG: Final = re.compile("<function=|</function>|<parameter=|</parameter>")
+_XML_NAME: Final = re.compile(r"[^\s<>]+")
+
+
+class _InvalidXML(ValueError):
+    """The XML form of a block is broken; the message says where."""
+
+
+def _xml_calls(text: str, block: str, new_id: Callable[[], str]) -> list[ToolCall | ParseError]:
+    """``<function=NAME><parameter=KEY>VALUE</parameter>...</function>``, one or more.
+
+    Lenient about missing closing tags (a parameter also ends at the next tag, a function at
+    the next ``<function=`` or the end of the block); anything but blanks outside the elements
+    makes the block one error. Values stay text (``ToolCall.text_arguments``): only the tool's
+    schema knows whether ``3`` is a number or a string. One newline right after the opening
+    tag and one right before the closing tag are the layout the Qwen3-Coder template writes,
+    and are dropped; other blanks belong to the value.
+    """
+    results: list[ToolCall | ParseError] = []
+    pos = 0
+    try:
+        while (found := _XML_TAG.search(text, pos)) is not None:
+            _blank_or_fail(text, pos, found.start(), "between the functions")
+            if found.group() != _FUNCTION_OPEN:
+                raise _InvalidXML(f"{found.group()} outside a <function=...>")
+            name, pos = _xml_name(text, found.end(), "function")
+            arguments, problem, pos = _xml_parameters(text, pos)
+            if problem is not None:
+                results.append(ParseError(block, f"invalid XML call to {name!r}: {problem}"))
+            else:
+                results.append(ToolCall(name, arguments, new_id(), text_arguments=True))
+        _blank_or_fail(text, pos, len(text), "after the last function")
+    except _InvalidXML as exc:
+        return [ParseError(block, f"invalid XML call in <tool_call>: {exc}; {_XML_HINT}")]
+    return results
+
+
+def _xml_parameters(text: str, pos: int) -> tuple[dict[str, str], str | None, int]:
+    """The parameters of one function from ``pos``; (arguments, problem, where it ended)."""
+    arguments: dict[str, str] = {}
+    problem = None
+    while True:
+        found = _XML_TAG.search(text, pos)
+        end = len(text) if found is None else found.start()
+        _blank_or_fail(text, pos, end, "between the parameters")
+        if found is None:
+            return arguments, problem, end  # an unclosed function ends with the block
+        tag = found.group()
+        if tag == _FUNCTION_CLOSE:
+            return arguments, problem, found.end()
+        if tag == _FUNCTION_OPEN:
+            return arguments, problem, found.start()  # a forgotten </function>
+        if tag == _PARAMETER_CLOSE:
+            raise _InvalidXML("</parameter> without its <parameter=...>")
+        key, start = _xml_name(text, found.end(), "parameter")
+        after = _XML_TAG.search(text, start)
+        stop = len(text) if after is None else after.start()
+        value = text[start:stop]
+        value = value[1:] if value.startswith("\n") else value
+        value = value[:-1] if value.endswith("\n") else value
+        if key in arguments and problem is None:
+            problem = f"parameter {key!r} is given twice; give each parameter once"
+        arguments[key] = value
+        pos = after.end() if after is not None and after.group() == _PARAMETER_CLOSE else stop
+
+
+def _xml_name(text: str, pos: int, what: str) -> tuple[str, int]:
+    """The name in ``<function=NAME>`` / ``<parameter=NAME>`` from ``pos``, and what follows."""
+    close = text.find(">", pos)
+    name = text[pos:close].strip() if close >= 0 else ""
+    if close < 0 or not _XML_NAME.fullmatch(name):
+        shown = text[pos : pos + 40]
+        raise _InvalidXML(f"<{what}= must be followed by a name and '>', got {shown!r}")
+    return name, close + 1
+
+
+def _blank_or_fail(text: str, start: int, end: int, where: str) -> None:
+    if text[start:end].strip():
+        stray = text[start:end].strip()
+        shown = stray if len(stray) <= 40 else stray[:40] + "…"
+        raise _InvalidXML(f"unexpected text {shown!r} {where}")
 
 
 def _arguments(value: Any) -> dict[str, Any] | str:
@@ -703,6 +999,17 @@ def _strip_fence(text: str) -> str:
     return text.strip()
 
 
+def decode_value(text: str) -> Any:
+    """One value written as text, read as leniently as a ``<tool_call>`` block: JSON, then
+    trailing and missing commas repaired, then a Python-style literal (single quotes,
+    ``True``/``None``). Raises ``ValueError`` with a message a model can act on. The
+    ToolSelector types the text values of XML calls with it."""
+    try:
+        return _loads_lenient(text.strip())
+    except _InvalidJSON as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _loads_lenient(text: str) -> Any:
     """JSON, then a few explicit repairs; raises ``_InvalidJSON`` with JSON's own complaint."""
     if _too_deep(text):
@@ -719,7 +1026,7 @@ def _loads_lenient(text: str) -> Any:
         ) from None
     except MemoryError:
         raise _InvalidJSON("too large to read") from None
-    repaired = _map_outside_strings(text, _drop_trailing_commas)
+    repaired = _map_outside_strings(text, _repair_commas)
     for attempt in (_json_sequence, _python_literal):
         try:
             return attempt(repaired)
@@ -790,6 +1097,7 @@ def _jsonable(value: Any) -> Any:
 
 _ANY_QUOTE: Final = re.compile(r"[\"']")
 _TRAILING_COMMA: Final = re.compile(r",(\s*[}\]])")
+_MISSING_COMMA: Final = re.compile(r"\}(\s*)\{")
 _JSON_WORD: Final = re.compile(r"\b(true|false|null)\b")
 _PYTHON_WORDS: Final = {"true": "True", "false": "False", "null": "None"}
 
@@ -822,8 +1130,10 @@ def _string_end(text: str, pos: int, quote: str) -> int:
     return len(text)
 
 
-def _drop_trailing_commas(code: str) -> str:
-    return _TRAILING_COMMA.sub(r"\1", code)
+def _repair_commas(code: str) -> str:
+    """Drop trailing commas, and add the comma between two objects that lack one (a list of
+    calls written as ``[{...} {...}]``; valid JSON never has ``}`` then ``{`` without one)."""
+    return _MISSING_COMMA.sub(r"},\1{", _TRAILING_COMMA.sub(r"\1", code))
 
 
 def _json_words_to_python(code: str) -> str:
