@@ -304,7 +304,7 @@ def test_every_event_kind_is_emitted_with_its_fields() -> None:
 
     model = ScriptedModel(
         [
-            "<scratch_pad>plan</scratch_pad>" + call("add", a=2, b=3),
+            "<think>add them</think><scratch_pad>plan</scratch_pad>" + call("add", a=2, b=3),
             "The answer is 5.",
         ],
         chunk_size=3,
@@ -358,7 +358,7 @@ def test_every_event_kind_is_documented_once() -> None:
     for event_type in EVENT_TYPES:
         row = f"| `{event_type.kind}` | `{event_type.__name__}` |"
         assert guide.count(row) == 1, row
-    assert len(EVENT_TYPES) == len(set(EVENT_KINDS)) == 11
+    assert len(EVENT_TYPES) == len(set(EVENT_KINDS)) == 12
 
 
 # -- the hook context --------------------------------------------------------------------------
