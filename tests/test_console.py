@@ -127,7 +127,7 @@ def make_agent(tmp_path: Path) -> Agent:
         price_per_1k_prompt=0.5,
         price_per_1k_completion=1.5,
     )
-    agent.add_tool(Tool.from_function(lookup, cache_ttl=60))
+    agent.add_tool(Tool.from_function(lookup, cache_ttl=60, idempotent=True))
     agent.add_tool(Tool.from_function(delete_file, requires_approval=True))
     agent.add_tool(Tool.from_function(echo))
     return agent
@@ -463,7 +463,9 @@ def test_replay_shows_the_diff_after_a_tool_changed(page: Any, tmp_path: Path) -
         expect(report.locator(".verdict")).to_contain_text("all 2 steps do the same today")
 
         # Today the tool answers differently: the replay says where and how.
-        agent.add_tool(Tool.from_function(lookup_today, name="lookup"), replace=True)
+        agent.add_tool(
+            Tool.from_function(lookup_today, name="lookup", idempotent=True), replace=True
+        )
         page.click("[data-action=replay]")
         expect(report).to_have_class(re.compile("differs"))
         expect(report.locator(".verdict")).to_contain_text("first at step 0")
@@ -573,7 +575,9 @@ def test_the_console_page_example_prints_what_it_says(tmp_path: Path) -> None:
     with serve(create_app(agent=agent, settings=settings, keys=keys)) as url:
         client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
         request_id = client.post("/v1/runs", json={"message": "weather Lima"}).json()["request_id"]
-        agent.add_tool(Tool.from_function(lookup_today, name="lookup"), replace=True)
+        agent.add_tool(
+            Tool.from_function(lookup_today, name="lookup", idempotent=True), replace=True
+        )
         assert client.post("/v1/runs", json={"message": "delete /srv/old.txt"}).status_code == 202
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):

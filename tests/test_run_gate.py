@@ -38,6 +38,15 @@ def wipe_everything() -> str:
     return "wiped"
 
 
+CHARGED: list[int] = []
+
+
+def charge(cents: int) -> str:
+    """Charge the customer (a side effect: not idempotent)."""
+    CHARGED.append(cents)
+    return f"charged {cents}"
+
+
 def lookup(term: str) -> str:
     """Look a term up."""
     return f"found {term}"
@@ -47,6 +56,8 @@ def _script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> st
     user = str(next(m.content for m in reversed(messages) if m.role == "user"))
     last_user = max(i for i, m in enumerate(messages) if m.role == "user")
     done = sum(1 for m in messages[last_user:] if m.role == "tool")
+    if user.startswith("charge") and done == 0:
+        return call("charge", cents=500)
     if user.startswith("wipe") and done == 0:
         return call("wipe_everything")
     if user.startswith("look") and done < 3:
@@ -63,6 +74,7 @@ def _agent(tmp_path: Path) -> Agent:
     )
     agent.add_tool(Tool.from_function(wipe_everything, toolset="admin"))
     agent.add_tool(Tool.from_function(lookup, timeout=5))
+    agent.add_tool(Tool.from_function(charge))
     return agent
 
 
@@ -173,6 +185,35 @@ def test_an_oversized_message_gets_the_same_refusal_from_every_door(tmp_path: Pa
             json={"model": "hermes-agent", "messages": [{"role": "user", "content": long}]},
         )
         assert facade.status_code == 413 and facade.json()["error"]["message"] == expected
+
+
+def test_a_replay_is_a_counted_recorded_run_that_repeats_no_side_effect(tmp_path: Path) -> None:
+    CHARGED.clear()
+    app = _app(tmp_path, quotas=QuotaSettings(runs_per_day=3))
+    with serve(app) as base:
+        client = httpx.Client(base_url=base, timeout=30)
+        rid = client.post("/v1/runs", json={"message": "charge"}).json()["request_id"]
+        assert CHARGED == [500]
+        # By default the replay does not run a tool that is not declared idempotent.
+        safe = client.post(f"/v1/runs/{rid}/replay")
+        assert safe.status_code == 200, safe.text
+        report = safe.json()
+        assert report["skipped_calls"] == ["charge"] and report["executed_tools"] is False
+        assert "not run in this replay" in report["steps"][0]["actual_results"]
+        assert report["matched"] is False  # the trail says it did not run
+        assert report["actual_output"] == "answer after 1 calls"
+        assert CHARGED == [500]
+        # The replay left a trail of its own, the caller's, readable like any run.
+        kept = client.get(f"/v1/runs/{report['replay_request_id']}").json()
+        assert kept["session_id"] == f"replay-{rid}" and kept["status"] == "completed", kept
+        # Asked explicitly, it runs today's tool.
+        loud = client.post(f"/v1/runs/{rid}/replay", params={"execute_tools": "true"}).json()
+        assert loud["skipped_calls"] == [] and loud["executed_tools"] is True
+        assert CHARGED == [500, 500]
+        # Three runs a day: the first run and two replays. The next replay is refused.
+        spent = client.post(f"/v1/runs/{rid}/replay", params={"execute_tools": "true"})
+        assert spent.status_code == 429 and "runs_per_day" in spent.json()["detail"]
+        assert CHARGED == [500, 500]
 
 
 # -- the gate on its own --------------------------------------------------------------------

@@ -2,11 +2,15 @@
 recorded answers, against the service's agent as it is now (its tools, schemas, hooks and
 prompts), and compare step by step (``storage.replay``; the CLI's ``hermes-agent replay``).
 
-The replay runs today's tools for real — that is the point: a tool that changed shows as a
-difference. It never reuses an approval: an approval answers one call once, so a call that
-needs approval is refused in the replay (403, and the step shows as differing) rather than run
-again on the old answer. Nothing of the replay is stored; it is not a run of the user's (no
-quota is spent: the model is not called), and at most ``MAX_CONCURRENT_REPLAYS`` run at once.
+A replay is a run of its owner's: it passes the run layer's gate (runs in flight, the daily
+quota: it counts as one run; its model is the recording, so it spends no tokens) and leaves a
+trail of its own in the store — its request id is ``replay_request_id`` in the answer, in the
+owner's session ``replay-<request id>``, readable like any run. By default it runs only the tools
+declared ``idempotent``; a call of any other is answered "not run in this replay" (403) and
+listed in ``skipped_calls`` — ask for ``?execute_tools=true`` to run today's tools for real (a
+tool that changed then shows as a difference). It never reuses an approval: an approval answers
+one call once, so a call that needs approval is refused in the replay (403, and the step shows
+as differing). At most ``MAX_CONCURRENT_REPLAYS`` run at once.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from hermes_agent.models.base import Model
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_console import ErrorAnswer
 from hermes_agent.server.routes_runs import json_response
-from hermes_agent.server.runs import RunManager, client_session_id
+from hermes_agent.runs.principal import client_session_id, stored_session_id
+from hermes_agent.server.runs import RunManager
 from hermes_agent.storage.base import Storage, StorageError
 from hermes_agent.storage.replay import ReplayReport, replay
 from hermes_agent.tools.registry import Tool
@@ -86,7 +91,8 @@ def _refuse(_call: ToolCall, _tool: Tool) -> tuple[bool, str]:
 
 def report_to_dict(report: ReplayReport) -> dict[str, Any]:
     """The report as JSON (the replay run's own result reduced to what a reader needs)."""
-    data = dataclasses.asdict(dataclasses.replace(report, result=None))
+    data = dataclasses.asdict(dataclasses.replace(report, result=None, records=[]))
+    del data["records"]
     result = report.result
     data["result"] = (
         None
@@ -105,8 +111,11 @@ def report_to_dict(report: ReplayReport) -> dict[str, Any]:
 
 
 @router.post("/v1/runs/{request_id}/replay", response_model=ReplayAnswer, responses=_DOCUMENTED)
-async def replay_run(request_id: str, request: Request, user: CurrentUser) -> Response:
-    """Replay a finished run against today's agent and compare step by step."""
+async def replay_run(
+    request_id: str, request: Request, user: CurrentUser, execute_tools: bool = False
+) -> Response:
+    """Replay a finished run against today's agent and compare step by step (a run of the
+    caller's: admitted, counted and recorded)."""
     manager: RunManager = request.app.state.manager
     storage: Storage = request.app.state.storage
     agent: Agent = request.app.state.agent
@@ -124,12 +133,35 @@ async def replay_run(request_id: str, request: Request, user: CurrentUser) -> Re
     if limiter is None:
         limiter = anyio.CapacityLimiter(MAX_CONCURRENT_REPLAYS)
         request.app.state.replay_limiter = limiter
+    gate = manager.gate
+    gate.check_room(manager.in_flight(), manager.in_flight(user.user_id))
+    admission = await gate.take_quota(user)
+
+    def run_replay() -> ReplayReport:
+        return replay(_FreshApprovalsOnly(agent), request_id, storage, execute_tools=execute_tools)
+
     try:
-        report = await anyio.to_thread.run_sync(
-            replay, _FreshApprovalsOnly(agent), request_id, storage, limiter=limiter
-        )
+        report = await anyio.to_thread.run_sync(run_replay, limiter=limiter)
     except StorageError as exc:
+        await gate.give_back(admission)
         raise HTTPException(422, str(exc)) from None
     except HermesAgentError as exc:
+        await gate.give_back(admission)
         raise HTTPException(422, f"the replay failed: {exc}") from None
-    return json_response(report_to_dict(report))
+    answer = report_to_dict(report)
+    answer["replay_request_id"] = await run_in_threadpool(
+        _keep_trail, agent, report, stored_session_id(user.user_id, f"replay-{request_id}")
+    )
+    answer["executed_tools"] = execute_tools
+    return json_response(answer)
+
+
+def _keep_trail(agent: Agent, report: ReplayReport, session_id: str) -> str | None:
+    """Store the replay run's own trail under the owner's session; its request id."""
+    sink = agent.audit_sink
+    if sink is None or not report.records:
+        return None
+    kept = [dataclasses.replace(record, session_id=session_id) for record in report.records]
+    sink.write(kept)
+    sink.flush()
+    return kept[0].request_id

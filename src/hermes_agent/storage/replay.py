@@ -23,6 +23,7 @@ the ``Storage`` seam (the audit reader and ``sessions.load``), so it works on ev
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -35,10 +36,12 @@ from hermes_agent.errors import ModelError
 from hermes_agent.memory.history import HistoryLoader
 from hermes_agent.models.base import Model
 from hermes_agent.models.scripted import ScriptedModel
+from hermes_agent.pipeline.journal import CallKey, JournaledCall, RunJournal
+from hermes_agent.pipeline.status import Status
 from hermes_agent.storage.base import Storage, StorageError
 from hermes_agent.storage.memory import InMemoryStorage
 from hermes_agent.tools.registry import Tool
-from hermes_agent.types import Message, RunResult, ToolCall
+from hermes_agent.types import Message, ModelResponse, RunResult, ToolCall
 
 _MODEL_FAILED = 502
 _SESSION = "replay"
@@ -51,6 +54,10 @@ class ReplayRun(Protocol):
     def history(self) -> HistoryLoader: ...
 
     def run(self, message: str, *, session_id: str | None = None) -> RunResult: ...
+
+    async def arun(
+        self, message: str, *, session_id: str | None = None, journal: RunJournal | None = None
+    ) -> RunResult: ...
 
     def close(self) -> None: ...
 
@@ -102,6 +109,10 @@ class ReplayReport:
     notes: list[str] = field(default_factory=list)
     result: RunResult | None = None
     """The replay run's own result."""
+    skipped_calls: list[str] = field(default_factory=list)
+    """Tools a replay with ``execute_tools=False`` did not run (not declared idempotent)."""
+    records: list[AuditRecord] = field(default_factory=list, repr=False)
+    """The replay run's own audit records (what a caller may keep as its trail)."""
 
     def summary(self) -> str:
         """A few human-readable lines: the verdict, then each differing step."""
@@ -160,9 +171,59 @@ class _RecordedApprovals:
         return False, "not approved in the recorded run"
 
 
-def replay(agent: Replayable, request_id: str, storage: Storage) -> ReplayReport:
+class _SkipUnsafeCalls:
+    """The journal of a replay that must not repeat side effects: a call of a tool not declared
+    ``idempotent`` is not run and reports why (status 403); an idempotent one runs. Model
+    turns pass through (the recorded model answers them); the turn goes to the scratch store."""
+
+    def __init__(self, scratch: Storage) -> None:
+        self.scratch = scratch
+        self.skipped: list[str] = []
+
+    async def recorded_turn(self, turn: int) -> ModelResponse | None:
+        return None
+
+    async def record_turn(self, turn: int, response: ModelResponse) -> None:
+        return None
+
+    def recorded_call(self, key: CallKey) -> bool:
+        return False
+
+    async def call_started(
+        self, key: CallKey, tool: str, arguments: dict[str, Any], idempotent: bool
+    ) -> JournaledCall | None:
+        if idempotent:
+            return None
+        self.skipped.append(tool)
+        return JournaledCall(
+            "recorded",
+            status_code=int(Status.DENIED),
+            error=(
+                f"not run in this replay: tool '{tool}' is not declared idempotent, so running "
+                "it again could repeat its effect; replay with execute_tools to run it"
+            ),
+        )
+
+    async def call_finished(
+        self, key: CallKey, value: Any, status_code: int, error: str | None
+    ) -> None:
+        return None
+
+    async def save_turn(self, session_id: str, messages: Sequence[Message]) -> None:
+        self.scratch.sessions.append(session_id, list(messages))
+
+    def holds(self) -> bool:
+        return True
+
+
+def replay(
+    agent: Replayable, request_id: str, storage: Storage, *, execute_tools: bool = True
+) -> ReplayReport:
     """Re-run a recorded request with its recorded model completions against ``agent`` as it is
-    now, and compare step by step. The agent itself is not changed and nothing is stored."""
+    now, and compare step by step. The agent itself is not changed and nothing is stored.
+
+    With ``execute_tools=False`` only tools declared ``idempotent`` run; a call of any other
+    is answered "not run in this replay" (403) and listed in ``skipped_calls``."""
     recorded = storage.records(request_id)
     if not recorded:
         raise StorageError(
@@ -189,12 +250,20 @@ def replay(agent: Replayable, request_id: str, storage: Storage) -> ReplayReport
     # The recorded model's summary of older turns is not served again: an extractive one is
     # made instead, and the scripted model answers the recorded turns only.
     twin.history.summarize_with_model = False
+    journal = None if execute_tools else _SkipUnsafeCalls(scratch)
     try:
-        result = twin.run(message, session_id=_SESSION)
+        if journal is None:
+            result = twin.run(message, session_id=_SESSION)
+        else:
+            result = asyncio.run(twin.arun(message, session_id=_SESSION, journal=journal))
+        replayed = scratch.records(result.request_id)
     finally:
         twin.close()
         scratch.close()
-    replayed = scratch.records(result.request_id)
+    if journal is not None and journal.skipped:
+        notes.append(
+            "not run again (not declared idempotent): " + ", ".join(dict.fromkeys(journal.skipped))
+        )
 
     steps = _compare(recorded, replayed)
     first = next((s.step for s in steps if not s.matched), None)
@@ -210,6 +279,8 @@ def replay(agent: Replayable, request_id: str, storage: Storage) -> ReplayReport
         history_messages=len(history),
         notes=notes,
         result=result,
+        skipped_calls=list(journal.skipped) if journal is not None else [],
+        records=replayed,
     )
 
 
