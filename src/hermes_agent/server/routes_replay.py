@@ -29,10 +29,10 @@ from starlette.responses import Response
 from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.models.base import Model
+from hermes_agent.runs.principal import client_session_id, stored_session_id
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_console import ErrorAnswer
 from hermes_agent.server.routes_runs import json_response
-from hermes_agent.runs.principal import client_session_id, stored_session_id
 from hermes_agent.server.runs import RunManager
 from hermes_agent.storage.base import Storage, StorageError
 from hermes_agent.storage.replay import ReplayReport, replay
