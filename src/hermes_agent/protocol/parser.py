@@ -369,8 +369,9 @@ class StreamParser:
         self._call_in_thought = False  # the current thought holds a <tool_call> or <tools>
         # The raw input so far, kept only while no thought has been seen: a bare </think>
         # would make all of it a thought (see _reveal). None once a thought was seen.
+        # _buf is always a suffix of the raw input (held back, or put back by a recovery).
         self._fed: list[str] | None = []
-        self._taken = 0  # characters fed so far; _buf is always a suffix of them
+        self._keep: Callable[[str], None] | None = self._fed.append  # bound once: per chunk
         self._quote: str | None = None  # the quote of the JSON string we are in, if any
         self._escape = False  # the previous character was a backslash inside a string
         self._prev = ""  # last non-blank character outside strings in this block
@@ -381,9 +382,8 @@ class StreamParser:
         """Read one more chunk; return the events it completes."""
         if self._flushed:
             raise RuntimeError("StreamParser.feed() after flush() or close()")
-        self._taken += len(chunk)
-        if self._fed is not None:
-            self._fed.append(chunk)
+        if self._keep is not None:
+            self._keep(chunk)
         if not self._buf:  # nothing held back from the last chunk
             fast = self._feed_fast(chunk)
             if fast is not None:
@@ -411,11 +411,11 @@ class StreamParser:
             event: StreamEvent = TextDelta(chunk)
         elif mode == _BLOCK and len(chunk) <= _FAST_CHUNK:
             quote, escape = self._quote, self._escape
-            if self._xml:
+            if quote is not None and not escape and quote not in chunk and "\\" not in chunk:
+                pass  # inside a string that goes on (never in XML, where quotes are text)
+            elif self._xml:
                 if "<" in chunk:
                     return None
-            elif quote is not None and not escape and quote not in chunk and "\\" not in chunk:
-                pass  # inside a string that goes on
             elif quote is None and '"' not in chunk and "'" not in chunk and "<" not in chunk:
                 blank_free = chunk.rstrip(_WHITESPACE)
                 if blank_free:
@@ -527,10 +527,10 @@ class StreamParser:
                 return after, False
             if tag == _THINK_OPEN:
                 self._mode = _THINK
-                self._fed = None  # a thought was seen: a later </think> reveals nothing
+                self._fed = self._keep = None  # a thought was seen: no </think> reveals one now
                 return after, False
             if tag == _THINK_CLOSE and self._fed is not None:
-                self._reveal(self._taken - len(buf) + i, events)
+                self._reveal(len(buf) - i, events)
             start = search = after  # a stray closer or special token: dropped
 
     def _scan_block(
@@ -674,13 +674,15 @@ class StreamParser:
             self._notes.append(NOTE_CALL_IN_THOUGHT)
             self._call_in_thought = False
 
-    def _reveal(self, end: int, events: list[StreamEvent]) -> None:
-        """A bare ``</think>`` at raw position ``end`` before any thought: everything before it
-        was a thought that the chat template opened in the prompt. What was read as content,
-        scratch pads, calls and errors is dropped; the raw text becomes the thought."""
+    def _reveal(self, after: int, events: list[StreamEvent]) -> None:
+        """A bare ``</think>`` before any thought, ``after`` characters from the end of the
+        input so far: everything before it was a thought that the chat template opened in the
+        prompt. What was read as content, scratch pads, calls and errors is dropped; the raw
+        text becomes the thought."""
         assert self._fed is not None
-        raw = "".join(self._fed)[:end]
-        self._fed = None
+        raw = "".join(self._fed)
+        raw = raw[: len(raw) - after]
+        self._fed = self._keep = None
         if self._blocks or any(opener in raw for opener in _BLOCK_OPENERS):
             self._call_in_thought = True
         self._content, self._calls, self._errors, self._pads = [], [], [], []
