@@ -4,19 +4,22 @@ Run: ``python benchmarks/fuzz_parser.py [--inputs 100000] [--seed 0]``
 
 Input ``i`` is ``random_completion(random.Random(f"{seed}:{i}"))`` from tests/test_parser_fuzz.py
 (the generator the test suite fuzzes with: tags with and without newlines, valid and broken JSON,
-Python-style dicts, deep nesting, double encoding, code fences, lists of calls, unclosed tags,
-tags and braces inside strings, CJK, garbage between). Every 500th input is a large one (10k to
-200k characters). Each input is parsed by ``parse_completion`` and by a ``StreamParser`` fed a
-random chunking (token-sized, random cuts, one character at a time, or whole), and counted as
+Python-style dicts, deep nesting, double encoding, code fences, lists of calls with and without
+their commas, unclosed tags, tags and braces inside strings, CJK, garbage between; and the forms
+of thinking and Qwen models: ``<think>`` thoughts closed, unclosed and pre-opened with calls
+inside them, Qwen3-Coder XML calls, ``<tools>`` blocks, echoed tool definitions). Every 500th
+input is a large one (10k to 200k characters). Each input is parsed by ``parse_completion`` and
+by a ``StreamParser`` fed a random chunking (token-sized, random cuts, one character at a time,
+or whole), and counted as
 
 - an exception: either path raised;
 - a disagreement: the streamed completion differs from the one-shot one (ids included), or
   its events break the invariants tests/test_stream_parser.py checks.
 
-It prints both counts (with the seeds of the first failures, to replay one alone), the median
-throughput of both paths, and the worst time per MB among inputs of 10k characters or more
-(each is timed again, one-shot and in 4-character chunks, median of 3, so that one scheduling
-hiccup does not count).
+It prints both counts (with the seeds of the first failures, to replay one alone), how many
+inputs held each of the newer forms, the median throughput of both paths, and the worst time
+per MB among inputs of 10k characters or more (each is timed again, one-shot and in
+4-character chunks, median of 3, so that one scheduling hiccup does not count).
 Exits 1 if anything failed.
 """
 
@@ -30,12 +33,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 # The generator and the comparison live in the test suite (pytest and hypothesis must be
 # installed: the dev extra).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from hermes_agent.protocol.parser import parse_completion
+from hermes_agent.protocol.parser import (
+    NOTE_CALL_IN_THOUGHT,
+    NOTE_REVEALED_THOUGHT,
+    NOTE_UNCLOSED_THOUGHT,
+    parse_completion,
+)
+from hermes_agent.types import Completion
 from test_parser import counter_ids
 from test_parser_fuzz import random_completion
 from test_stream_parser import check_events, split, stream
@@ -53,6 +63,7 @@ class Tally:
     one_shot_rates: list[float] = field(default_factory=list)  # MB/s, inputs of >= 1k chars
     stream_rates: list[float] = field(default_factory=list)
     large: list[str] = field(default_factory=list)  # seeds of inputs of >= 10k characters
+    forms: dict[str, int] = field(default_factory=dict)  # inputs that hold each newer form
 
 
 def chunk_cuts(text: str, rng: random.Random) -> tuple[str, list[int]]:
@@ -88,7 +99,8 @@ def check_one(seed: str, tally: Tally) -> None:
     tally.inputs += 1
     tally.chars += len(text)
     try:
-        expected, one_shot = timed(lambda: parse_completion(text, new_id=counter_ids()))
+        parsed, one_shot = timed(lambda: parse_completion(text, new_id=counter_ids()))
+        expected = cast(Completion, parsed)
         (got, events), streamed = timed(lambda: stream(chunks))
     except Exception as exc:
         tally.exceptions.append(f"{seed}: {type(exc).__name__}: {str(exc)[:200]}")
@@ -98,11 +110,26 @@ def check_one(seed: str, tally: Tally) -> None:
         check_events(got, events)
     except AssertionError as exc:
         tally.disagreements.append(f"{seed} ({how} chunks): {str(exc)[:200]}")
+    count_forms(expected, tally.forms)
     if len(text) >= 1_000:
         tally.one_shot_rates.append(len(text) / 1e6 / one_shot)
         tally.stream_rates.append(len(text) / 1e6 / streamed)
     if len(text) >= TIMED_MIN_CHARS:
         tally.large.append(seed)
+
+
+def count_forms(completion: Completion, forms: dict[str, int]) -> None:
+    seen = {
+        "a thought": completion.thought is not None,
+        "a call inside a thought (not run)": NOTE_CALL_IN_THOUGHT in completion.notes,
+        "a pre-opened thought (bare </think>)": NOTE_REVEALED_THOUGHT in completion.notes,
+        "an unclosed thought": NOTE_UNCLOSED_THOUGHT in completion.notes,
+        "an XML call": any(call.text_arguments for call in completion.tool_calls),
+        "a broken XML call": any("XML call" in e.message for e in completion.errors),
+        "an echoed tool definition": any("definition" in e.message for e in completion.errors),
+    }
+    for form, present in seen.items():
+        forms[form] = forms.get(form, 0) + present
 
 
 def retime(seed: str) -> tuple[float, float, int]:
@@ -136,6 +163,7 @@ def main() -> None:
     print(f"large inputs (>= {TIMED_MIN_CHARS:,} characters): {len(tally.large)}")
     print(f"exceptions: {len(tally.exceptions)}")
     print(f"one-shot/stream disagreements: {len(tally.disagreements)}")
+    print("inputs holding " + ", ".join(f"{form}: {n:,}" for form, n in tally.forms.items()))
     for line in (tally.exceptions + tally.disagreements)[:10]:
         print(f"  {line}")
     print(
