@@ -268,13 +268,26 @@ def test_queued_runs_over_http_and_websocket(tmp_path: Path, pg_url: str) -> Non
                 assert (refused["type"], refused["status"]) == ("error", 404)
             assert events[-1]["result"]["output"] == "done w after 1 steps; user turns seen: 1"
 
-            # The OpenAI-compatible facade runs only in process: a clear error here.
+            # The OpenAI-compatible facade runs through the same backend: on the workers.
+            question = {"role": "user", "content": "job f steps=1"}
             facade = alice.post(
-                "/v1/chat/completions",
-                json={"model": "step-model", "messages": [{"role": "user", "content": "hi"}]},
+                "/v1/chat/completions", json={"model": "hermes-agent", "messages": [question]}
             )
-            assert facade.status_code == 501
-            assert "execution: queue" in facade.json()["error"]["message"]
+            assert facade.status_code == 200, facade.text
+            answer = facade.json()
+            assert answer["choices"][0]["message"]["content"].startswith("done f after 1 steps")
+            assert answer["hermes"]["status"] == "completed"
+            streamed_body = {"model": "hermes-agent", "messages": [question], "stream": True}
+            with alice.stream("POST", "/v1/chat/completions", json=streamed_body) as reply:
+                assert reply.status_code == 200
+                chunks = [
+                    json.loads(line[6:])
+                    for line in reply.iter_lines()
+                    if line.startswith("data: {")
+                ]
+            text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+            assert text.startswith("done f after 1 steps"), chunks
+            assert _executions(c, "f") == 2
 
         # Two workers shared the runs; every one ran on a worker, none in the service.
         with c.effects_db() as conn:

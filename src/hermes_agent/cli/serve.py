@@ -138,9 +138,7 @@ def serve(
             # own wait for connections gets a few seconds more, to deliver the last events.
             timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
         )
-        _draining_server(uvicorn, app.state.manager, settings.shutdown_grace_s)(
-            server_config
-        ).run()
+        _draining_server(uvicorn, app.state.manager, settings.shutdown_grace_s)(server_config).run()
     except _Stopped:
         pass
     finally:

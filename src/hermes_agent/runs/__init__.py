@@ -2,6 +2,14 @@
 the front doors (REST, SSE, WebSocket, the OpenAI facade, channels, MCP, replay) and the
 agent. See ``runs.gate`` for what every run passes before anything of it runs."""
 
+from hermes_agent.runs.backend import (
+    END_KINDS,
+    ApprovalConflict,
+    Item,
+    RunBackend,
+    RunNotFound,
+    RunView,
+)
 from hermes_agent.runs.gate import (
     Admission,
     Gate,
@@ -21,16 +29,22 @@ from hermes_agent.runs.request import RunRequest
 from hermes_agent.runs.status import FINAL_STATUSES, STOP_CODES, RunStatus
 
 __all__ = [
+    "END_KINDS",
     "FINAL_STATUSES",
     "LOCAL_USER",
     "STOP_CODES",
     "Admission",
+    "ApprovalConflict",
     "Gate",
     "GateLimits",
+    "Item",
     "Principal",
+    "RunBackend",
+    "RunNotFound",
     "RunRejected",
     "RunRequest",
     "RunStatus",
+    "RunView",
     "client_session_id",
     "exposed_toolsets",
     "mcp_local_user",

@@ -68,41 +68,6 @@ class PendingApprovalBody(_Open):
     expires: str
 
 
-RunStatusName = Literal[
-    "running", "waiting_approval", "completed", "failed", "cancelled", "timed_out"
-]
-
-
-class RunStatusBody(_Open):
-    """A run this process holds: its status, its result once there is one, and what waits
-    for an approval."""
-
-    request_id: str
-    session_id: str
-    status: RunStatusName
-    created: float
-    """Seconds since the epoch."""
-    finished: float | None
-    events: int
-    result: RunResultBody | None
-    error: str | None
-    pending_approvals: list[PendingApprovalBody]
-    source: Literal["memory"]
-
-
-class StoredRunBody(_Open):
-    """A run known only from the store's audit records (another process ran it, or it was
-    forgotten here)."""
-
-    request_id: str
-    session_id: str
-    status: Literal["completed", "failed", "cancelled", "timed_out", "incomplete"]
-    status_code: int
-    output: str | None
-    records: int
-    source: Literal["store"]
-
-
 class QueuedBody(_Open):
     """A run put on the queue (``execution: queue``): where to follow it."""
 
@@ -126,32 +91,42 @@ class QueuedApprovalBody(_Open):
     expires: str | None
 
 
-class QueuedRunBody(_Open):
-    """A queued run (``execution: queue``), from the store its workers write: ``queued``,
-    ``running``, ``waiting_approval``, ``completed``, ``failed``, ``dead`` (lost with its
-    worker too many times) or ``cancelled``."""
+class RunBody(_Open):
+    """A run, the one shape every door and both engines show (``runs.backend.RunView``):
+    fields an engine does not know are null. ``source``: ``memory`` (this process runs it or
+    ran it lately), ``queue`` (the workers' store) or ``store`` (only its audit trail)."""
 
     request_id: str
     session_id: str
     status: str
-    created: float
+    """``queued``, ``running``, ``waiting_approval``, ``completed``, ``failed``,
+    ``cancelled``, ``timed_out``, ``dead``, ``interrupted`` — or ``incomplete`` for a trail
+    cut short."""
+    source: Literal["memory", "queue", "store"]
+    created: float | None
+    """Seconds since the epoch."""
     finished: float | None
     result: RunResultBody | None
     error: str | None
     pending_approvals: list[QueuedApprovalBody]
-    attempts: int
-    """How many times a worker took the run (a resume after an approval is one more)."""
-    redeliveries: int
+    events: int | None
+    """Events in this process's log (in memory)."""
+    attempts: int | None
+    """How many times a worker took the run (queued; a resume after an approval is one more)."""
+    redeliveries: int | None
     worker: str | None
-    """The worker holding the run now."""
-    source: Literal["queue"]
+    """The worker holding the run now (queued)."""
+    status_code: int | None
+    """The status code of the trail's last record (read from the store)."""
+    output: str | None
+    records: int | None
 
 
 class RunListItem(_Open):
     request_id: str
     session_id: str
     status: str
-    created: float
+    created: float | None
     """Seconds since the epoch."""
     source: Literal["memory", "store", "queue"]
 

@@ -32,6 +32,7 @@ from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import build_agent, load_tools_file
+from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
 from hermes_agent.server import (
     routes_channels,
     routes_console,
@@ -47,7 +48,7 @@ from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.middleware import ServiceMiddleware
 from hermes_agent.server.queued import QueueService, check_queue_mode
 from hermes_agent.server.quotas import Quotas, quota_store_for
-from hermes_agent.server.runs import RunManager, RunRejected
+from hermes_agent.server.runs import InProcessBackend, RunManager, RunRejected
 from hermes_agent.server.settings import ServiceSettings, service_settings
 
 logger = logging.getLogger("hermes_agent.server")
@@ -129,8 +130,13 @@ def create_app(
     app.state.keys = keys
     app.state.agent = served
     app.state.queue = queue
+    # The one seam the front doors run through, whichever engine runs the runs.
+    backend: RunBackend = queue if queue is not None else InProcessBackend(manager, served.storage)
+    app.state.backend = backend
     app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_exception_handler(RunRejected, _rejected)
+    app.add_exception_handler(RunNotFound, _not_found)
+    app.add_exception_handler(ApprovalConflict, _conflict)
     app.add_exception_handler(HermesAgentError, _refused)
     app.include_router(routes_runs.router)
     app.include_router(routes_data.router)
@@ -156,6 +162,16 @@ async def _rejected(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, RunRejected)
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
     return JSONResponse({"detail": exc.message}, exc.status_code, headers=headers)
+
+
+async def _not_found(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RunNotFound)
+    return JSONResponse({"detail": exc.message}, 404)
+
+
+async def _conflict(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApprovalConflict)
+    return JSONResponse({"detail": exc.message}, 409)
 
 
 async def _refused(_: Request, exc: Exception) -> Response:

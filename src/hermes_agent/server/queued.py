@@ -38,23 +38,20 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import HTTPException, Request
 from sqlalchemy import case, func, select
-from starlette.responses import Response
 
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError
+from hermes_agent.runs.backend import END_KINDS, ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.gate import RunRejected, tokens_used
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.runs import RunManager
 from hermes_agent.server.settings import ServiceSettings
-from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, sse_frame, to_json
 from hermes_agent.storage.base import Storage, check_session_id
 from hermes_agent.worker.client import QueueClient
 from hermes_agent.worker.store import QueuedRun, request_payload, runs_table
@@ -71,11 +68,6 @@ SETTLE_SCAN = 20
 """How many of a user's latest runs a submit settles before it asks the quota."""
 IN_FLIGHT = ("queued", "running")
 """What counts against ``max_runs_in_flight``: a run waiting for an approval holds no worker."""
-END_KINDS = frozenset({"result", "run_stopped"})
-
-Item = tuple[int | None, dict[str, Any]] | None
-"""What ``QueueService.follow`` yields: an event (its id in the store, ``None`` for the end
-made from the run's row) or ``None`` for a keep-alive."""
 
 
 def check_queue_mode(config: HermesConfig | None, storage: Storage | None = None) -> None:
@@ -127,12 +119,6 @@ def _iso(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).isoformat()
 
 
-def _json(data: Any, status_code: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        to_json(data), status_code=status_code, media_type="application/json", headers=headers
-    )
-
-
 class QueueService:
     """The service's side of queued runs: submits them, reads them back, follows their events,
     cancels them and answers their approvals. ``manager`` lends its quotas, metrics and
@@ -170,7 +156,7 @@ class QueueService:
         503 and does not count (one in the store but not on the queue is marked cancelled: no
         worker would ever see it)."""
         if body.dry_run:
-            raise HTTPException(
+            raise RunRejected(
                 422, "dry_run is not available with execution: queue; run it in process"
             )
         if not self.manager.accepting or self.manager.agent is None:
@@ -226,10 +212,10 @@ class QueueService:
     # -- reading ---------------------------------------------------------------------------
 
     async def owned(self, request_id: str, user: Principal) -> QueuedRun:
-        """The run, if the caller owns it (or is an admin); else 404."""
+        """The run, if the caller owns it (or is an admin); else ``RunNotFound``."""
         found = await asyncio.to_thread(self.store.get, request_id)
         if found is None or (found.owner != user.user_id and not user.admin):
-            raise HTTPException(404, f"no run {request_id!r}")
+            raise RunNotFound(f"no run {request_id!r}")
         return found
 
     def client_session(self, run: QueuedRun) -> str:
@@ -268,23 +254,23 @@ class QueueService:
             for item in found
         ]
 
-    async def summary(self, run: QueuedRun) -> dict[str, Any]:
-        """``GET /v1/runs/{id}``'s answer for a queued run."""
+    async def summary(self, run: QueuedRun) -> RunView:
+        """A queued run as every door shows it (settling its tokens once it has ended)."""
         await self.settle(run)
-        return {
-            "request_id": run.request_id,
-            "session_id": self.client_session(run),
-            "status": run.status,
-            "created": run.created_ns / 1e9,
-            "finished": run.updated_ns / 1e9 if run.finished else None,
-            "result": self.result(run, run.result),
-            "error": run.error,
-            "pending_approvals": await self.pending(run),
-            "attempts": run.claims,
-            "redeliveries": run.redeliveries,
-            "worker": run.lease_owner,
-            "source": "queue",
-        }
+        return RunView(
+            request_id=run.request_id,
+            session_id=self.client_session(run),
+            status=run.status,
+            source="queue",
+            created=run.created_ns / 1e9,
+            finished=run.updated_ns / 1e9 if run.finished else None,
+            result=self.result(run, run.result),
+            error=run.error,
+            pending_approvals=await self.pending(run),
+            attempts=run.claims,
+            redeliveries=run.redeliveries,
+            worker=run.lease_owner,
+        )
 
     async def settle(self, run: QueuedRun) -> None:
         """Add a finished run's tokens — every model turn it took, however it ended — to its
@@ -363,51 +349,80 @@ class QueueService:
             return {"kind": "result", "result": self.result(run, run.result)}
         return {"kind": "run_stopped", "status": run.status, "error": run.error or run.status}
 
-    async def frames(self, run: QueuedRun, after: int) -> AsyncIterator[str]:
-        """The run's events as SSE frames (an end made from the run's row has no ``id:``: it
-        is not in the store's log)."""
-        async with aclosing(self.follow(run, after, self.settings.keepalive_s)) as items:
-            async for item in items:
-                if item is None:
-                    yield KEEPALIVE_COMMENT
-                elif item[0] is None:
-                    yield f"event: {item[1]['kind']}\ndata: {to_json(item[1])}\n\n"
-                else:
-                    yield sse_frame(item[0], item[1])
-
-    def stream(self, run: QueuedRun, after: int) -> Response:
-        response = EventStreamResponse(self.frames(run, after), self.settings.send_timeout_s)
-        response.headers["Location"] = f"/v1/runs/{run.request_id}"
-        return response
-
     # -- cancelling and approvals ------------------------------------------------------------
 
-    async def cancel(self, run: QueuedRun, reason: str = "cancelled by the client") -> bool:
+    async def cancel(self, request_id: str, principal: Principal) -> tuple[bool, RunView]:
         """Cancel a run that has not finished (its worker stops at its next heartbeat)."""
-        return await asyncio.to_thread(self.store.cancel, run.request_id, reason)
+        run = await self.owned(request_id, principal)
+        reason = "cancelled by the client"
+        cancelled = await asyncio.to_thread(self.store.cancel, run.request_id, reason)
+        latest = await asyncio.to_thread(self.store.get, request_id)
+        return cancelled, await self.summary(latest or run)
 
     async def answer(
-        self, ref: str, user: Principal, approved: bool, reason: str
-    ) -> dict[str, Any]:
+        self, approval_id: str, principal: Principal, approved: bool, reason: str
+    ) -> None:
         """Answer a queued run's approval (once; only the run's owner); the run goes back to
-        the queue and resumes. 404 for an unknown approval or someone else's, 409 when it was
-        answered already."""
+        the queue and resumes. ``RunNotFound`` for an unknown approval or someone else's,
+        ``ApprovalConflict`` when it was answered already."""
+        ref = approval_id
         parsed = parse_approval_ref(ref)
         if parsed is None:
-            raise HTTPException(404, f"no approval {ref!r}")
+            raise RunNotFound(f"no approval {ref!r}")
         request_id, key = parsed
         found = await asyncio.to_thread(self.store.get, request_id)
-        if found is None or found.owner != user.user_id:
-            raise HTTPException(404, f"no approval {ref!r}")
+        if found is None or found.owner != principal.user_id:
+            raise RunNotFound(f"no approval {ref!r}")
         state = await asyncio.to_thread(self.store.approval, request_id, key)
         if state is None:
-            raise HTTPException(404, f"no approval {ref!r}")
+            raise RunNotFound(f"no approval {ref!r}")
         decided = state[0] == "pending" and await asyncio.to_thread(
             self.client.decide, request_id, key, approved, reason
         )
         if not decided:
-            raise HTTPException(409, f"approval {ref!r} was answered already")
-        return {"approval_id": ref, "approved": approved, "reason": reason}
+            raise ApprovalConflict(f"approval {ref!r} was answered already")
+
+    # -- the rest of runs.backend.RunBackend -------------------------------------------------
+
+    answers_plain_posts = False
+
+    async def start(
+        self, principal: Principal, request: RunRequest, *, listening: bool = True
+    ) -> RunView:
+        return await self.summary(await self.submit(principal, request))
+
+    async def view(self, request_id: str, principal: Principal) -> RunView:
+        return await self.summary(await self.owned(request_id, principal))
+
+    async def events(
+        self,
+        request_id: str,
+        principal: Principal,
+        after: int,
+        keepalive: float,
+        *,
+        started: bool = False,
+    ) -> AsyncGenerator[Item, None]:
+        return self.follow(await self.owned(request_id, principal), after, keepalive)
+
+    async def wait(
+        self, request_id: str, principal: Principal, *, started: bool = False
+    ) -> RunView:
+        """Poll the store until the run has ended or waits for an approval."""
+        run = await self.owned(request_id, principal)
+        while not run.finished and run.status != "waiting_approval" and self.manager.accepting:
+            await asyncio.sleep(POLL_S)
+            latest = await asyncio.to_thread(self.store.get, request_id)
+            run = latest if latest is not None else run
+        return await self.summary(run)
+
+    async def runs(
+        self, principal: Principal, session_id: str | None, status: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        return await self.runs_of(principal, session_id, status, limit)
+
+    async def approvals(self, principal: Principal) -> list[dict[str, Any]]:
+        return await self.pending_of(principal)
 
     async def pending_of(self, user: Principal) -> list[dict[str, Any]]:
         """The user's approvals waiting for an answer, oldest first, over all their runs."""
@@ -440,70 +455,3 @@ class QueueService:
             for run in rows
         ]
         return [r for r in listed if session_id in (None, r["session_id"])][:limit]
-
-
-def queue_of(request: Request) -> QueueService | None:
-    """The app's queue, when it runs with ``execution: queue``."""
-    found: QueueService | None = getattr(request.app.state, "queue", None)
-    return found
-
-
-# -- the routes' queue side (routes_runs and routes_console hand over to these) ------------------
-
-
-async def create_run(queue: QueueService, body: RunRequest, user: Principal) -> Response:
-    """``POST /v1/runs``: ``202`` with where to follow the run, or its events (``stream``)."""
-    run = await queue.submit(user, body)
-    if body.stream:
-        return queue.stream(run, 0)
-    rid = run.request_id
-    return _json(
-        {
-            "request_id": rid,
-            "session_id": queue.client_session(run),
-            "status": run.status,
-            "status_url": f"/v1/runs/{rid}",
-            "events_url": f"/v1/runs/{rid}/events",
-            "source": "queue",
-        },
-        202,
-        {"Location": f"/v1/runs/{rid}"},
-    )
-
-
-async def get_run(queue: QueueService, request_id: str, user: Principal) -> Response:
-    return _json(await queue.summary(await queue.owned(request_id, user)))
-
-
-async def run_events(
-    queue: QueueService, request_id: str, user: Principal, last_event_id: int
-) -> Response:
-    return queue.stream(await queue.owned(request_id, user), last_event_id)
-
-
-async def cancel_run(queue: QueueService, request_id: str, user: Principal) -> Response:
-    run = await queue.owned(request_id, user)
-    cancelled = await queue.cancel(run)
-    latest = await asyncio.to_thread(queue.store.get, request_id)
-    status = latest.status if latest is not None else run.status
-    return _json({"request_id": request_id, "cancelled": cancelled, "status": status})
-
-
-async def answer_approval(
-    queue: QueueService, approval_id: str, user: Principal, approved: bool, reason: str
-) -> Response:
-    return _json(await queue.answer(approval_id, user, approved, reason))
-
-
-async def list_runs(
-    queue: QueueService,
-    user: Principal,
-    session_id: str | None,
-    status: str | None,
-    limit: int,
-) -> Response:
-    return _json({"runs": await queue.runs_of(user, session_id, status, limit)})
-
-
-async def pending_approvals(queue: QueueService, user: Principal) -> Response:
-    return _json({"approvals": await queue.pending_of(user)})

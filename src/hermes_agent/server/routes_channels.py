@@ -39,10 +39,11 @@ from hermes_agent.channels.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, ve
 from hermes_agent.channels.store import LogEntry, channel_store_for
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.api_models import errors
 from hermes_agent.server.auth import KeyStore
-from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest
+from hermes_agent.server.runs import RunManager, RunRejected, RunRequest
 from hermes_agent.server.settings import ServiceSettings
 
 logger = logging.getLogger("hermes_agent.channels")
@@ -175,12 +176,13 @@ def router_for(
             await _log(hub, name, exc.event, detail=exc.message)
             raise HTTPException(exc.status_code, exc.message) from None
         manager: RunManager = request.app.state.manager
+        backend: RunBackend = request.app.state.backend
         inbound_id = uuid.uuid4().hex
         run_request = RunRequest(
             message=mapped.message, session_id=mapped.session_id, output_format=channel.renderer
         )
         try:
-            run = await manager.start(Principal(mapped.user_id), run_request, listening=False)
+            run = await backend.start(Principal(mapped.user_id), run_request, listening=False)
         except RunRejected as exc:
             if exc.status_code == 429 and await asyncio.to_thread(
                 _over_quota, manager, mapped.user_id
@@ -200,11 +202,19 @@ def router_for(
             await _log(hub, name, "rejected", mapped, detail=str(exc))
             raise HTTPException(422, str(exc)) from None
         await _log(
-            hub, name, "accepted", mapped, request_id=run.id, detail=f"via {mapped.used_field}"
+            hub,
+            name,
+            "accepted",
+            mapped,
+            request_id=run.request_id,
+            detail=f"via {mapped.used_field}",
         )
-        service.spawn(_answer(hub, name, channel, mapped, run))
+        service.spawn(_answer(hub, name, channel, mapped, backend, run))
         accepted = InboundAccepted(
-            inbound_id=inbound_id, status="accepted", request_id=run.id, user_id=mapped.user_id
+            inbound_id=inbound_id,
+            status="accepted",
+            request_id=run.request_id,
+            user_id=mapped.user_id,
         )
         return JSONResponse(accepted.model_dump(), 202)
 
@@ -243,25 +253,45 @@ async def _deliver_quietly(hub: ChannelHub, message: OutboundMessage) -> None:
         logger.exception("channel %s: cannot deliver a %s message", message.channel, message.kind)
 
 
+APPROVAL_POLL_S = 0.25
+"""How often a channel's answer looks again at a run that waits for an approval."""
+
+
 async def _answer(
-    hub: ChannelHub, name: str, channel: ChannelSettings, mapped: InboundMessage, run: Run
+    hub: ChannelHub,
+    name: str,
+    channel: ChannelSettings,
+    mapped: InboundMessage,
+    backend: RunBackend,
+    started: RunView,
 ) -> None:
-    """Wait for the run, then send its answer through the channel (and its ``copy_to``)."""
-    if run.task is not None:
-        try:
-            await asyncio.wait({run.task})
-        except asyncio.CancelledError:  # shut down before the run ended: nothing to send
-            await _log(hub, name, "answer_interrupted", mapped, request_id=run.id)
-            raise
+    """Wait for the run to end, then send its answer through the channel (and its
+    ``copy_to``)."""
+    principal = Principal(mapped.user_id)
+    run = started
+    try:
+        while True:
+            run = await backend.wait(started.request_id, principal)
+            if run.done:
+                break
+            await asyncio.sleep(APPROVAL_POLL_S)  # waiting for an approval
+    except asyncio.CancelledError:  # shut down before the run ended: nothing to send
+        await _log(hub, name, "answer_interrupted", mapped, request_id=started.request_id)
+        raise
     if run.status != "completed" or run.result is None:
         await _log(
-            hub, name, "run_" + run.status, mapped, request_id=run.id, detail=run.error or ""
+            hub,
+            name,
+            "run_" + run.status,
+            mapped,
+            request_id=run.request_id,
+            detail=run.error or "",
         )
         failure = OutboundMessage(
             name,
             channel.failure_message,
             user_id=mapped.user_id,
-            request_id=run.id,
+            request_id=run.request_id,
             kind="failure",
         )
         await _deliver_quietly(hub, failure)
@@ -271,13 +301,15 @@ async def _answer(
         try:
             message = hub.message(target, run.result, user_id=mapped.user_id)
         except Exception as exc:  # a renderer that fails: the user still hears something
-            logger.exception("channel %s: cannot render the answer of %s", target, run.id)
-            await _log(hub, target, "render_failed", mapped, request_id=run.id, detail=str(exc))
+            logger.exception("channel %s: cannot render the answer of %s", target, run.request_id)
+            await _log(
+                hub, target, "render_failed", mapped, request_id=run.request_id, detail=str(exc)
+            )
             message = OutboundMessage(
                 target,
                 hub.settings[target].failure_message,
                 user_id=mapped.user_id,
-                request_id=run.id,
+                request_id=run.request_id,
                 kind="failure",
             )
         await _deliver_quietly(hub, message)

@@ -33,7 +33,7 @@ from starlette.responses import RedirectResponse, Response
 
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.protocol.parser import parse_completion
-from hermes_agent.server import queued
+from hermes_agent.runs.backend import RunBackend
 from hermes_agent.server.auth import CurrentUser, Principal
 from hermes_agent.server.routes_runs import json_response
 from hermes_agent.server.runs import Run, RunManager, client_session_id
@@ -661,13 +661,5 @@ def _canonical(value: Any) -> str:
 @router.get("/v1/approvals", response_model=PendingApprovalList, responses=_errors(401, 422))
 async def pending_approvals(request: Request, user: CurrentUser) -> Response:
     """The caller's approvals waiting for an answer, oldest first, over all their runs."""
-    queue = queued.queue_of(request)
-    if queue is not None:  # execution: queue: the approvals are in the store
-        return await queued.pending_approvals(queue, user)
-    manager = _manager(request)
-    found: list[dict[str, Any]] = []
-    for run in manager.runs.values():
-        if run.owner == user.user_id and not run.done:
-            found.extend({**p, "session_id": run.session_id} for p in manager.pending(run))
-    found.sort(key=lambda p: str(p["created"]))
-    return json_response({"approvals": found})
+    backend: RunBackend = request.app.state.backend
+    return json_response({"approvals": await backend.approvals(user)})

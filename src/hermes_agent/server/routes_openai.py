@@ -7,7 +7,7 @@ An existing OpenAI client talks to the agent with no change but its base URL and
         model="hermes-agent", messages=[{"role": "user", "content": "What is 17 * 23?"}]
     )
 
-Each call is one run started through the ``RunManager``, exactly as ``POST /v1/runs`` starts
+Each call is one run started through the run layer's backend, exactly as ``POST /v1/runs`` starts
 one: the same key, limits, quotas, run timeout, approvals, cancellation, metrics and audit
 trail. The agent runs its own tools server-side; the client gets the answer.
 
@@ -67,10 +67,12 @@ from starlette.responses import JSONResponse, Response
 
 from hermes_agent.audit.redaction import redact_messages
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.runs.backend import RunBackend, RunView
+from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
-from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest, stored_session_id
+from hermes_agent.server.runs import RunRejected, RunRequest, stored_session_id
 from hermes_agent.server.settings import ServiceSettings
-from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, follow_run, to_json
+from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, to_json
 from hermes_agent.storage.base import SessionIdError, Storage
 from hermes_agent.types import Message
 
@@ -460,10 +462,10 @@ def _finish_reason(result: dict[str, Any]) -> str:
     return "length" if result.get("loop_status") == "max_iterations" else "stop"
 
 
-def _extension(run: Run, manager: RunManager) -> dict[str, Any]:
+def _extension(run: RunView) -> dict[str, Any]:
     result = run.result or {}
     return {
-        "request_id": run.id,
+        "request_id": run.request_id,
         "session_id": run.session_id,
         "status": run.status,
         "tool_calls": [
@@ -478,7 +480,7 @@ def _extension(run: Run, manager: RunManager) -> dict[str, Any]:
             for call in result.get("tool_calls", [])
         ],
         "approvals": result.get("approvals", []),
-        "pending_approvals": manager.pending(run),
+        "pending_approvals": run.pending_approvals,
         "warnings": result.get("warnings", []),
     }
 
@@ -499,7 +501,7 @@ def approval_notice(pending: dict[str, Any], *, streaming: bool) -> str:
     )
 
 
-def _run_error(run: Run) -> OpenAIError | None:
+def _run_error(run: RunView) -> OpenAIError | None:
     """The error to answer for a run that is over without an answer (or failed inside)."""
     result = run.result
     if run.status == "completed" and result is not None:
@@ -516,9 +518,9 @@ def _run_error(run: Run) -> OpenAIError | None:
     return OpenAIError(status, run.error or f"the run {run.status}", code=code, headers=_NO_RETRY)
 
 
-def completion_body(run: Run, manager: RunManager, model: str) -> dict[str, Any]:
+def completion_body(run: RunView, model: str) -> dict[str, Any]:
     """A ``chat.completion`` for a run that is over, or that waits for an approval."""
-    pending = manager.pending(run)
+    pending = run.pending_approvals
     if pending and not run.done:
         content = "\n\n".join(approval_notice(p, streaming=False) for p in pending)
         finish = "stop"
@@ -526,9 +528,9 @@ def completion_body(run: Run, manager: RunManager, model: str) -> dict[str, Any]
         content = str((run.result or {}).get("output", ""))
         finish = _finish_reason(run.result or {})
     return {
-        "id": f"chatcmpl-{run.id}",
+        "id": f"chatcmpl-{run.request_id}",
         "object": "chat.completion",
-        "created": int(run.created),
+        "created": int(run.created or 0),
         "model": model,
         "system_fingerprint": None,
         "choices": [
@@ -540,7 +542,7 @@ def completion_body(run: Run, manager: RunManager, model: str) -> dict[str, Any]
             }
         ],
         "usage": _usage(run.result),
-        "hermes": _extension(run, manager),
+        "hermes": _extension(run),
     }
 
 
@@ -615,14 +617,20 @@ def _frame(data: dict[str, Any] | str) -> str:
 
 
 async def completion_chunks(
-    run: Run, manager: RunManager, model: str, include_usage: bool, keepalive: float
+    backend: RunBackend,
+    principal: Principal,
+    run: RunView,
+    model: str,
+    include_usage: bool,
+    keepalive: float,
 ) -> AsyncIterator[str]:
-    """The run as ``chat.completion.chunk`` SSE frames, then ``data: [DONE]``. The caller has
-    attached to the run; this detaches when the stream ends (finished, or the client gone)."""
+    """The run as ``chat.completion.chunk`` SSE frames, then ``data: [DONE]``. The caller
+    started the run listening; this stops following it when the stream ends (finished, or
+    the client gone)."""
     base: dict[str, Any] = {
-        "id": f"chatcmpl-{run.id}",
+        "id": f"chatcmpl-{run.request_id}",
         "object": "chat.completion.chunk",
-        "created": int(run.created),
+        "created": int(run.created or 0),
         "model": model,
         "system_fingerprint": None,
     }
@@ -634,9 +642,10 @@ async def completion_chunks(
         return _frame({**base, "choices": [choice], **extra})
 
     answer = AnswerText()
-    first = {"request_id": run.id, "session_id": run.session_id, "status": "running"}
+    first = {"request_id": run.request_id, "session_id": run.session_id, "status": "running"}
     yield chunk({"role": "assistant", "content": ""}, hermes=first)
-    async with aclosing(follow_run(run, 0, keepalive)) as items:
+    following = await backend.events(run.request_id, principal, 0, keepalive, started=True)
+    async with aclosing(following) as items:
         async for item in items:
             if item is None:
                 yield KEEPALIVE_COMMENT
@@ -658,11 +667,12 @@ async def completion_chunks(
                 text = answer.finish(str(wire["output"]))
             if text:
                 yield chunk({"content": text})
-        error = _run_error(run)
+        run = await backend.view(run.request_id, principal)
+        error = _run_error(run) if run.done else None
         if error is not None:
             yield _frame(error.body())
         else:
-            yield chunk({}, _finish_reason(run.result or {}), hermes=_extension(run, manager))
+            yield chunk({}, _finish_reason(run.result or {}), hermes=_extension(run))
             if include_usage:
                 yield _frame({**base, "choices": [], "usage": _usage(run.result)})
         yield _frame("[DONE]")
@@ -833,16 +843,8 @@ async def chat_completions(
 ) -> Response:
     """An OpenAI chat completion answered by the agent (see ``routes_openai``)."""
     state = request.app.state
-    if getattr(state, "queue", None) is not None:
-        raise OpenAIError(
-            501,
-            "this service queues its runs on workers (execution: queue), and the "
-            "OpenAI-compatible facade answers only from runs in its own process: use "
-            "POST /v1/runs, or a service with execution: in_process",
-            code="not_implemented",
-        )
     settings: ServiceSettings = state.settings
-    manager: RunManager = state.manager
+    backend: RunBackend = state.backend
     storage: Storage = state.storage
     _model(request, body.model, "model")
     plan = plan_run(body, session_header)
@@ -858,7 +860,7 @@ async def chat_completions(
         stream=bool(body.stream),
     )
     try:
-        run = await manager.start(user, run_request)
+        run = await backend.start(user, run_request)
     except SessionIdError as exc:  # a session id the store cannot hold
         param = SESSION_HEADER if session_header is not None else "user"
         raise OpenAIError(400, str(exc), param=param, code="invalid_session_id") from None
@@ -870,22 +872,18 @@ async def chat_completions(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = EventStreamResponse(
-            completion_chunks(run, manager, body.model, include_usage, settings.keepalive_s),
+            completion_chunks(backend, user, run, body.model, include_usage, settings.keepalive_s),
             settings.send_timeout_s,
         )
         response.headers.update(headers)
         return response
-    try:
-        while not run.done and not manager.pending(run):
-            await run.changed()
-    finally:
-        run.detach()
+    run = await backend.wait(run.request_id, user, started=True)
     error = _run_error(run) if run.done else None
     if error is not None:
         error.headers = {**(error.headers or {}), **headers}
         raise error
     return Response(
-        to_json(completion_body(run, manager, body.model)),
+        to_json(completion_body(run, body.model)),
         media_type="application/json",
         headers=headers,
     )

@@ -23,13 +23,15 @@ import logging
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import datetime
 from typing import Any, Literal
 
 from hermes_agent.agent import Agent
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
+from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.gate import Gate, tokens_used
 from hermes_agent.runs.gate import RunRejected as RunRejected
 from hermes_agent.runs.principal import Principal
@@ -37,11 +39,12 @@ from hermes_agent.runs.principal import client_session_id as client_session_id
 from hermes_agent.runs.principal import stored_session_id as stored_session_id
 from hermes_agent.runs.request import RunRequest as RunRequest
 from hermes_agent.runs.status import STOP_CODES as STOP_CODES
-from hermes_agent.server.approvals import EXPIRED, ApprovalBook
+from hermes_agent.server.approvals import EXPIRED, ApprovalAnswered, ApprovalBook
 from hermes_agent.server.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
 from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
+from hermes_agent.storage.base import Storage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import RunResult, ToolCall
 
@@ -111,21 +114,6 @@ class Run:
             if self.done:
                 return
             await self.changed()
-
-    def summary(self, pending: list[dict[str, Any]]) -> dict[str, Any]:
-        """``GET /v1/runs/{id}``'s answer for a run this process holds."""
-        return {
-            "request_id": self.id,
-            "session_id": self.session_id,
-            "status": self.status,
-            "created": self.created,
-            "finished": self.finished,
-            "events": len(self.events),
-            "result": self.result,
-            "error": self.error,
-            "pending_approvals": pending,
-            "source": "memory",
-        }
 
 
 class RunManager:
@@ -416,3 +404,207 @@ class RunManager:
                 self.cancel(run, "the service shut down before the run finished")
             if late:
                 await asyncio.wait(late, timeout=max(grace, 5.0))
+
+
+# -- the in-process backend (runs.backend.RunBackend) -----------------------------------------
+
+_STOPPED_STATUS = {409: "cancelled", 504: "timed_out", 503: "interrupted"}
+
+
+def stored_status(status: str, status_code: int) -> str:
+    """A run's status from the store's summary of its trail: the output record's
+    ``ok``/``error``, a ``stopped`` record (its code says why), or ``incomplete`` (the trail was
+    cut short: the process died mid-run)."""
+    if status == "ok":
+        return "completed"
+    if status == "stopped":
+        return _STOPPED_STATUS.get(status_code, "failed")
+    return "incomplete" if status == "incomplete" else "failed"
+
+
+class InProcessBackend:
+    """``RunBackend`` over a ``RunManager``: runs are tasks of this process; a run this process
+    no longer holds (finished long ago, or run by another process on the same store) is read
+    from its audit trail."""
+
+    answers_plain_posts = True
+
+    def __init__(self, manager: RunManager, storage: Storage | None) -> None:
+        self.manager = manager
+        self.storage = storage
+
+    def _held(self, request_id: str, principal: Principal) -> Run:
+        run = self.manager.get(request_id, principal.user_id, admin=principal.admin)
+        if run is None:
+            raise RunNotFound(f"no run {request_id!r} in memory; GET /v1/runs/{request_id}")
+        return run
+
+    def _view(self, run: Run) -> RunView:
+        return RunView(
+            request_id=run.id,
+            session_id=run.session_id,
+            status=run.status,
+            source="memory",
+            created=run.created,
+            finished=run.finished,
+            result=run.result,
+            error=run.error,
+            pending_approvals=self.manager.pending(run),
+            events=len(run.events),
+        )
+
+    async def start(
+        self, principal: Principal, request: RunRequest, *, listening: bool = True
+    ) -> RunView:
+        return self._view(await self.manager.start(principal, request, listening=listening))
+
+    async def view(self, request_id: str, principal: Principal) -> RunView:
+        run = self.manager.get(request_id, principal.user_id, admin=principal.admin)
+        if run is not None:
+            return self._view(run)
+        found = await asyncio.to_thread(self._stored, request_id, principal)
+        if found is None:
+            raise RunNotFound(f"no run {request_id!r}")
+        return found
+
+    def _stored(self, request_id: str, principal: Principal) -> RunView | None:
+        """A run's status from its audit records, if the caller owns it."""
+        if self.storage is None:
+            return None
+        records = self.storage.records(request_id)
+        if not records:
+            return None
+        session = client_session_id(principal.user_id, records[0].session_id)
+        if session is None and not principal.admin:
+            return None
+        last = records[-1]
+        output = last.stage == "OutputRenderer"
+        stopped = last.role == Role.STOPPED
+        status = stored_status(
+            last.status if output else "stopped" if stopped else "incomplete", last.status_code
+        )
+        return RunView(
+            request_id=request_id,
+            session_id=session if session is not None else records[0].session_id,
+            status=status,
+            source="store",
+            created=records[0].timestamp_ns / 1e9,
+            finished=last.timestamp_ns / 1e9 if status != "incomplete" else None,
+            status_code=last.status_code,
+            output=last.content if output else None,
+            records=len(records),
+        )
+
+    async def events(
+        self,
+        request_id: str,
+        principal: Principal,
+        after: int,
+        keepalive: float,
+        *,
+        started: bool = False,
+    ) -> AsyncGenerator[Item, None]:
+        run = self._held(request_id, principal)
+        if not started:
+            run.attach()
+        return follow_run(run, after, keepalive)
+
+    async def wait(
+        self, request_id: str, principal: Principal, *, started: bool = False
+    ) -> RunView:
+        run = self._held(request_id, principal)
+        try:
+            while not run.done and not self.manager.pending(run):
+                await run.changed()
+        finally:
+            if started:
+                run.detach()
+        return self._view(run)
+
+    async def cancel(self, request_id: str, principal: Principal) -> tuple[bool, RunView]:
+        run = self._held(request_id, principal)
+        cancelled = self.manager.cancel(run)
+        if cancelled and run.task is not None:
+            await asyncio.wait({run.task}, timeout=10)
+        return cancelled, self._view(run)
+
+    async def answer(
+        self, approval_id: str, principal: Principal, approved: bool, reason: str
+    ) -> None:
+        approvals = self.manager.approvals
+        pending = approvals.get(approval_id, principal.user_id)
+        if pending is None:
+            raise RunNotFound(f"no approval {approval_id!r}")
+        try:
+            approvals.answer(pending, approved, reason)
+        except ApprovalAnswered:
+            raise ApprovalConflict(f"approval {approval_id!r} was answered already") from None
+
+    async def runs(
+        self, principal: Principal, session_id: str | None, status: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for run in reversed(self.manager.runs.values()):
+            if run.owner == principal.user_id and session_id in (None, run.session_id):
+                found[run.id] = self._view(run).listed()
+        for row in await asyncio.to_thread(self._stored_list, principal, session_id, limit):
+            found.setdefault(row["request_id"], row)
+        return [r for r in found.values() if status in (None, r["status"])][:limit]
+
+    def _stored_list(
+        self, principal: Principal, session_id: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        if self.storage is None:
+            return []
+        rows = []
+        for row in self.storage.requests(limit=limit * 4):
+            session = client_session_id(principal.user_id, row["session_id"])
+            if session is None or session_id not in (None, session):
+                continue
+            rows.append(
+                RunView(
+                    request_id=row["request_id"],
+                    session_id=session,
+                    status=stored_status(row["status"], row["status_code"]),
+                    source="store",
+                    created=datetime.fromisoformat(row["started"]).timestamp(),
+                ).listed()
+            )
+        return rows
+
+    async def approvals(self, principal: Principal) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for run in self.manager.runs.values():
+            if run.owner == principal.user_id and not run.done:
+                found.extend({**p, "session_id": run.session_id} for p in self.manager.pending(run))
+        found.sort(key=lambda p: str(p["created"]))
+        return found
+
+
+async def follow_run(
+    run: Run, after: int, keepalive: float
+) -> AsyncGenerator[tuple[int, dict[str, Any]] | None, None]:
+    """A run's events after event ``after`` as ``(id, wire)``, and ``None`` whenever
+    ``keepalive`` seconds pass without one (time for a keep-alive). The caller has attached to
+    the run; this detaches when it ends (the run finished, or it was closed: close it with
+    ``contextlib.aclosing`` so that the detach is not left to the garbage collector)."""
+    events = run.follow(after)
+    upcoming: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
+    try:
+        while True:
+            if upcoming is None:
+                upcoming = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({upcoming}, timeout=keepalive)
+            if not done:
+                yield None
+                continue
+            try:
+                item = upcoming.result()
+            except StopAsyncIteration:
+                return
+            upcoming = None
+            yield item
+    finally:
+        if upcoming is not None:
+            upcoming.cancel()
+        run.detach()

@@ -4,7 +4,6 @@ comment while nothing happens, and a client that stops reading dropped after a s
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -15,7 +14,7 @@ import anyio
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from hermes_agent.server.runs import Run
+from hermes_agent.runs.backend import Item
 
 logger = logging.getLogger("hermes_agent.server")
 
@@ -35,41 +34,18 @@ def sse_frame(event_id: int, wire: dict[str, Any]) -> str:
 KEEPALIVE_COMMENT = ": keep-alive\n\n"
 
 
-async def follow_run(
-    run: Run, after: int, keepalive: float
-) -> AsyncGenerator[tuple[int, dict[str, Any]] | None, None]:
-    """A run's events after event ``after`` as ``(id, wire)``, and ``None`` whenever
-    ``keepalive`` seconds pass without one (time for a keep-alive). The caller has attached to
-    the run; this detaches when it ends (the run finished, or it was closed: close it with
-    ``contextlib.aclosing`` so that the detach is not left to the garbage collector)."""
-    events = run.follow(after)
-    upcoming: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
-    try:
-        while True:
-            if upcoming is None:
-                upcoming = asyncio.ensure_future(anext(events))
-            done, _ = await asyncio.wait({upcoming}, timeout=keepalive)
-            if not done:
-                yield None
-                continue
-            try:
-                item = upcoming.result()
-            except StopAsyncIteration:
-                return
-            upcoming = None
-            yield item
-    finally:
-        if upcoming is not None:
-            upcoming.cancel()
-        run.detach()
-
-
-async def run_events(run: Run, after: int, keepalive: float) -> AsyncIterator[str]:
-    """The frames of a run after event ``after``; the caller has attached to the run, and this
-    detaches when the stream ends (finished, or the client gone)."""
-    async with aclosing(follow_run(run, after, keepalive)) as items:
-        async for item in items:
-            yield KEEPALIVE_COMMENT if item is None else sse_frame(*item)
+async def frames(items: AsyncGenerator[Item, None]) -> AsyncIterator[str]:
+    """A run's events (``RunBackend.events``) as SSE frames: ``None`` is a keep-alive, and an
+    ending made from the run's row (``id`` ``None``, not in the log) has no ``id:``. Closes
+    ``items`` when the stream ends (finished, or the client gone)."""
+    async with aclosing(items) as following:
+        async for item in following:
+            if item is None:
+                yield KEEPALIVE_COMMENT
+            elif item[0] is None:
+                yield f"event: {item[1]['kind']}\ndata: {to_json(item[1])}\n\n"
+            else:
+                yield sse_frame(item[0], item[1])
 
 
 class EventStreamResponse(StreamingResponse):

@@ -6,9 +6,8 @@ Client → server: ``{"type": "run", <RunRequest fields>, "client_ref"?}``,
 "client_ref"}``, ``{"type": "event", "request_id", "event_id", "event": <wire event>}``,
 ``{"type": "approval_answered", ...}``, ``{"type": "cancelled", ...}`` and ``{"type": "error",
 "status", "detail", ...}``. Several runs may be in flight on one socket; a socket that drops
-cancels nothing (reconnect with ``GET /v1/runs/{id}/events``). With ``execution: queue`` the
-same messages queue runs, follow their events in the store, and answer and cancel them there
-(``server.queued``).
+cancels nothing (reconnect with ``GET /v1/runs/{id}/events``). Every message goes through the
+run layer's backend, so the same messages serve runs in process and runs on the queue.
 
 The key comes in ``Authorization: Bearer <key>``, or — from a browser, whose ``WebSocket``
 cannot send headers — as the second of two subprotocols, ``new WebSocket(url, ["bearer",
@@ -19,20 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine
 from contextlib import aclosing
-from functools import partial
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from hermes_agent.errors import HermesAgentError
-from hermes_agent.server.approvals import ApprovalAnswered
+from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
+from hermes_agent.runs.gate import RunRejected
+from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.auth import LOCAL_USER, Principal, authenticate
-from hermes_agent.server.queued import QueueService
-from hermes_agent.server.runs import Run, RunManager, RunRejected, RunRequest
-from hermes_agent.worker.store import QueuedRun
 
 router = APIRouter()
 
@@ -56,8 +52,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=1008, reason="missing or invalid API key")
         return
     await websocket.accept(subprotocol=subprotocol)
-    session = _Socket(websocket, state.manager, user, state.settings.send_timeout_s)
-    session.queue = getattr(state, "queue", None)
+    session = _Socket(websocket, state.backend, user, state.settings.send_timeout_s)
     try:
         await session.serve()
     finally:
@@ -67,16 +62,14 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
 
 class _Socket:
     def __init__(
-        self, websocket: WebSocket, manager: RunManager, user: Principal, send_timeout: float
+        self, websocket: WebSocket, backend: RunBackend, user: Principal, send_timeout: float
     ) -> None:
         self.websocket = websocket
-        self.manager = manager
+        self.backend = backend
         self.user = user
         self.send_timeout = send_timeout
         self.pumps: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
-        self.queue: QueueService | None = None
-        """The app's queue (``execution: queue``): runs go there instead of ``manager``."""
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._lock:
@@ -131,22 +124,11 @@ class _Socket:
             await self._error(422, str(exc), client_ref=client_ref)
             return
         try:
-            pump: Callable[[], Coroutine[Any, Any, None]]
-            if self.queue is not None:
-                queued = await self.queue.submit(self.user, request)
-                started = (queued.request_id, self.queue.client_session(queued))
-                pump = partial(self._pump_queued, queued, client_ref)
-            else:
-                run = await self.manager.start(self.user, request)
-                started = (run.id, run.session_id)
-                pump = partial(self._pump, run, client_ref)
+            view = await self.backend.start(self.user, request)
         except RunRejected as exc:
             await self._error(
                 exc.status_code, exc.message, client_ref=client_ref, retry_after=exc.retry_after
             )
-            return
-        except HTTPException as exc:
-            await self._error(exc.status_code, str(exc.detail), client_ref=client_ref)
             return
         except HermesAgentError as exc:
             await self._error(422, str(exc), client_ref=client_ref)
@@ -154,51 +136,34 @@ class _Socket:
         await self.send(
             {
                 "type": "started",
-                "request_id": started[0],
-                "session_id": started[1],
+                "request_id": view.request_id,
+                "session_id": view.session_id,
                 "client_ref": client_ref,
             }
         )
-        task = asyncio.create_task(pump())
+        task = asyncio.create_task(self._pump(view.request_id, client_ref))
         self.pumps.add(task)
         task.add_done_callback(self.pumps.discard)
 
-    async def _pump(self, run: Run, client_ref: Any) -> None:
-        try:
-            async for event_id, wire in run.follow(0):
-                await self.send(
-                    {
-                        "type": "event",
-                        "request_id": run.id,
-                        "client_ref": client_ref,
-                        "event_id": event_id,
-                        "event": wire,
-                    }
-                )
-        except (WebSocketDisconnect, RuntimeError, TimeoutError):
-            pass  # the socket is gone or stopped reading; the run goes on
-        finally:
-            run.detach()
-
-    async def _pump_queued(self, run: QueuedRun, client_ref: Any) -> None:
-        assert self.queue is not None
+    async def _pump(self, request_id: str, client_ref: Any) -> None:
         keepalive = self.websocket.app.state.settings.keepalive_s
         try:
-            async with aclosing(self.queue.follow(run, 0, keepalive)) as items:
-                async for item in items:
+            items = await self.backend.events(request_id, self.user, 0, keepalive, started=True)
+            async with aclosing(items) as following:
+                async for item in following:
                     if item is None:  # a keep-alive: nothing to send on a socket
                         continue
                     event_id, wire = item
                     await self.send(
                         {
                             "type": "event",
-                            "request_id": run.request_id,
+                            "request_id": request_id,
                             "client_ref": client_ref,
                             "event_id": event_id,
                             "event": wire,
                         }
                     )
-        except (WebSocketDisconnect, RuntimeError, TimeoutError):
+        except (WebSocketDisconnect, RuntimeError, TimeoutError, RunNotFound):
             pass  # the socket is gone or stopped reading; the run goes on
 
     async def _approve(self, message: dict[str, Any]) -> None:
@@ -209,24 +174,13 @@ class _Socket:
             return
         verb = "approved" if approved else "denied"
         reason = str(message.get("reason") or f"{verb} by {self.user.user_id}")
-        if self.queue is not None:
-            try:
-                await self.queue.answer(approval_id, self.user, approved, reason)
-            except HTTPException as exc:
-                await self._error(exc.status_code, str(exc.detail), approval_id=approval_id)
-                return
-            await self.send(
-                {"type": "approval_answered", "approval_id": approval_id, "approved": approved}
-            )
-            return
-        pending = self.manager.approvals.get(approval_id, self.user.user_id)
-        if pending is None:
-            await self._error(404, f"no approval {approval_id!r}", approval_id=approval_id)
-            return
         try:
-            self.manager.approvals.answer(pending, approved, reason)
-        except ApprovalAnswered:
-            await self._error(409, f"approval {approval_id!r} was answered already")
+            await self.backend.answer(approval_id, self.user, approved, reason)
+        except RunNotFound as exc:
+            await self._error(404, exc.message, approval_id=approval_id)
+            return
+        except ApprovalConflict as exc:
+            await self._error(409, exc.message, approval_id=approval_id)
             return
         await self.send(
             {"type": "approval_answered", "approval_id": approval_id, "approved": approved}
@@ -234,18 +188,9 @@ class _Socket:
 
     async def _cancel(self, message: dict[str, Any]) -> None:
         request_id = str(message.get("request_id", ""))
-        if self.queue is not None:
-            try:
-                queued = await self.queue.owned(request_id, self.user)
-            except HTTPException:
-                await self._error(404, f"no run {request_id!r}", request_id=request_id)
-                return
-            cancelled = await self.queue.cancel(queued)
-            await self.send({"type": "cancelled", "request_id": request_id, "cancelled": cancelled})
-            return
-        run = self.manager.get(request_id, self.user.user_id, admin=self.user.admin)
-        if run is None:
+        try:
+            cancelled, _ = await self.backend.cancel(request_id, self.user)
+        except RunNotFound:
             await self._error(404, f"no run {request_id!r}", request_id=request_id)
             return
-        cancelled = self.manager.cancel(run)
         await self.send({"type": "cancelled", "request_id": request_id, "cancelled": cancelled})
