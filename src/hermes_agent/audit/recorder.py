@@ -321,3 +321,44 @@ def _prompt(ctx: RunView, sent: list[Message]) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def lifecycle_record(
+    earlier: Sequence[AuditRecord],
+    *,
+    request_id: str,
+    session_id: str,
+    stage: str,
+    role: Role,
+    content: Mapping[str, Any],
+    status_code: int,
+    model_name: str,
+    redactor: Redactor | None = None,
+    latency_ms: float = 0.0,
+    step: int | None = None,
+) -> AuditRecord:
+    """A record of the run's life beside its stages' — how it ended without an output
+    (``stopped``), or that another attempt took it up (``resumed``) — numbered after the
+    records ``earlier`` holds, its content JSON, redacted and made storable like every record
+    the recorder writes. The one place such records are built."""
+    last = earlier[-1] if earlier else None
+    text = json.dumps(dict(content), ensure_ascii=False, default=str)
+    if redactor is not None:
+        text = redactor(text)
+    text, escaped = storable(text)
+    return AuditRecord(
+        request_id=request_id,
+        session_id=session_id,
+        step=step if step is not None else (last.step if last else 0),
+        stage=stage,
+        role=role.value,
+        content=text,
+        timestamp_ns=time.time_ns(),
+        latency_ms=round(latency_ms, 3),
+        status="ok" if status_code < 400 else "error",
+        status_code=status_code,
+        model_name=last.model_name if last else model_name,
+        system_prompt_sha256=last.system_prompt_sha256 if last else "",
+        seq=last.seq + 1 if last else 0,
+        sanitized=sanitized_note(escaped),
+    )

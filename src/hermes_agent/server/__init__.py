@@ -4,9 +4,9 @@ from hermes_agent.server import create_app
 app = create_app("config.yaml")
 """
 
+from hermes_agent.runs.events import ApprovalRequiredEvent, ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.server.app import create_app
 from hermes_agent.server.auth import KeyStore, Principal, current_user, open_key_store
-from hermes_agent.server.events import ApprovalRequiredEvent, ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.server.settings import ServiceSettings
 
 __all__ = [

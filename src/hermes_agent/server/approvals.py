@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from hermes_agent.server.events import ApprovalRequiredEvent
+from hermes_agent.runs.events import ApprovalRequiredEvent
 
 EXPIRED = "expired"
 

@@ -1,58 +1,6 @@
-"""The events the service adds to a run's own (``hermes_agent.events``): approvals asked and
-answered over the API, and how a run ended when it ended without a result."""
+"""The run layer's own events, under their old address (``runs.events``)."""
 
-from __future__ import annotations
-
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal
-
-
-@dataclass(slots=True)
-class ApprovalRequiredEvent:
-    """A tool call waits for ``POST /v1/approvals/{approval_id}`` (or a WebSocket
-    ``approve``); unanswered by ``expires`` it is denied as ``expired``."""
-
-    kind: ClassVar[Literal["approval_required"]] = "approval_required"
-    approval_id: str
-    request_id: str
-    tool: str
-    arguments: dict[str, Any]
-    created: str
-    """ISO 8601, UTC."""
-    expires: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"kind": "approval_required", ...}``: the wire shape."""
-        return {"kind": self.kind, **asdict(self)}
-
-
-@dataclass(slots=True)
-class ApprovalResolvedEvent:
-    """The answer to an approval: by its owner, or ``expired``, or denied at once because
-    nobody was listening."""
-
-    kind: ClassVar[Literal["approval_resolved"]] = "approval_resolved"
-    approval_id: str
-    approved: bool
-    reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """The wire shape."""
-        return {"kind": self.kind, **asdict(self)}
-
-
-@dataclass(slots=True)
-class RunStoppedEvent:
-    """The last event of a run that ended without a ``result``: ``cancelled``, ``timed_out``
-    or ``failed`` (``error`` says why)."""
-
-    kind: ClassVar[Literal["run_stopped"]] = "run_stopped"
-    status: str
-    error: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """The wire shape."""
-        return {"kind": self.kind, **asdict(self)}
-
-
-ServiceEvent = ApprovalRequiredEvent | ApprovalResolvedEvent | RunStoppedEvent
+from hermes_agent.runs.events import ApprovalRequiredEvent as ApprovalRequiredEvent
+from hermes_agent.runs.events import ApprovalResolvedEvent as ApprovalResolvedEvent
+from hermes_agent.runs.events import RunStoppedEvent as RunStoppedEvent
+from hermes_agent.runs.events import ServiceEvent as ServiceEvent

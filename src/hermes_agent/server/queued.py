@@ -47,6 +47,7 @@ from sqlalchemy import case, func, select
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError
 from hermes_agent.runs.backend import END_KINDS, ApprovalConflict, Item, RunNotFound, RunView
+from hermes_agent.runs.events import RunStoppedEvent
 from hermes_agent.runs.gate import RunRejected, tokens_used
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import RunRequest
@@ -347,7 +348,7 @@ class QueueService:
         """The last event of a finished run, made from its row."""
         if run.status == "completed" and run.result is not None:
             return {"kind": "result", "result": self.result(run, run.result)}
-        return {"kind": "run_stopped", "status": run.status, "error": run.error or run.status}
+        return RunStoppedEvent(run.status, run.error or run.status).to_dict()
 
     # -- cancelling and approvals ------------------------------------------------------------
 

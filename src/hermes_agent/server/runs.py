@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import logging
 import time
 import uuid
@@ -28,10 +27,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from hermes_agent.agent import Agent
-from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.audit.recorder import lifecycle_record
+from hermes_agent.audit.records import Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
+from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.gate import Gate, tokens_used
 from hermes_agent.runs.gate import RunRejected as RunRejected
 from hermes_agent.runs.principal import Principal
@@ -40,7 +41,6 @@ from hermes_agent.runs.principal import stored_session_id as stored_session_id
 from hermes_agent.runs.request import RunRequest as RunRequest
 from hermes_agent.runs.status import STOP_CODES as STOP_CODES
 from hermes_agent.server.approvals import EXPIRED, ApprovalAnswered, ApprovalBook
-from hermes_agent.server.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
 from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
@@ -301,23 +301,18 @@ class RunManager:
 
         def write() -> None:
             left = storage.records(run.id)  # flushes what the run's recorder handed over
-            last = left[-1] if left else None
-            session = last.session_id if last else stored_session_id(run.owner, run.session_id)
-            content = json.dumps({"status": run.status, "error": run.error}, ensure_ascii=False)
-            record = AuditRecord(
+            session = left[-1].session_id if left else stored_session_id(run.owner, run.session_id)
+            record = lifecycle_record(
+                left,
                 request_id=run.id,
                 session_id=session,
-                step=last.step if last else 0,
                 stage="RunManager",
-                role=Role.STOPPED.value,
-                content=content,
-                timestamp_ns=time.time_ns(),
-                latency_ms=round((stopped_at - run.created) * 1000, 3),
-                status="error",
+                role=Role.STOPPED,
+                content={"status": run.status, "error": run.error},
                 status_code=STOP_CODES.get(run.status, 500),
-                model_name=last.model_name if last else "",
-                system_prompt_sha256=last.system_prompt_sha256 if last else "",
-                seq=last.seq + 1 if last else 0,
+                model_name=agent.model.name,
+                redactor=agent.redactor,
+                latency_ms=(stopped_at - run.created) * 1000,
             )
             sink.write([record])
 

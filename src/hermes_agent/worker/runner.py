@@ -26,12 +26,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from hermes_agent.agent import Agent
-from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.audit.recorder import lifecycle_record
+from hermes_agent.audit.records import Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
+from hermes_agent.runs.events import ApprovalRequiredEvent, RunStoppedEvent
+from hermes_agent.runs.status import STOP_CODES
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tracing import attach_incoming, detach
 from hermes_agent.types import ToolCall
@@ -46,7 +50,6 @@ Enqueue = Callable[[str], None]
 WORKER_EVENTS = frozenset({"approval_required", "approval_resolved", "run_stopped"})
 """Events written beside the pipeline's (by the worker, or with an approval's answer)."""
 
-_STOP_CODES = {"cancelled": 409, "failed": 500, "dead": 503}
 """The status code of a ``stopped`` record (409 and 500 as the service writes them)."""
 
 
@@ -228,7 +231,14 @@ class RunWorker:
         except asyncio.CancelledError:
             if approver.suspended is not None:
                 asked = approver.suspended
-                required = {"kind": "approval_required", "request_id": rid, **asked}
+                required = ApprovalRequiredEvent(
+                    approval_id=asked["approval_id"],
+                    request_id=rid,
+                    tool=asked["tool"],
+                    arguments=asked["arguments"],
+                    created=datetime.now(UTC).isoformat(),
+                    expires=None,  # it waits until answered or its run cancelled
+                ).to_dict()
                 try:
                     self.store.park_for_approval(
                         rid,
@@ -283,29 +293,24 @@ class RunWorker:
     def _stopped(self, request_id: str, status: str, error: str | None) -> None:
         """Tell followers (a ``run_stopped`` event) and the trail (a ``stopped`` record, as
         the service writes for runs it stops) that the run ended without an answer."""
-        self.store.add_event(request_id, {"kind": "run_stopped", "status": status, "error": error})
+        self.store.add_event(request_id, RunStoppedEvent(status, error).to_dict())
         storage, sink = self.agent.storage, self.agent.audit_sink
         if storage is None or sink is None:
             return
         try:
             earlier = storage.records(request_id)
-            last = earlier[-1] if earlier else None
             found = self.store.get(request_id)
-            content = json.dumps({"status": status, "error": error}, ensure_ascii=False)
-            record = AuditRecord(
+            session = found.session_id if found else (earlier[-1].session_id if earlier else "")
+            record = lifecycle_record(
+                earlier,
                 request_id=request_id,
-                session_id=found.session_id if found else (last.session_id if last else ""),
-                step=last.step if last else 0,
+                session_id=session,
                 stage="Worker",
-                role=Role.STOPPED.value,
-                content=content,
-                timestamp_ns=time.time_ns(),
-                latency_ms=0.0,
-                status="error",
-                status_code=_STOP_CODES.get(status, 500),
-                model_name=last.model_name if last else self.agent.model.name,
-                system_prompt_sha256=last.system_prompt_sha256 if last else "",
-                seq=last.seq + 1 if last else 0,
+                role=Role.STOPPED,
+                content={"status": status, "error": error},
+                status_code=STOP_CODES.get(status, 500),
+                model_name=self.agent.model.name,
+                redactor=self.agent.redactor,
             )
             sink.write([record])
         except Exception:
@@ -320,37 +325,28 @@ class RunWorker:
         if storage is None or sink is None:
             return
         earlier = storage.records(claim.run.request_id)
-        last = earlier[-1] if earlier else None
         executed = {r.step for r in earlier if r.stage == "ToolExecutor"}
         from_step = max(executed) + 1 if executed else 0
-        content = json.dumps(
-            {
-                "attempt": claim.run.claims + 1,
-                "worker": self.name,
-                "from_step": from_step,
-                "takeover": claim.run.status == "running",
-                "journal_entries": len(journal._entries),
-            }
+        content = {
+            "attempt": claim.run.claims + 1,
+            "worker": self.name,
+            "from_step": from_step,
+            "takeover": claim.run.status == "running",
+            "journal_entries": len(journal._entries),
+        }
+        record = lifecycle_record(
+            earlier,
+            request_id=claim.run.request_id,
+            session_id=claim.run.session_id,
+            stage="Worker",
+            role=Role.RESUMED,
+            content=content,
+            status_code=200,
+            model_name=self.agent.model.name,
+            redactor=self.agent.redactor,
+            step=from_step,
         )
-        sink.write(
-            [
-                AuditRecord(
-                    request_id=claim.run.request_id,
-                    session_id=claim.run.session_id,
-                    step=from_step,
-                    stage="Worker",
-                    role=Role.RESUMED.value,
-                    content=content,
-                    timestamp_ns=time.time_ns(),
-                    latency_ms=0.0,
-                    status="ok",
-                    status_code=200,
-                    model_name=last.model_name if last else self.agent.model.name,
-                    system_prompt_sha256=last.system_prompt_sha256 if last else "",
-                    seq=last.seq + 1 if last else 0,
-                )
-            ]
-        )
+        sink.write([record])
 
     def _hand_over(self, session_id: str) -> None:
         """The session's next run (parked while this one ran) goes to the queue now."""

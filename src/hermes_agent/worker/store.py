@@ -46,6 +46,7 @@ from sqlalchemy import (
     update,
 )
 
+from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError, check_session_id
 from hermes_agent.storage.sql import SqlStorage, append_messages
 from hermes_agent.types import Message
@@ -472,7 +473,7 @@ class RunStore:
                 )
             )
             if done.rowcount == 1 and before != "running":
-                stopped = {"kind": "run_stopped", "status": "cancelled", "error": reason}
+                stopped = RunStoppedEvent("cancelled", reason).to_dict()
                 _add_event(conn, request_id, stopped)
         return done.rowcount == 1
 
@@ -703,13 +704,8 @@ class RunStore:
                 .where(r.request_id == request_id, r.status == "waiting_approval")
                 .values(status="queued", updated_ns=_now(), delivered_ns=None)
             )
-            answer = {
-                "kind": "approval_resolved",
-                "approval_id": key,
-                "approved": approved,
-                "reason": reason or ("approved" if approved else "denied"),
-            }
-            _add_event(conn, request_id, answer)
+            verdict = reason or ("approved" if approved else "denied")
+            _add_event(conn, request_id, ApprovalResolvedEvent(key, approved, verdict).to_dict())
         return True
 
 
