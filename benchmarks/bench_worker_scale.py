@@ -11,7 +11,7 @@ Processes on loopback:
   each in its own process (Celery's thread pool), taking runs from a Redis queue of this
   benchmark's own (deleted at the end), keeping the runs' state, sessions and audit trail in a
   throwaway PostgreSQL database (dropped at the end); the tool ``step`` only returns a string;
-- this process: it submits the runs (``agent.submit`` on distinct sessions), and runs the
+- this process: it submits the runs (``submit(agent, ...)`` on distinct sessions), and runs the
   same config in process for the comparison.
 
 Measured:
@@ -23,7 +23,7 @@ Measured:
    ``updated_ns``), split into the wait in the queue (→ the claim) and the execution
    (claim → completion). Workers are added between rows (1, then one more, then two more).
 2. **Queue vs in process**, one run at a time with one idle worker: ``await agent.arun(...)``
-   in this process, and ``agent.submit(...)`` + ``handle.result(poll=5 ms)``, alternated
+   in this process, and ``submit(agent, ...)`` + ``handle.result(poll=5 ms)``, alternated
    (``--latency-runs`` of each, after 5 of each to warm up), on the same store and model.
 
 CPU per process group (workers, the step model, this process, PostgreSQL's backends for this
@@ -54,6 +54,8 @@ from typing import Any
 
 # Helpers the benchmarks share (this folder is on sys.path when run as a script).
 from _common import ROOT, code_version, free_port, pg_database
+
+from hermes_agent.worker import submit
 
 FINISHED = ("completed", "failed", "dead", "cancelled")
 
@@ -348,14 +350,14 @@ def throughput_row(
 ) -> dict[str, Any]:
     label = uuid.uuid4().hex[:6]
     warm = [
-        agent.submit(f"job w{label}{i} steps={steps}", session_id=f"warm-{label}-{i}").request_id
+        submit(agent, f"job w{label}{i} steps={steps}", session_id=f"warm-{label}-{i}").request_id
         for i in range(2 * workers * concurrency)
     ]
     wait_finished(conninfo, warm, timeout=300)
     meter.start()
     first_submit_ns = time.time_ns()
     ids = [
-        agent.submit(f"job r{label}{i} steps={steps}", session_id=f"run-{label}-{i}").request_id
+        submit(agent, f"job r{label}{i} steps={steps}", session_id=f"run-{label}-{i}").request_id
         for i in range(runs)
     ]
     submitted_s = (time.time_ns() - first_submit_ns) / 1e9
@@ -412,7 +414,7 @@ def queue_vs_in_process(
             if i >= 5:
                 inline.append(took)
             started = time.perf_counter()
-            handle = agent.submit(message, session_id=f"queued-{label}-{i}")
+            handle = submit(agent, message, session_id=f"queued-{label}-{i}")
             queued = handle.result(timeout=60, poll=0.005)
             took = time.perf_counter() - started
             if not queued.output.startswith("done "):

@@ -356,7 +356,7 @@ def test_a_queued_run_joins_the_submitters_trace(tmp_path: Path, cleanup: list[A
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from hermes_agent.tracing import instrument
+    from hermes_agent.tracing import instrument, outgoing_context
 
     provider = TracerProvider()
     memory = InMemorySpanExporter()
@@ -364,7 +364,8 @@ def test_a_queued_run_joins_the_submitters_trace(tmp_path: Path, cleanup: list[A
     agent, _, store, worker, _ = setup(f"sqlite:///{tmp_path / 's.db'}", Ledger(), cleanup)
     instrument(agent, tracer_provider=provider)
     with provider.get_tracer("client").start_as_current_span("submit") as submitting:
-        rid = store.add("s1", request_payload("charge 3"))
+        # The submitter passes its trace context with the request (QueueClient.submit does).
+        rid = store.add("s1", request_payload("charge 3", trace_context=outgoing_context()))
     assert store.get(rid).request["trace_context"]["traceparent"]  # type: ignore[union-attr]
     assert worker.execute(rid) == "completed"
     spans = memory.get_finished_spans()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hermes_agent import build_agent
+from hermes_agent.worker import submit
 from hermes_agent.worker.store import RunStore
 from step_model import running_step_model
 from storage_backends import _url
@@ -56,7 +57,7 @@ def test_sixty_runs_survive_a_killed_worker(tmp_path: Path, pg_url: str, broker:
         try:
             # 20 sessions × 3 runs: a session's runs go one after the other, in order.
             handles = [
-                submitter.submit(f"job j{i} steps=3", session_id=f"s{i % 20}") for i in range(60)
+                submit(submitter, f"job j{i} steps=3", session_id=f"s{i % 20}") for i in range(60)
             ]
             store = RunStore(submitter.storage)  # type: ignore[arg-type]
             ids = [h.request_id for h in handles]
@@ -166,8 +167,8 @@ def test_two_runs_of_one_session_on_two_workers_take_turns(tmp_path: Path, pg_ur
         c.wait_ready()
         submitter = build_agent(tmp_path / "config.yaml")
         try:
-            first = submitter.submit("job a steps=2", session_id="shared")
-            second = submitter.submit("job b steps=2", session_id="shared")
+            first = submit(submitter, "job a steps=2", session_id="shared")
+            second = submit(submitter, "job b steps=2", session_id="shared")
             assert first.result(timeout=60).output.endswith("user turns seen: 1")
             assert second.result(timeout=60).output.endswith("user turns seen: 2")
             with c.effects_db() as conn:
@@ -215,7 +216,7 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
         c.wait_ready()
         submitter = build_agent(tmp_path / "config.yaml")
         try:
-            handle = submitter.submit("job d steps=1", session_id="dl")
+            handle = submit(submitter, "job d steps=1", session_id="dl")
             deadline = time.monotonic() + 30
             while handle.status() != "running" and time.monotonic() < deadline:
                 time.sleep(0.05)

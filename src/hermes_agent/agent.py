@@ -47,14 +47,14 @@ from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.structured import OutputType, output_spec
-from hermes_agent.storage.base import Storage, check_session_id, open_storage
+from hermes_agent.storage.base import Storage, check_session_id
+from hermes_agent.storage.opening import open_storage
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
 from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import TOOL_CHOICE_MODES, Message, RunResult, ToolChoice, Usage
 
 if TYPE_CHECKING:
     from hermes_agent.storage.replay import ReplayReport
-    from hermes_agent.worker.client import QueueClient, RunHandle
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -68,6 +68,20 @@ class _Keep(enum.Enum):
 
 
 _loops = threading.local()
+
+
+ConfigWiring = Callable[["Agent", HermesConfig], None]
+"""A step ``Agent.from_settings`` applies to every agent it builds, for config sections that an
+upper layer wires from outside the agent (``loading`` registers tracing's): the core names no
+upper layer, and a config is honoured whichever way the agent is built."""
+
+_CONFIG_WIRINGS: list[ConfigWiring] = []
+
+
+def add_config_wiring(wiring: ConfigWiring) -> None:
+    """Have ``Agent.from_settings`` call ``wiring(agent, config)`` last (once per wiring)."""
+    if wiring not in _CONFIG_WIRINGS:
+        _CONFIG_WIRINGS.append(wiring)
 
 
 class Agent:
@@ -163,8 +177,8 @@ class Agent:
         self._executor: ThreadPoolExecutor | None = None
         self._closers: list[Callable[[], None]] = []
         self.queue: QueueConfig | None = None
-        """Where ``submit`` sends runs (the config's ``queue:`` section)."""
-        self._queue_client: QueueClient | None = None
+        """The config's ``queue:`` section: where ``hermes_agent.worker.submit`` sends this
+        agent's runs."""
         for item in tools:
             self.add_tool(item if isinstance(item, Tool) else Tool.from_function(item))
 
@@ -232,17 +246,10 @@ class Agent:
             )
             if renderer is not None:
                 agent.add_renderer(name, renderer)
-        if config.tracing.enabled:  # last: the spans record what the config's hooks changed
-            from hermes_agent.tracing import instrument
-
-            t = config.tracing
-            instrument(
-                agent,
-                capture_content=t.capture_content,
-                agent_name=t.agent_name,
-                redact_patterns=t.redact_patterns,
-            )
         agent.queue = config.queue
+        # Last: what instruments the agent from outside (tracing) sees what the hooks changed.
+        for wiring in _CONFIG_WIRINGS:
+            wiring(agent, config)
         return agent
 
     def fork(
@@ -665,41 +672,6 @@ class Agent:
             stream=stream,
             runtime=self.runtime,
             approver=self.approver,
-        )
-
-    def submit(
-        self,
-        message: str,
-        *,
-        session_id: str | None = None,
-        tool_choice: ToolChoice | None = None,
-        toolsets: Iterable[str] | None = None,
-        output_format: str | None = None,
-    ) -> RunHandle:
-        """Queue ``message`` for the workers (``hermes-agent worker``) and return at once with a
-        handle: ``handle.result(timeout)`` waits for the ``RunResult``. Needs the config's
-        ``queue:`` section (or ``agent.queue``) and the workers' SQL store as ``storage``; the
-        workers run the turn with their own agent (the same config). See docs/scale-out.md."""
-        if self.queue is None:
-            raise HermesAgentError(
-                "submit() needs a queue: add a queue: section (broker: redis://... or "
-                "amqp://...) to the config, or set agent.queue = QueueConfig(broker=...)"
-            )
-        if self.storage is None:
-            raise HermesAgentError(
-                "submit() keeps runs in the workers' store; create the agent with storage= "
-                "the URL the workers use (postgresql+psycopg://...)"
-            )
-        if self._queue_client is None:
-            from hermes_agent.worker.client import QueueClient
-
-            self._queue_client = QueueClient(self.queue, self.storage)
-        return self._queue_client.submit(
-            message,
-            session_id=session_id,
-            tool_choice=tool_choice,
-            toolsets=list(toolsets) if toolsets is not None else None,
-            output_format=output_format,
         )
 
     def replay(self, request_id: str) -> ReplayReport:

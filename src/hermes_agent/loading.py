@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hermes_agent.agent import Agent
+from hermes_agent.agent import Agent, add_config_wiring
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, ToolDefinitionError
 from hermes_agent.tools.registry import Tool
@@ -73,6 +73,27 @@ def build_agent(
         agent.close()
         raise
     return agent
+
+
+def _wire_tracing(agent: Agent, config: HermesConfig) -> None:
+    """The config's ``tracing:`` section: instrument the agent from outside, through its hooks
+    (OpenTelemetry is imported only when tracing is on)."""
+    if not config.tracing.enabled:
+        return
+    from hermes_agent.tracing import instrument
+
+    t = config.tracing
+    instrument(
+        agent,
+        capture_content=t.capture_content,
+        agent_name=t.agent_name,
+        redact_patterns=t.redact_patterns,
+    )
+
+
+# Every agent built from a config — Agent.from_config, Agent.from_settings, build_agent — gets
+# the config's tracing, though the agent itself knows nothing of tracing.
+add_config_wiring(_wire_tracing)
 
 
 def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:

@@ -3,6 +3,7 @@ by their first characters, and the agent the options describe."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -180,3 +181,17 @@ def setup_logging(debug: bool) -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")
+
+
+def require_server_extra(command: str) -> None:
+    """Fail (exit 2) saying how to install the ``server`` extra when a module it brings is
+    missing."""
+    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        fail(
+            f"`hermes-agent {command}` needs the server extra ({', '.join(missing)} is not "
+            'installed): pip install "hermes-agent-core[server]"'
+        )

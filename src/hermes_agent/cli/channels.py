@@ -24,9 +24,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from hermes_agent.cli._common import ConfigOption, config_error, fail, out, resolve_id
+from hermes_agent.cli._common import (
+    ConfigOption,
+    config_error,
+    fail,
+    out,
+    require_server_extra,
+    resolve_id,
+)
 from hermes_agent.cli.keys import KeysDbOption, key_store_url
-from hermes_agent.cli.serve import require_server_extra
 from hermes_agent.config import load_config
 from hermes_agent.errors import HermesAgentError
 

@@ -29,10 +29,10 @@ from hermes_agent.cli._common import (
     err,
     fail,
     out,
+    require_server_extra,
     resolve_id,
     styled,
 )
-from hermes_agent.cli.serve import require_server_extra
 from hermes_agent.config import DEFAULT_STORAGE_URL, HermesConfig, load_config
 from hermes_agent.errors import HermesAgentError
 

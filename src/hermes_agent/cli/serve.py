@@ -22,7 +22,6 @@ audit trail.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import os
 import signal
@@ -39,6 +38,7 @@ from hermes_agent.cli._common import (
     config_error,
     err,
     fail,
+    require_server_extra,
     styled,
 )
 from hermes_agent.config import DEFAULT_STORAGE_URL, HermesConfig, load_config
@@ -47,21 +47,9 @@ from hermes_agent.errors import HermesAgentError
 if TYPE_CHECKING:
     from hermes_agent.server.auth import KeyStore
 
-SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")
 LOCAL_KEY_FILE = Path(".hermes") / "api-key"
 """Where ``serve`` with no config keeps the key of the user ``local``."""
 EXAMPLE_MESSAGE = '{"message": "What is 17 * 23?", "tool_choice": "required"}'
-
-
-def require_server_extra(command: str) -> None:
-    """Fail (exit 2) saying how to install the ``server`` extra when a module it brings is
-    missing."""
-    missing = [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
-    if missing:
-        fail(
-            f"`hermes-agent {command}` needs the server extra ({', '.join(missing)} is not "
-            'installed): pip install "hermes-agent-core[server]"'
-        )
 
 
 def serve(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class RunRequest(BaseModel):
@@ -27,3 +27,10 @@ class RunRequest(BaseModel):
     a run whose answer never matches (retries included) ends with status 422."""
     channel: str | None = None
     stream: bool = False
+
+
+class QueuedRequest(RunRequest):
+    """A ``RunRequest`` as the queue keeps it for the workers, who read the same type back:
+    plus the submitter's W3C trace context, so the worker's spans join the submitter's trace."""
+
+    trace_context: dict[str, str] = Field(default_factory=dict)

@@ -54,6 +54,7 @@ from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.runs import RunManager
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.storage.base import Storage, check_session_id
+from hermes_agent.tracing import outgoing_context
 from hermes_agent.worker.client import QueueClient
 from hermes_agent.worker.store import QueuedRun, request_payload, runs_table
 
@@ -172,6 +173,7 @@ class QueueService:
         admission = await gate.take_quota(principal)
         payload = request_payload(
             body.message,
+            trace_context=outgoing_context(),
             tool_choice=body.tool_choice,
             toolsets=body.toolsets,
             output_format=body.output_format,

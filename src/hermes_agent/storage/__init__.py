@@ -25,9 +25,9 @@ from hermes_agent.storage.base import (
     Storage,
     StorageError,
     StoredSessions,
-    open_storage,
 )
 from hermes_agent.storage.memory import InMemoryStorage
+from hermes_agent.storage.opening import open_storage
 from hermes_agent.storage.replay import ReplayReport, StepDiff, replay
 from hermes_agent.storage.writer import WriteBehindSink
 

@@ -126,24 +126,6 @@ class Storage(AuditReader, Protocol):
         ...
 
 
-def open_storage(url: str) -> Storage:
-    """The store a URL names: ``sqlite:///path.db``, ``sqlite://`` (in memory, SQL),
-    ``postgresql+psycopg://user@host/db`` or ``memory://`` (``InMemoryStorage``)."""
-    scheme = url.partition(":")[0].partition("+")[0].lower() if ":" in url else ""
-    if scheme == "memory":
-        from hermes_agent.storage.memory import InMemoryStorage
-
-        return InMemoryStorage()
-    if scheme in ("sqlite", "postgresql"):
-        from hermes_agent.storage.sql import SqlStorage
-
-        return SqlStorage(url)
-    raise StorageError(
-        f"storage url {url!r} names no known store; use sqlite:///.hermes/state.db, "
-        "postgresql+psycopg://user@host/dbname or memory://"
-    )
-
-
 def check_session_id(session_id: str, max_length: int) -> None:
     """Refuse, with ``SessionIdError``, a session id a store cannot hold as given."""
     if not isinstance(session_id, str) or not session_id:

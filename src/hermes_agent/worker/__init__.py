@@ -5,7 +5,15 @@ Needs the ``worker`` extra (Celery, with Redis or RabbitMQ as the broker) and a 
 the runs' state (PostgreSQL when workers run on several machines).
 """
 
-from hermes_agent.worker.client import QueueClient, RunHandle, result_from_dict
+from hermes_agent.worker.client import QueueClient, RunHandle, result_from_dict, submit
 from hermes_agent.worker.store import LeaseLost, QueuedRun, RunStore
 
-__all__ = ["LeaseLost", "QueueClient", "QueuedRun", "RunHandle", "RunStore", "result_from_dict"]
+__all__ = [
+    "LeaseLost",
+    "QueueClient",
+    "QueuedRun",
+    "RunHandle",
+    "RunStore",
+    "result_from_dict",
+    "submit",
+]

@@ -1,17 +1,26 @@
-"""Submitting runs to the workers and waiting for them: ``Agent.submit`` and the service's
-``execution: queue`` both go through ``QueueClient``."""
+"""Submitting runs to the workers and waiting for them: ``submit(agent, ...)`` and the service's
+``execution: queue`` both go through ``QueueClient``.
+
+    from hermes_agent.worker import submit
+
+    handle = submit(agent, "What is 17 * 23?", session_id="alice")
+    result = handle.result(timeout=300)
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from hermes_agent.agent import Agent
 from hermes_agent.config import QueueConfig
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.storage.base import Storage
-from hermes_agent.types import RunResult, ToolCallRecord, Usage
+from hermes_agent.types import RunResult, ToolCallRecord, ToolChoice, Usage
 from hermes_agent.worker.app import enqueue, make_celery
 from hermes_agent.worker.store import QueuedRun, RunStore, request_payload
 
@@ -40,7 +49,10 @@ class QueueClient:
         **options: Any,
     ) -> RunHandle:
         session_id = session_id or uuid.uuid4().hex
-        request_id = self.store.add(session_id, request_payload(message, **options), owner=owner)
+        from hermes_agent.tracing import outgoing_context  # the submitter's trace, if any
+
+        payload = request_payload(message, trace_context=outgoing_context(), **options)
+        request_id = self.store.add(session_id, payload, owner=owner)
         try:
             self.send(request_id)
         except Exception as exc:  # nothing will run it: do not leave it queued
@@ -129,4 +141,43 @@ def result_from_dict(data: dict[str, Any]) -> RunResult:
         warnings=data.get("warnings", []),
         data=data.get("data"),
         cost=data.get("cost"),
+    )
+
+
+_CLIENTS: weakref.WeakKeyDictionary[Agent, QueueClient] = weakref.WeakKeyDictionary()
+"""One client per agent that submits (its broker connections are reused)."""
+
+
+def submit(
+    agent: Agent,
+    message: str,
+    *,
+    session_id: str | None = None,
+    tool_choice: ToolChoice | None = None,
+    toolsets: Iterable[str] | None = None,
+    output_format: str | None = None,
+) -> RunHandle:
+    """Queue ``message`` for the workers (``hermes-agent worker``) and return at once with a
+    handle: ``handle.result(timeout)`` waits for the ``RunResult``. Needs the agent's config's
+    ``queue:`` section (or ``agent.queue``) and the workers' SQL store as its ``storage``; the
+    workers run the turn with their own agent (the same config). See docs/scale-out.md."""
+    if agent.queue is None:
+        raise HermesAgentError(
+            "submit() needs a queue: add a queue: section (broker: redis://... or "
+            "amqp://...) to the config, or set agent.queue = QueueConfig(broker=...)"
+        )
+    if agent.storage is None:
+        raise HermesAgentError(
+            "submit() keeps runs in the workers' store; create the agent with storage= "
+            "the URL the workers use (postgresql+psycopg://...)"
+        )
+    client = _CLIENTS.get(agent)
+    if client is None:
+        client = _CLIENTS[agent] = QueueClient(agent.queue, agent.storage)
+    return client.submit(
+        message,
+        session_id=session_id,
+        tool_choice=tool_choice,
+        toolsets=list(toolsets) if toolsets is not None else None,
+        output_format=output_format,
     )

@@ -35,6 +35,7 @@ from hermes_agent.audit.records import Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.runs.events import ApprovalRequiredEvent, RunStoppedEvent
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.runs.status import STOP_CODES
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tracing import attach_incoming, detach
@@ -209,18 +210,18 @@ class RunWorker:
             if emitted > told and journal.holds():  # a lapsed attempt says nothing more
                 self.store.add_event(rid, event.to_dict())
 
-        request = run.request
+        request = QueuedRequest.model_validate(run.request)
         # The submitter's trace continues here (the run's spans join it).
-        joined = attach_incoming(self.agent, request.get("trace_context") or {})
+        joined = attach_incoming(self.agent, request.trace_context)
         try:
             result = await self.agent.arun(
-                request["message"],
+                request.message,
                 session_id=run.session_id,
-                tool_choice=request.get("tool_choice"),
-                toolsets=request.get("toolsets"),
-                output_format=request.get("output_format"),
-                channel=request.get("channel"),
-                output_type=request.get("output_schema"),
+                tool_choice=request.tool_choice,  # type: ignore[arg-type]
+                toolsets=request.toolsets,
+                output_format=request.output_format,
+                channel=request.channel,
+                output_type=request.output_schema,
                 listener=listener,
                 request_id=rid,
                 journal=journal,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -47,6 +47,7 @@ from sqlalchemy import (
 )
 
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError, check_session_id
 from hermes_agent.storage.sql import SqlStorage, append_messages
 from hermes_agent.types import Message
@@ -753,16 +754,16 @@ def request_payload(
     output_format: str | None = None,
     channel: str | None = None,
     output_schema: dict[str, Any] | None = None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """What a queued run keeps of its request (JSON), with the submitter's trace context."""
-    from hermes_agent.tracing import outgoing_context  # the agent layer, imported when used
-
-    return {
-        "trace_context": outgoing_context(),
-        "message": message,
-        "tool_choice": tool_choice,
-        "toolsets": toolsets,
-        "output_format": output_format,
-        "channel": channel,
-        "output_schema": output_schema,
-    }
+    """What a queued run keeps of its request: a ``QueuedRequest`` as JSON, with the
+    submitter's trace context (given by the submitter, which knows whether it traces)."""
+    return QueuedRequest(
+        message=message,
+        tool_choice=tool_choice,
+        toolsets=toolsets,
+        output_format=output_format,
+        channel=channel,
+        output_schema=output_schema,
+        trace_context=dict(trace_context or {}),
+    ).model_dump(mode="json")

@@ -1,0 +1,145 @@
+"""The layers only call downward: the core (the agent and everything under it) imports no upper
+layer — not at module level, not inside a function, not for type checking — and the package has
+no import cycle, counting imports made inside functions too. Read from the source with ``ast``,
+so a lazy import cannot hide."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "hermes_agent"
+
+CORE = (
+    "hermes_agent.agent",
+    "hermes_agent.types",
+    "hermes_agent.events",
+    "hermes_agent.errors",
+    "hermes_agent.config",
+    "hermes_agent.demo_tools",
+    "hermes_agent.protocol",
+    "hermes_agent.tools",
+    "hermes_agent.models",
+    "hermes_agent.pipeline",
+    "hermes_agent.memory",
+    "hermes_agent.audit",
+    "hermes_agent.storage",
+)
+UPPER = (
+    "hermes_agent.runs",
+    "hermes_agent.loading",
+    "hermes_agent.server",
+    "hermes_agent.worker",
+    "hermes_agent.channels",
+    "hermes_agent.mcp",
+    "hermes_agent.cli",
+    "hermes_agent.evals",
+    "hermes_agent.tracing",
+)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in (SRC / PACKAGE).rglob("*.py"):
+        parts = path.relative_to(SRC).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _within(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
+
+
+def _imports(module: str) -> set[str]:
+    """Every module of the package that ``module`` imports anywhere in its source."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    named: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            named.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            submodules = {f"{base}.{alias.name}" for alias in node.names}
+            named.update(submodules)
+            if not submodules <= MODULES.keys():  # a name the package itself defines
+                named.add(base)
+    found = set()
+    for name in named:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != module and name.startswith(PACKAGE):
+            found.add(name)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _is_package_init(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def test_the_core_imports_no_upper_layer_not_even_lazily() -> None:
+    reaching_up = {
+        module: sorted(t for t in _imports(module) if _within(t, UPPER))
+        for module in MODULES
+        if _within(module, CORE)
+    }
+    assert {m: t for m, t in reaching_up.items() if t} == {}
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    # A package's __init__ re-exports its modules; an import of the package is an import of
+    # what it re-exports, so the edge to an __init__ stands for the modules it names.
+    graph = {module: _imports(module) for module in MODULES if module != PACKAGE}
+    assert _cycles(graph) == []
+
+
+def test_the_checks_see_a_lazy_import_and_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert "hermes_agent.tracing" in _imports("hermes_agent.loading")  # inside a function
+    assert _within("hermes_agent.server.runs", UPPER)
+    assert not _within("hermes_agent.agentx", CORE)
