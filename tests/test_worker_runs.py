@@ -463,3 +463,23 @@ def test_a_run_the_broker_refuses_is_not_left_queued(tmp_path: Path) -> None:
         assert run.status == "cancelled" and "broker refused" in (run.error or "")
     finally:
         storage.close()
+
+
+def test_a_journaled_turn_keeps_its_thought_and_its_untyped_xml_arguments() -> None:
+    from hermes_agent.types import Completion, ModelResponse, ToolCall, Usage
+    from hermes_agent.worker.journal import response_from_json
+
+    completion = Completion(
+        content="",
+        tool_calls=[ToolCall("charge", {"cents": "5"}, "c1", text_arguments=True)],
+        thought="Charge five cents.",
+        notes=["a call inside the thought was not run"],
+    )
+    back = response_from_json(
+        json.loads(json.dumps(response_to_json(ModelResponse(completion, "<think>...", Usage()))))
+    )
+    assert back.completion.thought == "Charge five cents."
+    assert back.completion.notes == ["a call inside the thought was not run"]
+    call = back.completion.tool_calls[0]
+    # A resumed run types the XML values by the schema again, as the first attempt did.
+    assert (call.arguments, call.text_arguments) == ({"cents": "5"}, True)

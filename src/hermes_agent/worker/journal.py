@@ -133,8 +133,11 @@ def response_to_json(response: ModelResponse) -> dict[str, Any]:
         },
         "content": completion.content,
         "scratch_pad": completion.scratch_pad,
+        "thought": completion.thought,
+        "notes": list(completion.notes),
         "tool_calls": [
-            {"name": c.name, "arguments": c.arguments, "id": c.id} for c in completion.tool_calls
+            {"name": c.name, "arguments": c.arguments, "id": c.id, "text": c.text_arguments}
+            for c in completion.tool_calls
         ],
         "errors": [{"block": e.block, "message": e.message} for e in completion.errors],
     }
@@ -143,8 +146,14 @@ def response_to_json(response: ModelResponse) -> dict[str, Any]:
 def response_from_json(data: dict[str, Any]) -> ModelResponse:
     completion = Completion(
         content=data.get("content", ""),
-        tool_calls=[ToolCall(c["name"], c["arguments"], c["id"]) for c in data["tool_calls"]],
+        tool_calls=[
+            # "text": the values are untyped text (XML calls), typed again by the schema.
+            ToolCall(c["name"], c["arguments"], c["id"], bool(c.get("text", False)))
+            for c in data["tool_calls"]
+        ],
         scratch_pad=data.get("scratch_pad"),
+        thought=data.get("thought"),
+        notes=list(data.get("notes") or []),
         errors=[ParseError(e["block"], e["message"]) for e in data["errors"]],
     )
     usage = Usage(**data.get("usage", {}))
