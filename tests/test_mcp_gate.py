@@ -150,3 +150,46 @@ def test_http_with_auth_none_on_loopback_runs_as_the_local_user(project: Path) -
     finally:
         server.stop()
     assert _session(project, "mcp!desk:s")[0] == "hi"
+
+
+def test_the_mcp_server_only_narrows_the_operators_tools() -> None:
+    """``--toolset`` cannot widen the operator's agent, and ``ask`` runs with the served
+    toolsets only: a model asked through MCP cannot reach a tool the server does not list."""
+    from mcp.types import CallToolRequestParams
+
+    from hermes_agent.mcp.server import AgentMcpServer
+    from hermes_agent.tools.registry import Tool
+
+    wiped: list[str] = []
+
+    def wipe_everything() -> str:
+        """Wipe every account."""
+        wiped.append("wiped")
+        return "wiped"
+
+    def lookup(term: str) -> str:
+        """Look a term up."""
+        return term
+
+    call = '<tool_call>{"name": "wipe_everything", "arguments": {}}</tool_call>'
+    agent = Agent(model=ScriptedModel([call, "tried"]), toolsets=["default"])
+    agent.add_tool(Tool.from_function(wipe_everything, toolset="admin"))
+    agent.add_tool(Tool.from_function(lookup))
+    try:
+        with pytest.raises(ValueError, match="'admin': not offered"):
+            AgentMcpServer(agent, toolsets=["admin"])
+        server = AgentMcpServer(agent, ask=True, toolsets=["default"])
+        try:
+            reply = asyncio.run(
+                server.call_tool(
+                    None,  # type: ignore[arg-type]
+                    CallToolRequestParams(name="ask", arguments={"message": "please"}),
+                )
+            )
+            assert reply.structured_content is not None, reply
+            assert reply.structured_content["status"] == 200
+        finally:
+            server.close()
+    finally:
+        agent.close()
+    assert wiped == []

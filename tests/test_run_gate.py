@@ -12,6 +12,7 @@ none) would, each over a real uvicorn on loopback with the scripted agent:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -276,3 +277,109 @@ def test_keys_of_two_users_see_nothing_of_each_other(tmp_path: Path) -> None:
         # Bob's "diary" is his own: alice's conversation is not in it.
         mine = b.post("/v1/runs", json={"message": "hello", "session_id": "diary"}).json()
         assert mine["session_id"] == "diary" and mine["request_id"] != rid
+
+
+# -- how big: an output schema that would expand without bound ------------------------------
+
+
+def _doubling_schema(levels: int) -> dict[str, Any]:
+    """Each definition refers to the next twice: about 1.4 KB at 15 levels, 2**levels nodes
+    once inlined."""
+    defs: dict[str, Any] = {
+        f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "string"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+
+
+def _ring_schema(size: int) -> dict[str, Any]:
+    """Every definition refers to every other: each simple path is inlined."""
+    defs = {
+        f"r{i}": {"anyOf": [{"$ref": f"#/$defs/r{j}"} for j in range(size) if j != i]}
+        for i in range(size)
+    }
+    return {"$ref": "#/$defs/r0", "$defs": defs}
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: Any = "x"
+    for _ in range(depth):
+        value = [value]
+    return {"type": "string", "default": value}
+
+
+def test_an_output_schema_that_would_explode_is_refused_before_it_is_expanded(
+    tmp_path: Path,
+) -> None:
+    with serve(_app(tmp_path)) as base:
+        client = httpx.Client(base_url=base, timeout=30)
+        for schema, words in (
+            (_doubling_schema(18), "expands to more than"),
+            (_doubling_schema(40), "expands to more than"),
+            (_nested(500), "nests more than"),
+            (_ring_schema(12), "expands to more than"),
+        ):
+            started = time.perf_counter()
+            reply = client.post("/v1/runs", json={"message": "hello", "output_schema": schema})
+            took = time.perf_counter() - started
+            assert reply.status_code == 413, reply.text
+            assert words in reply.json()["detail"]
+            assert took < 5, f"refusing took {took:.1f} s"
+        # A schema with $defs used once each is fine.
+        fine = {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}}, "required": ["n"],
+                "$defs": {"n": {"type": "integer"}}}  # fmt: skip
+        assert client.post(
+            "/v1/runs", json={"message": "hello", "output_schema": fine}
+        ).status_code in (200, 422)
+        assert client.get("/healthz").status_code == 200
+
+
+def test_the_library_refuses_the_same_schemas() -> None:
+    from hermes_agent.errors import HermesAgentError
+    from hermes_agent.pipeline.structured import inline_refs, output_spec
+
+    for schema in (_doubling_schema(30), _nested(200), _ring_schema(12)):
+        started = time.perf_counter()
+        try:
+            output_spec(schema)
+        except HermesAgentError as exc:
+            assert "output_schema" in str(exc)
+        else:
+            raise AssertionError("an exploding schema was accepted")
+        assert time.perf_counter() - started < 5
+    # The expansion's own guard, for a schema that reaches it without the check.
+    try:
+        inline_refs(_ring_schema(12))
+    except HermesAgentError as exc:
+        assert "expands to more than" in str(exc)
+    else:
+        raise AssertionError("inlining a ring of definitions did not stop")
+
+
+def test_a_replay_holds_a_slot_while_it_runs(tmp_path: Path) -> None:
+    import threading
+
+    def slow_lookup(term: str) -> str:
+        """Look a term up, slowly."""
+        time.sleep(1.5)
+        return term
+
+    app = _app(tmp_path, max_runs_in_flight_per_user=1)
+    agent = app.state.manager.agent
+    agent.add_tool(Tool.from_function(slow_lookup, name="lookup", idempotent=True), replace=True)
+    with serve(app) as base:
+        client = httpx.Client(base_url=base, timeout=60)
+        rid = client.post("/v1/runs", json={"message": "look"}).json()["request_id"]
+        replies: list[int] = []
+        replaying = threading.Thread(
+            target=lambda: replies.append(client.post(f"/v1/runs/{rid}/replay").status_code)
+        )
+        replaying.start()
+        time.sleep(0.5)  # the replay runs its first slow call now
+        busy = client.post("/v1/runs", json={"message": "hello"})
+        assert busy.status_code == 429 and "in flight" in busy.json()["detail"]
+        second = client.post(f"/v1/runs/{rid}/replay")
+        assert second.status_code == 429
+        replaying.join(30)
+        assert replies == [200]
+        assert client.post("/v1/runs", json={"message": "hello"}).status_code == 200

@@ -5,6 +5,7 @@ still spends the tokens of every model turn its worker took."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.server.auth import SqlKeyStore
+from hermes_agent.storage import open_storage
+from hermes_agent.worker.store import RunStore
 from server_harness import serve, sse_events
 from step_model import running_step_model
 from storage_backends import _url
@@ -64,3 +67,85 @@ def test_queued_runs_pass_the_same_gate(tmp_path: Path, pg_url: str) -> None:
             assert refused.status_code == 429, refused.text
             assert "tokens_per_day" in refused.json()["detail"]
             assert app.state.manager.quotas.usage("alice").tokens == 60
+
+
+def _alice(pg_url: str) -> str:
+    store = SqlKeyStore(pg_url)
+    try:
+        return store.create("alice")
+    finally:
+        store.close()
+
+
+def test_answering_parked_approvals_cannot_pass_the_limit(tmp_path: Path, pg_url: str) -> None:
+    """A run waiting for an approval holds no worker and does not count; its answer puts it
+    back on the queue, so the answer needs room like a new run (429 while there is none)."""
+    key = _alice(pg_url)
+    settings = ServiceSettings(
+        execution="queue", auth="keys", keepalive_s=0.2, max_runs_in_flight_per_user=1
+    )
+    with (
+        running_step_model(free_port(), latency=0.02) as model_url,
+        cluster(tmp_path, pg_url, REDIS, model_url, step_sleep=3, step_requires_approval=True) as c,
+    ):
+        c.start_worker(concurrency=4)
+        c.wait_ready()
+        app = create_app(tmp_path / "config.yaml", settings=settings)
+        auth = {"Authorization": f"Bearer {key}"}
+        with serve(app) as url, httpx.Client(base_url=url, headers=auth, timeout=60) as alice:
+            refs = []
+            for tag in ("a", "b", "c"):
+                rid = alice.post("/v1/runs", json={"message": f"job {tag} steps=1"}).json()[
+                    "request_id"
+                ]
+                deadline = time.monotonic() + 60
+                while not (view := alice.get(f"/v1/runs/{rid}").json())["pending_approvals"]:
+                    assert time.monotonic() < deadline, view
+                    time.sleep(0.05)
+                refs.append(view["pending_approvals"][0]["approval_id"])
+            # Three parked runs; the first answer takes the one slot while its step sleeps.
+            first = alice.post(f"/v1/approvals/{refs[0]}", json={"approved": True})
+            assert first.status_code == 200, first.text
+            second = alice.post(f"/v1/approvals/{refs[1]}", json={"approved": True})
+            assert second.status_code == 429 and "in flight" in second.json()["detail"]
+            # The refused answer left its approval pending: it can be given once there is room.
+            pending = {p["approval_id"] for p in alice.get("/v1/approvals").json()["approvals"]}
+            assert {refs[1], refs[2]} <= pending
+
+
+def test_runs_nobody_read_back_still_count_before_the_next_is_admitted(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A run's tokens count whether or not anyone reads it back, however many runs came after
+    it: the next submit settles every finished run of the user's day first."""
+    key = _alice(pg_url)
+    settings = ServiceSettings(
+        execution="queue", auth="keys", keepalive_s=0.2, quotas={"tokens_per_day": 50}
+    )
+    with (
+        running_step_model(free_port(), latency=0.02) as model_url,
+        cluster(tmp_path, pg_url, REDIS, model_url, step_sleep=2) as c,
+    ):
+        c.start_worker(concurrency=2)
+        c.wait_ready()
+        app = create_app(tmp_path / "config.yaml", settings=settings)
+        auth = {"Authorization": f"Bearer {key}"}
+        with serve(app) as url, httpx.Client(base_url=url, headers=auth, timeout=60) as alice:
+            big = alice.post("/v1/runs", json={"message": "job big steps=1"}).json()["request_id"]
+            # While it runs, more runs than any "latest few" window, each cancelled at once.
+            for i in range(25):
+                queued = alice.post("/v1/runs", json={"message": f"job cheap{i} steps=1"})
+                assert queued.status_code == 202, queued.text
+                alice.post(f"/v1/runs/{queued.json()['request_id']}/cancel")
+            store = RunStore(open_storage(pg_url))  # watched from outside: nobody reads it
+            try:
+                deadline = time.monotonic() + 60
+                while not ((run := store.get(big)) and run.finished):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            finally:
+                store.storage.close()
+            refused = alice.post("/v1/runs", json={"message": "job next steps=1"})
+            assert refused.status_code == 429, refused.text
+            assert "tokens_per_day" in refused.json()["detail"]
+    assert app.state.manager.quotas.usage("alice").tokens >= 60, "the big run was not counted"

@@ -40,7 +40,7 @@ from hermes_agent.agent import Agent
 from hermes_agent.models.base import ModelBase, ModelSettings
 from hermes_agent.pipeline.context import Approver
 from hermes_agent.protocol.chatml import to_json, wrap_tool_call
-from hermes_agent.runs.gate import Gate, RunRejected, tokens_used
+from hermes_agent.runs.gate import Gate, RunRejected, tokens_used, widening
 from hermes_agent.runs.principal import (
     Principal,
     client_session_id,
@@ -168,6 +168,10 @@ class AgentMcpServer:
         self.max_runs_in_flight = max_runs_in_flight
         self._in_flight: dict[str, int] = {}
         self.ask = ask
+        if toolsets is not None:  # the server may narrow the operator's agent, never widen it
+            refusal = widening(toolsets, None, agent)
+            if refusal is not None:
+                raise ValueError(refusal.message)
         self.toolsets = list(toolsets) if toolsets is not None else agent.toolsets
         self.name = name
         self.version = __version__
@@ -247,7 +251,10 @@ class AgentMcpServer:
         the gate refuses it."""
         who = principal or self.local_user
         message = CALL_PREFIX + to_json({"name": name, "arguments": arguments})
-        request = RunRequest(message=message, session_id=f"mcp-{uuid.uuid4().hex}")
+        toolsets = list(self.toolsets) if self.toolsets is not None else None
+        request = RunRequest(
+            message=message, session_id=f"mcp-{uuid.uuid4().hex}", toolsets=toolsets
+        )
         async with self._admitted(who, request, self._direct):
             result = await self._direct.arun(
                 message,
@@ -303,7 +310,8 @@ class AgentMcpServer:
             return _failure(f"unknown argument {', '.join(unknown)} (allowed: message, session_id)")
         user = principal.user_id
         session = session_id if session_id is not None else uuid.uuid4().hex
-        request = RunRequest(message=message, session_id=session)
+        toolsets = list(self.toolsets) if self.toolsets is not None else None
+        request = RunRequest(message=message, session_id=session, toolsets=toolsets)
         turns: list[dict[str, Any]] = []
         try:
             async with self._admitted(principal, request, self._asker) as tokens:
@@ -311,6 +319,7 @@ class AgentMcpServer:
                     result = await self._asker.arun(
                         message,
                         session_id=stored_session_id(user, session),
+                        toolsets=toolsets,
                         listener=lambda event: turns.append(event.to_dict()),
                     )
                 finally:  # every model turn counts, however the run ended

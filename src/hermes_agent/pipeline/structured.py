@@ -108,6 +108,9 @@ def output_spec(output_type: OutputType) -> OutputSpec:
 
 
 def _schema_spec(schema: dict[str, Any]) -> OutputSpec:
+    problem = schema_budget_problem(schema)
+    if problem is not None:  # before anything walks it recursively or expands it
+        raise HermesAgentError(problem)
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -150,6 +153,87 @@ def read_json(text: str) -> tuple[Any, str | None]:
     return None, f"the answer is not valid JSON ({whole_error.msg} at char {whole_error.pos})"
 
 
+MAX_SCHEMA_DEPTH = 32
+"""How deeply an output schema may nest (objects and lists)."""
+MAX_SCHEMA_NODES = 5_000
+"""How many values an output schema may hold as given."""
+MAX_EXPANDED_NODES = 20_000
+"""How many it may hold once its local ``$ref`` are inlined (what the prompt and trail get)."""
+
+
+def schema_budget_problem(schema: Any) -> str | None:
+    """Why ``schema`` is too big to use as an output schema, or ``None``: deeper than
+    ``MAX_SCHEMA_DEPTH``, more than ``MAX_SCHEMA_NODES`` values, or more than
+    ``MAX_EXPANDED_NODES`` once its ``$ref`` are inlined (definitions that refer to each other
+    twice at every level double at each level: a 2 KB schema can stand for billions of nodes).
+    Linear in the schema's size and never recursive over its nesting, so an attacker's schema
+    costs little to refuse."""
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_SCHEMA_DEPTH:
+            return (
+                f"output_schema nests more than {MAX_SCHEMA_DEPTH} levels deep; "
+                "send a flatter schema"
+            )
+        if nodes > MAX_SCHEMA_NODES:
+            return f"output_schema holds more than {MAX_SCHEMA_NODES} values; send a smaller one"
+        if isinstance(node, Mapping):
+            stack.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list):
+            stack.extend((item, depth + 1) for item in node)
+    if not isinstance(schema, Mapping):
+        return None
+    definitions: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        found = schema.get(key)
+        if isinstance(found, Mapping):
+            definitions.update({f"#/{key}/{name}": value for name, value in found.items()})
+    if not definitions:
+        return None
+    sizes: dict[str, int] = {}
+    expanded = _expanded_size(schema, definitions, sizes, ())
+    if expanded > MAX_EXPANDED_NODES:
+        return (
+            f"output_schema expands to more than {MAX_EXPANDED_NODES} values once its $ref "
+            "are inlined (definitions that refer to others several times multiply at each "
+            "level); send a schema that repeats less"
+        )
+    return None
+
+
+def _expanded_size(
+    node: Any, definitions: dict[str, Any], sizes: dict[str, int], seen: tuple[str, ...]
+) -> int:
+    """How many values ``node`` holds once inlined as ``_inline`` would (capped just past the
+    budget). Walks each definition's own nodes without recursion; recurses only through
+    ``$ref``, at most ``_MAX_INLINE_DEPTH`` deep, as ``_inline`` does."""
+    cap = MAX_EXPANDED_NODES + 1
+    total = 0
+    stack = [node]
+    while stack and total < cap:
+        item = stack.pop()
+        total += 1
+        if isinstance(item, list):
+            stack.extend(item)
+            continue
+        if not isinstance(item, Mapping):
+            continue
+        ref = item.get("$ref")
+        inlined = isinstance(ref, str) and ref in definitions and ref not in seen
+        if inlined and len(seen) < _MAX_INLINE_DEPTH:
+            assert isinstance(ref, str)
+            if ref not in sizes:
+                sizes[ref] = _expanded_size(definitions[ref], definitions, sizes, (*seen, ref))
+            total += sizes[ref]
+        stack.extend(
+            value for key, value in item.items() if key not in ("$defs", "definitions", "$ref")
+        )
+    return min(total, cap)
+
+
 def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with its local ``$ref`` (``#/$defs/...``, ``#/definitions/...``) replaced by
     what they point to, so that a grammar or a small model needs no lookups. A recursive
@@ -161,7 +245,7 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             definitions.update({f"#/{key}/{name}": value for name, value in found.items()})
     if not definitions:
         return copy.deepcopy(schema)
-    inlined = _inline(schema, definitions, ())
+    inlined = _inline(schema, definitions, (), [2 * MAX_EXPANDED_NODES])
     assert isinstance(inlined, dict)
     if not _has_ref(inlined):
         inlined.pop("$defs", None)
@@ -169,20 +253,32 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     return inlined
 
 
-def _inline(node: Any, definitions: dict[str, Any], seen: tuple[str, ...]) -> Any:
+def _inline(
+    node: Any, definitions: dict[str, Any], seen: tuple[str, ...], budget: list[int]
+) -> Any:
+    # The budget is the last guard (schema_budget_problem refuses such schemas up front):
+    # definitions that refer to each other in a ring can still multiply along every path.
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise HermesAgentError(
+            f"output_schema expands to more than {MAX_EXPANDED_NODES} values once its $ref are "
+            "inlined; send a schema that repeats less"
+        )
     if isinstance(node, list):
-        return [_inline(item, definitions, seen) for item in node]
+        return [_inline(item, definitions, seen, budget) for item in node]
     if not isinstance(node, Mapping):
         return node
     ref = node.get("$ref")
     if isinstance(ref, str) and ref in definitions:
         if ref in seen or len(seen) >= _MAX_INLINE_DEPTH:
             return dict(node)
-        target = _inline(definitions[ref], definitions, (*seen, ref))
-        rest = {k: _inline(v, definitions, seen) for k, v in node.items() if k != "$ref"}
+        target = _inline(definitions[ref], definitions, (*seen, ref), budget)
+        rest = {k: _inline(v, definitions, seen, budget) for k, v in node.items() if k != "$ref"}
         return {**target, **rest} if isinstance(target, dict) else target
     return {
-        key: value if key in ("$defs", "definitions") else _inline(value, definitions, seen)
+        key: value
+        if key in ("$defs", "definitions")
+        else _inline(value, definitions, seen, budget)
         for key, value in node.items()
     }
 

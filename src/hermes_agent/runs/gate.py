@@ -10,7 +10,8 @@ In order, and the same refusal (status and message) from every door:
 3. **what they may use** — a request's ``toolsets`` and ``tool_choice`` can only *narrow* what
    the agent exposes: a toolset the operator did not offer, or a tool outside the narrowed set,
    is 422 (and such a tool, called by the model, is 404 — it is simply not visible);
-4. **how big** — the message (413), checked before anything is expanded or parsed further;
+4. **how big** — the message and the output schema (413: its nesting, its values, and what it
+   would expand to once its ``$ref`` are inlined), checked before anything is expanded;
 5. **how many at once** — runs in flight, of the service and of the user (429), counted by the
    backend the same way in both modes (queued and running runs);
 6. **how much** — the user's daily quota (429; 503 when its store cannot be reached). A run
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hermes_agent.agent import Agent
+from hermes_agent.pipeline.structured import schema_budget_problem
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.storage.base import check_session_id
@@ -130,6 +132,11 @@ class Gate:
                 f"the message is {size} characters long; this service accepts at most "
                 f"{self.limits.max_message_chars} (max_message_chars): send a shorter message",
             )
+        if request.output_schema is not None:
+            problem = schema_budget_problem(request.output_schema)
+            if problem is not None:
+                self.counter.refused("output_schema_size")
+                raise RunRejected(413, problem)
         if request.session_id is not None:
             check_session_id(  # SessionIdError (422) when the store cannot hold it
                 stored_session_id(principal.user_id, request.session_id), max_id_length
@@ -140,27 +147,10 @@ class Gate:
         self, toolsets: Iterable[str] | None, tool_choice: str | None, agent: Agent
     ) -> None:
         """``toolsets`` and ``tool_choice`` may only narrow what ``agent`` exposes."""
-        offered = exposed_toolsets(agent)
-        if toolsets is not None:
-            wider = [name for name in toolsets if name not in offered]
-            if wider:
-                self.counter.refused("toolsets")
-                raise RunRejected(
-                    422,
-                    f"toolsets {', '.join(map(repr, wider))}: not offered by this service; "
-                    f"it offers {', '.join(sorted(offered)) or '(none)'} — name some of those, "
-                    "or leave toolsets out for all of them",
-                )
-        if tool_choice is not None and tool_choice not in TOOL_CHOICE_MODES:
-            narrowed = list(toolsets) if toolsets is not None else sorted(offered)
-            visible = {tool.name for tool in agent.registry.visible(narrowed)}
-            if tool_choice not in visible:
-                self.counter.refused("tool_choice")
-                raise RunRejected(
-                    422,
-                    f"tool_choice {tool_choice!r} is not a tool this run may use; use auto, "
-                    f"required, none or one of: {', '.join(sorted(visible)) or '(no tools)'}",
-                )
+        refusal = widening(toolsets, tool_choice, agent)
+        if refusal is not None:
+            self.counter.refused("toolsets" if "toolsets" in refusal.message else "tool_choice")
+            raise refusal
 
     # -- how many, how much ------------------------------------------------------------------
 
@@ -227,6 +217,34 @@ class Gate:
                 await asyncio.to_thread(self.quotas.spend, user_id, tokens)
         except Exception:
             logger.exception("cannot add the tokens of run %s to its quota", request_id)
+
+
+def widening(
+    toolsets: Iterable[str] | None, tool_choice: str | None, agent: Agent
+) -> RunRejected | None:
+    """The refusal (422) for ``toolsets`` or a ``tool_choice`` that would widen what ``agent``
+    exposes; ``None`` when they only narrow it."""
+    offered = exposed_toolsets(agent)
+    names = list(toolsets) if toolsets is not None else None
+    if names is not None:
+        wider = [name for name in names if name not in offered]
+        if wider:
+            return RunRejected(
+                422,
+                f"toolsets {', '.join(map(repr, wider))}: not offered by this service; "
+                f"it offers {', '.join(sorted(offered)) or '(none)'} — name some of those, "
+                "or leave toolsets out for all of them",
+            )
+    if tool_choice is not None and tool_choice not in TOOL_CHOICE_MODES:
+        narrowed = names if names is not None else sorted(offered)
+        visible = {tool.name for tool in agent.registry.visible(narrowed)}
+        if tool_choice not in visible:
+            return RunRejected(
+                422,
+                f"tool_choice {tool_choice!r} is not a tool this run may use; use auto, "
+                f"required, none or one of: {', '.join(sorted(visible)) or '(no tools)'}",
+            )
+    return None
 
 
 def exposed_toolsets(agent: Agent) -> set[str]:

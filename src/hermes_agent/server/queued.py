@@ -66,8 +66,9 @@ END_GRACE_S = 1.0
 """A run the store shows finished whose last event is not there after this long (cancelled
 before a worker took it, dead-lettered) ends its streams with one made from its row."""
 SETTLED_KEPT = 10_000
-SETTLE_SCAN = 20
-"""How many of a user's latest runs a submit settles before it asks the quota."""
+SETTLE_SCAN = 10_000
+"""At most how many of a user's runs of the day a submit looks at before it asks the quota
+(each is read once per instance; those settled already cost nothing more)."""
 IN_FLIGHT = ("queued", "running")
 """What counts against ``max_runs_in_flight``: a run waiting for an approval holds no worker."""
 
@@ -293,13 +294,20 @@ class QueueService:
             self._settled.popitem(last=False)
 
     async def settle_finished(self, owner: str) -> None:
-        """Settle ``owner``'s recent runs that ended without anyone reading them back (a run
-        cancelled before its answer still spent its turns): before the gate asks the quota."""
-        if not self.manager.quotas.applies_to(owner):
+        """Settle ``owner``'s runs of today that ended without anyone reading them back (a run
+        cancelled before its answer still spent its turns), before the gate asks the quota:
+        every one of the quota's day, not only the latest."""
+        quotas = self.manager.quotas
+        if not quotas.applies_to(owner):
             return
-        recent = await asyncio.to_thread(self.store.runs, owner=owner, limit=SETTLE_SCAN)
-        for run in recent:
-            if run.finished:
+        day_start = datetime.fromisoformat(quotas.today()).replace(tzinfo=UTC)
+        since_ns = int(day_start.timestamp() * 1e9)
+        ended = await asyncio.to_thread(self.store.finished_since, owner, since_ns, SETTLE_SCAN)
+        for request_id in ended:
+            if request_id in self._settled:
+                continue
+            run = await asyncio.to_thread(self.store.get, request_id)
+            if run is not None:
                 await self.settle(run)
 
     # -- following -------------------------------------------------------------------------
@@ -379,6 +387,10 @@ class QueueService:
         state = await asyncio.to_thread(self.store.approval, request_id, key)
         if state is None:
             raise RunNotFound(f"no approval {ref!r}")
+        if state[0] == "pending":
+            # The answer puts the run back on the queue: it must have room, like a new run
+            # (a parked run holds no worker, so parking many must not run many at once).
+            self.manager.gate.check_room(*await self._in_flight(found.owner))
         decided = state[0] == "pending" and await asyncio.to_thread(
             self.client.decide, request_id, key, approved, reason
         )

@@ -141,7 +141,8 @@ async def replay_run(
         return replay(_FreshApprovalsOnly(agent), request_id, storage, execute_tools=execute_tools)
 
     try:
-        report = await anyio.to_thread.run_sync(run_replay, limiter=limiter)
+        with manager.holding(user.user_id, f"replay-{request_id}"):
+            report = await anyio.to_thread.run_sync(run_replay, limiter=limiter)
     except StorageError as exc:
         await gate.give_back(admission)
         raise HTTPException(422, str(exc)) from None

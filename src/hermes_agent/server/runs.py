@@ -17,12 +17,13 @@ per model turn however it ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from datetime import datetime
 from typing import Any, Literal
 
@@ -205,6 +206,17 @@ class RunManager:
         run.cancel_reason = reason
         run.task.cancel()
         return True
+
+    @contextlib.contextmanager
+    def holding(self, owner: str, what: str) -> Iterator[None]:
+        """Count work of ``owner`` that is not a run of this manager's (a replay) as one run in
+        flight while it lasts, so the limits hold it too."""
+        placeholder = Run(owner, what)
+        self._live.add(placeholder)
+        try:
+            yield
+        finally:
+            self._live.discard(placeholder)
 
     def in_flight(self, owner: str | None = None) -> int:
         """Runs not finished, of one owner or of all."""

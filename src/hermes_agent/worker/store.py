@@ -233,6 +233,17 @@ class RunStore:
             ).first()
         return _run(row) if row is not None else None
 
+    def finished_since(self, owner: str, since_ns: int, limit: int) -> list[str]:
+        """The ids of ``owner``'s runs created since ``since_ns`` that have ended."""
+        r = runs_table.c
+        query = (
+            select(r.request_id)
+            .where(r.owner == owner, r.created_ns >= since_ns, r.status.in_(FINISHED))
+            .limit(limit)
+        )
+        with self._tx(write=False) as conn:
+            return [row[0] for row in conn.execute(query)]
+
     def runs(
         self, *, status: str | None = None, owner: str | None = None, limit: int = 50
     ) -> list[QueuedRun]:
