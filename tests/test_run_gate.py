@@ -383,3 +383,31 @@ def test_a_replay_holds_a_slot_while_it_runs(tmp_path: Path) -> None:
         replaying.join(30)
         assert replies == [200]
         assert client.post("/v1/runs", json={"message": "hello"}).status_code == 200
+
+
+def test_without_keys_no_other_site_can_drive_the_service(tmp_path: Path) -> None:
+    """auth: none on loopback: a web page on another site cannot open a WebSocket (cross-site
+    WebSocket hijacking) or call the API, and a foreign Host (DNS rebinding) is refused."""
+    from websockets.exceptions import InvalidStatus
+
+    with serve(_app(tmp_path)) as base:
+        client = httpx.Client(base_url=base, timeout=30)
+        assert client.post("/v1/runs", json={"message": "hello"}).status_code == 200
+        rebound = client.get("/v1/runs", headers={"Host": "evil.example"})
+        assert rebound.status_code == 403 and "Host header" in rebound.json()["detail"]
+        page = client.post(
+            "/v1/runs", json={"message": "hello"}, headers={"Origin": "http://evil.example"}
+        )
+        assert page.status_code == 403 and "evil.example" in page.json()["detail"]
+        ws_url = base.replace("http://", "ws://") + "/v1/ws"
+        try:
+            with connect(ws_url, origin="http://evil.example"):  # type: ignore[arg-type]
+                raise AssertionError("a foreign origin's WebSocket was accepted")
+        except InvalidStatus as exc:
+            assert exc.response.status_code == 403
+        # The console's own pages (same origin) and clients that send no Origin still work.
+        with connect(ws_url, origin=base) as ws:  # type: ignore[arg-type]
+            ws.send(json.dumps({"type": "run", "message": "hello"}))
+            assert json.loads(ws.recv(timeout=10))["type"] == "started"
+        same = client.get("/v1/runs", headers={"Origin": base})
+        assert same.status_code == 200

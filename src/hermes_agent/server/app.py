@@ -45,7 +45,7 @@ from hermes_agent.server import (
 from hermes_agent.server.approvals import ApprovalBook
 from hermes_agent.server.auth import KeyStore, open_key_store
 from hermes_agent.server.metrics import ServiceMetrics
-from hermes_agent.server.middleware import ServiceMiddleware
+from hermes_agent.server.middleware import LoopbackOnly, ServiceMiddleware
 from hermes_agent.server.queued import QueueService, check_queue_mode
 from hermes_agent.server.quotas import Quotas, quota_store_for
 from hermes_agent.server.runs import InProcessBackend, RunManager, RunRejected
@@ -134,6 +134,8 @@ def create_app(
     backend: RunBackend = queue if queue is not None else InProcessBackend(manager, served.storage)
     app.state.backend = backend
     app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
+    if settings.auth == "none":  # no keys: only this machine, and no other site's page
+        app.add_middleware(LoopbackOnly)
     app.add_exception_handler(RunRejected, _rejected)
     app.add_exception_handler(RunNotFound, _not_found)
     app.add_exception_handler(ApprovalConflict, _conflict)

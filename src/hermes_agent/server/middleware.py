@@ -125,3 +125,64 @@ def _log_access(
         "client": scope["client"][0] if scope.get("client") else None,
     }
     access_log.info(json.dumps(line))
+
+
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _loopback_host(value: str) -> bool:
+    """Whether a Host header (``name[:port]``, ``[v6]:port``) or an Origin's host names this
+    machine's loopback."""
+    host = value.strip().lower()
+    if host.startswith("["):
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    return host in _LOOPBACK_NAMES or host.startswith("127.")
+
+
+class LoopbackOnly:
+    """For ``auth: none`` (loopback only, no keys): a web page the local user visits must not
+    drive the service. A request whose ``Host`` is not a loopback name is refused (DNS
+    rebinding: a foreign name resolved to 127.0.0.1), and so is one — HTTP or WebSocket — whose
+    ``Origin`` is another site (a page's fetch, or cross-site WebSocket hijacking). Clients that
+    are not browsers send no ``Origin`` and are unaffected; the console is same-origin."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        problem = None
+        if not _loopback_host(headers.get("host", "")):
+            problem = (
+                "this service runs with auth: none and answers only requests addressed to "
+                "localhost or 127.0.0.1 (the Host header names another)"
+            )
+        origin = headers.get("origin")
+        if problem is None and origin is not None and origin != "null":
+            from urllib.parse import urlsplit
+
+            if not _loopback_host(urlsplit(origin).netloc):
+                problem = (
+                    f"requests from the web page at {origin!r} are refused: with auth: none "
+                    "only pages served from this machine may call the service"
+                )
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": "origin refused"})
+            return
+        body = json.dumps({"detail": problem}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
