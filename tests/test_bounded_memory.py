@@ -13,7 +13,7 @@ import pytest
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.memory.history import HistoryLoader
-from hermes_agent.storage.base import open_storage
+from hermes_agent.storage import open_storage
 from hermes_agent.tools import runtime as runtime_module
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.runtime import ToolRuntime

@@ -58,3 +58,9 @@ class RunStoppedEvent:
 
 
 ServiceEvent = ApprovalRequiredEvent | ApprovalResolvedEvent | RunStoppedEvent
+
+
+def result_wire(result: dict[str, Any]) -> dict[str, Any]:
+    """The ``result`` event of a run whose ``RunResult`` is known only as its JSON (read back
+    from the queue's store): the wire shape ``hermes_agent.events.ResultEvent`` gives."""
+    return {"kind": "result", "result": result}

@@ -47,7 +47,7 @@ from sqlalchemy import case, func, select
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError
 from hermes_agent.runs.backend import END_KINDS, ApprovalConflict, Item, RunNotFound, RunView
-from hermes_agent.runs.events import RunStoppedEvent
+from hermes_agent.runs.events import RunStoppedEvent, result_wire
 from hermes_agent.runs.gate import RunRejected, tokens_used
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import RunRequest
@@ -284,7 +284,7 @@ class QueueService:
         if not self.manager.quotas.applies_to(run.owner):
             return
         if run.status == "completed" and run.result:
-            tokens = tokens_used([{"kind": "result", "result": run.result}])
+            tokens = tokens_used([result_wire(run.result)])
         else:
             events = await asyncio.to_thread(self.store.events, run.request_id)
             tokens = tokens_used(wire for _, wire in events)
@@ -357,7 +357,9 @@ class QueueService:
     def ending(self, run: QueuedRun) -> dict[str, Any]:
         """The last event of a finished run, made from its row."""
         if run.status == "completed" and run.result is not None:
-            return {"kind": "result", "result": self.result(run, run.result)}
+            shown = self.result(run, run.result)
+            assert shown is not None
+            return result_wire(shown)
         return RunStoppedEvent(run.status, run.error or run.status).to_dict()
 
     # -- cancelling and approvals ------------------------------------------------------------
