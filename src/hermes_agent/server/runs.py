@@ -135,6 +135,7 @@ class RunManager:
         self.quotas = Quotas(settings.quotas, MemoryQuotaStore())
         """The daily quotas; ``create_app`` keeps their counts where the API keys are."""
         self.runs: OrderedDict[str, Run] = OrderedDict()
+        self._gate: Gate | None = None
         self.accepting = True
         self._live: set[Run] = set()
         self._finished: deque[Run] = deque()
@@ -148,8 +149,6 @@ class RunManager:
         if self._gate is None or self._gate.quotas is not self.quotas:
             self._gate = Gate(self.settings.gate_limits(), self.quotas, self.metrics)
         return self._gate
-
-    _gate: Gate | None = None
 
     async def start(
         self, principal: Principal, request: RunRequest, *, listening: bool = True
