@@ -4,7 +4,7 @@
     hermes-agent sessions show SESSION_ID           # one conversation, message by message
     hermes-agent sessions delete SESSION_ID
     hermes-agent trace list                         # the latest requests
-    hermes-agent trace show REQUEST_ID              # one request, stage by stage
+    hermes-agent trace show REQUEST_ID              # one request, stage by stage, and its thoughts
     hermes-agent trace export REQUEST_ID -o run.jsonl
     hermes-agent replay REQUEST_ID --tools my_tools.py   # exit 0 when every step matches
 
@@ -27,7 +27,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from hermes_agent.audit.records import AuditRecord, records_to_jsonl
+from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
 from hermes_agent.cli._common import (
     ConfigOption,
     NoDemoOption,
@@ -41,6 +41,7 @@ from hermes_agent.cli._common import (
 )
 from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.storage.replay import replay
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message
@@ -229,7 +230,9 @@ def trace_show(
     config: ConfigOption = None,
     width: Annotated[int, typer.Option("--width", help="Summary length per record.")] = 120,
 ) -> None:
-    """One request, stage by stage: step, stage, status, latency and a summary of the content."""
+    """One request, stage by stage: step, stage, status, latency and a summary of the content;
+    then each step's thought (a thinking model's <think> text) in full, with what the parser saw
+    in it and did not run."""
     with opened_storage(db, config) as storage:
         request_id, records = request_records(storage, request_id)
     first = records[0]
@@ -256,6 +259,24 @@ def trace_show(
             _clip(record.content, width),
         )
     out().print(table)
+    _print_thoughts(records)
+
+
+def _print_thoughts(records: list[AuditRecord]) -> None:
+    # The table clips each completion to one line, which hides the thought among the calls and
+    # the answer; read apart, as the parser reads it, it is printed whole and as written.
+    console = out()
+    for record in records:
+        if record.role != Role.COMPLETION:
+            continue
+        parsed = parse_completion(record.content)
+        if parsed.thought is None and not parsed.notes:
+            continue
+        console.print(Text(f"step {record.step} · thought", style="bold"))
+        if parsed.thought is not None:
+            console.print(Text(parsed.thought))
+        for note in parsed.notes:
+            console.print(Text(f"note: {note}", style="yellow"))
 
 
 @trace_app.command("export")

@@ -6,8 +6,9 @@ read endpoints it needs beyond the service API, behind the same keys:
 - ``GET /v1/console/runs``: the caller's runs, newest first, filtered by session, status, tool
   and time, each with its steps, duration and the tools it called;
 - ``GET /v1/console/runs/{id}``: one run laid out per step — the five stages with their
-  latency and status code, the prompt, the raw completion, each call with its arguments,
-  result, time, cache hit and approval — with usage and cost while the run is in memory;
+  latency and status code, the prompt, the raw completion and the thought in it, each call
+  with its arguments, result, time, cache hit and approval — with usage and cost while the
+  run is in memory;
 - ``GET /v1/approvals``: the caller's pending approvals, over all their runs.
 
 The page itself and its assets need no key (they hold no data); every answer that holds data
@@ -38,6 +39,7 @@ from hermes_agent.server.auth import CurrentUser, Principal
 from hermes_agent.server.routes_runs import json_response
 from hermes_agent.server.runs import Run, RunManager, client_session_id
 from hermes_agent.storage.base import Storage
+from hermes_agent.types import ToolCall
 
 router = APIRouter()
 
@@ -130,6 +132,10 @@ class StepView(_Open):
     stages: list[StageView]
     prompt: dict[str, str] | None
     completion: str | None
+    thought: str | None
+    """A thinking model's thought in this step, read from the recorded completion."""
+    notes: list[str]
+    """What the parser saw in the completion and did not act on (a call inside the thought)."""
     calls: list[dict[str, Any]]
     output: str | None
 
@@ -508,6 +514,8 @@ def _step_view(
     by_role = {r.role: r for r in records}
     prompt = by_role.get(Role.PROMPT) or by_role.get(Role.PROMPT_ADDED)
     completion = by_role.get(Role.COMPLETION)
+    # Read once: the thought, its notes and the calls the model wrote all come from here.
+    parsed = parse_completion(completion.content) if completion is not None else None
     output = by_role.get(Role.OUTPUT)
     summary = None
     if Role.SUMMARY_PROMPT in by_role:
@@ -522,8 +530,10 @@ def _step_view(
         "stages": stages,
         "prompt": {"kind": prompt.role, "text": prompt.content} if prompt else None,
         "completion": completion.content if completion else None,
+        "thought": parsed.thought if parsed else None,
+        "notes": list(parsed.notes) if parsed else [],
         "summary": summary,
-        "calls": _calls(by_role, approvals),
+        "calls": _calls(by_role, parsed.tool_calls if parsed else [], approvals),
         "output": output.content if output else None,
     }
 
@@ -532,14 +542,13 @@ _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
 
 
 def _calls(
-    by_role: dict[str, AuditRecord], approvals: list[dict[str, Any]]
+    by_role: dict[str, AuditRecord], written: list[ToolCall], approvals: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """Each call of a step: what the selector decided, what the executor ran and returned."""
+    """Each call of a step: what the selector decided, what the executor ran and returned
+    (``written``: the calls the model wrote, as parsed from its completion)."""
     planned, rejected = (
         _selection(by_role[Role.SELECTION].content) if Role.SELECTION in by_role else ([], [])
     )
-    completion = by_role.get(Role.COMPLETION)
-    written = parse_completion(completion.content).tool_calls if completion else []
     ran = _json_list(by_role[Role.TOOL_CALLS].content) if Role.TOOL_CALLS in by_role else []
     blocks = _RESPONSE.findall(by_role[Role.TOOL].content) if Role.TOOL in by_role else []
     calls: list[dict[str, Any]] = []

@@ -1,5 +1,6 @@
 // Chat: pick a session, send a message, watch the answer and the calls stream in (SSE over
-// fetch); approvals asked on the way are answered in place.
+// fetch); approvals asked on the way are answered in place. A thinking model's thoughts go to
+// their own box, never into the answer.
 
 import { api, stream } from "./api.js";
 import { alertBox, append, badge, field, fmtTime, h, pretty, replace, resultText, shortId, statusClass } from "./dom.js";
@@ -148,11 +149,44 @@ function assistantTurn(signal) {
   const answer = h("div", { class: "body answer", dataset: { deltas: "0" } });
   const scratch = h("pre", { class: "code scratch" });
   const scratchBox = h("details", { class: "scratch-box", hidden: true }, h("summary", {}, "Scratch pad"), scratch);
+  const thoughts = h("div", { class: "thoughts" });
+  const thoughtBox = h("details", { class: "thought-box", hidden: true }, h("summary", {}, "Thought"), thoughts);
   const calls = h("div", { class: "calls" });
   const footer = h("div", { class: "turn-footer muted small" }, badge("streaming", "live"));
-  const element = h("div", { class: "msg assistant", "aria-busy": "true" }, h("div", { class: "who" }, "agent"), scratchBox, calls, answer, footer);
+  const element = h("div", { class: "msg assistant", "aria-busy": "true" }, h("div", { class: "who" }, "agent"), thoughtBox, scratchBox, calls, answer, footer);
   const cards = [];
   let requestId = null;
+  let thought = null; // the <pre> holding this model turn's thought, once one streams
+  // Where this model turn's streamed text and calls begin: a revealed thought (a bare </think>)
+  // voids what the turn streamed before it, and only that.
+  let mark = { answer: 0, scratch: 0, cards: 0 };
+
+  function stepThought() {
+    if (!thought) {
+      thought = h("pre", { class: "code thought", dataset: { turn: String(thoughts.querySelectorAll("pre").length) } });
+      thoughts.appendChild(thought);
+      thoughtBox.hidden = false;
+    }
+    return thought;
+  }
+
+  function nextStep() {
+    thought = null;
+    mark = { answer: answer.textContent.length, scratch: scratch.textContent.length, cards: cards.length };
+  }
+
+  function reveal(text) {
+    // The text, scratch pad and calls streamed so far in this turn were the thought that the
+    // chat template opened in the prompt: none of it is the answer, and its calls never ran.
+    answer.textContent = answer.textContent.slice(0, mark.answer);
+    scratch.textContent = scratch.textContent.slice(0, mark.scratch);
+    scratchBox.hidden = !scratch.textContent;
+    for (const card of cards.splice(mark.cards)) card.element.remove();
+    const box = stepThought();
+    box.textContent = text;
+    box.dataset.revealed = "true";
+    box.title = "the chat template opened this thought in the prompt: it first streamed as the answer";
+  }
 
   function finish(...content) {
     element.removeAttribute("aria-busy");
@@ -172,13 +206,27 @@ function assistantTurn(signal) {
         scratchBox.hidden = false;
         scratch.textContent += data.text;
         break;
+      case "thought_delta":
+        if (data.revealed) reveal(data.text);
+        else stepThought().textContent += data.text;
+        break;
+      case "thought":
+        // The parsed turn is the final word on its thought (stripped, as the trail keeps it),
+        // with what the parser saw in it and did not run.
+        if (data.thought) {
+          const box = stepThought();
+          box.textContent = data.thought;
+          box.after(...(data.notes || []).map((note) => h("p", { class: "thought-note muted small", role: "note" }, note)));
+        }
+        nextStep();
+        break;
       case "tool_call_parsed": {
         const status = h("span", { class: "call-status" }, badge("planned", "live"));
         const result = h("pre", { class: "code result", hidden: true });
         const card = h("div", { class: "call-chip", "data-tool": data.name ?? "" },
           h("code", {}, data.name ?? "(unparsed)"), " ", status, " ",
           h("span", { class: "mono small" }, data.error ? data.error : JSON.stringify(data.arguments)), result);
-        cards.push({ name: data.name, status, result });
+        cards.push({ name: data.name, status, result, element: card });
         calls.appendChild(card);
         break;
       }
@@ -205,6 +253,7 @@ function assistantTurn(signal) {
         // The text streamed so far was the model's words before its calls; the answer follows.
         if (answer.textContent.trim()) calls.appendChild(h("p", { class: "interim muted" }, answer.textContent));
         answer.textContent = "";
+        nextStep();
         break;
       case "approval_required":
         calls.appendChild(approvalCard(data, { signal, followRun: false }));

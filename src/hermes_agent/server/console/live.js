@@ -2,6 +2,9 @@
 
 import { badge, h, resultText, statusClass } from "./dom.js";
 
+// The streamed kinds, gathered into one line per run of deltas, and what each line is called.
+const STREAMED = { text_delta: "text", scratch_pad_delta: "scratch pad", thought_delta: "thought" };
+
 function code(status) {
   return typeof status === "number" ? badge(String(status), statusClass(status), `status ${status}`) : "";
 }
@@ -31,7 +34,7 @@ export function liveLog() {
   function streamed(kind, text) {
     if (!stream || stream.kind !== kind) {
       const node = h("span", { class: "ev-text" });
-      list.appendChild(h("li", { class: `ev ev-${kind}`, dataset: { kind } }, h("span", { class: "ev-kind" }, kind === "text_delta" ? "text" : "scratch pad"), " ", node));
+      list.appendChild(h("li", { class: `ev ev-${kind}`, dataset: { kind } }, h("span", { class: "ev-kind" }, STREAMED[kind]), " ", node));
       stream = { kind, node };
     }
     stream.node.textContent += text;
@@ -44,6 +47,14 @@ export function liveLog() {
       case "scratch_pad_delta":
         streamed(kind, data.text);
         break;
+      case "thought_delta":
+        if (data.revealed) {
+          // A bare </think>: the lines streamed before in this turn were the thought, not text.
+          line(kind, badge("revealed", "warn", "a bare </think>: what streamed before in this turn was the thought"), " ", h("span", { class: "ev-text" }, data.text));
+        } else {
+          streamed(kind, data.text);
+        }
+        break;
       case "tool_call_started":
       case "tool_call_delta":
         break;
@@ -54,7 +65,13 @@ export function liveLog() {
         line(kind, code(data.status), " request ", h("code", {}, data.request_id));
         break;
       case "thought":
-        line(kind, `step ${data.step} `, code(data.status), data.tool_calls?.length ? ` calls ${data.tool_calls.join(", ")}` : "", data.error ? ` ${data.error}` : "");
+        line(
+          kind, `step ${data.step} `, code(data.status),
+          data.tool_calls?.length ? ` calls ${data.tool_calls.join(", ")}` : "",
+          data.thought ? ` thought of ${data.thought.length} characters` : "",
+          ...(data.notes || []).map((note) => h("span", { class: "ev-note" }, ` note: ${note}`)),
+          data.error ? ` ${data.error}` : "",
+        );
         break;
       case "selection":
         line(

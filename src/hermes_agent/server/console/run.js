@@ -1,5 +1,5 @@
 // One run: per step the five stages as a timeline (latency bars, status codes), the prompt,
-// the raw completion, each call; usage and cost; JSONL export; replay against today's tools.
+// the thought (and what the parser did not act on), the raw completion, each call; usage and cost; JSONL export; replay against today's tools.
 
 import { api, follow, text } from "./api.js";
 import { alertBox, append, badge, fmtMs, fmtTime, h, pretty, replace, shortId, statusBadge, statusClass } from "./dom.js";
@@ -136,7 +136,9 @@ function stepSection(step, view) {
     timeline(step),
     step.summary ? details(`summary-${step.step}`, "Summary of older turns (the model was asked)", [h("h4", {}, "Asked"), codeBlock(step.summary.prompt), h("h4", {}, "Answer"), codeBlock(step.summary.completion)]) : "",
     step.prompt ? details(`prompt-${step.step}`, step.prompt.kind === "prompt" ? "Prompt (the whole prompt as sent)" : "Prompt (the turns added since the previous step)", codeBlock(step.prompt.text, "prompt")) : "",
-    step.completion !== null ? details(`completion-${step.step}`, "Raw completion", codeBlock(step.completion, "raw completion"), true) : "",
+    step.thought ? details(`thought-${step.step}`, "Thought", h("pre", { class: "code thought", tabindex: "0", "aria-label": "thought" }, step.thought), true) : "",
+    step.notes?.length ? h("ul", { class: "warnings notes", "aria-label": "parser notes" }, step.notes.map((note) => h("li", {}, note))) : "",
+    step.completion !== null ? details(`completion-${step.step}`, "Raw completion", codeBlock(step.completion, "raw completion", { completion: true }), true) : "",
     step.calls.length ? h("div", { class: "calls" }, h("h3", {}, `Tool calls (${step.calls.length})`), step.calls.map(callCard)) : "",
     step.output !== null ? h("div", { class: "step-output" }, h("h3", {}, "Output"), h("pre", { class: "code", tabindex: "0" }, step.output)) : "",
   );
