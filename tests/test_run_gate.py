@@ -322,7 +322,7 @@ def test_an_output_schema_that_would_explode_is_refused_before_it_is_expanded(
             started = time.perf_counter()
             reply = client.post("/v1/runs", json={"message": "hello", "output_schema": schema})
             took = time.perf_counter() - started
-            assert reply.status_code == 413, reply.text
+            assert reply.status_code == 422, reply.text
             assert words in reply.json()["detail"]
             assert took < 5, f"refusing took {took:.1f} s"
         # A schema with $defs used once each is fine.
@@ -411,3 +411,32 @@ def test_without_keys_no_other_site_can_drive_the_service(tmp_path: Path) -> Non
             assert json.loads(ws.recv(timeout=10))["type"] == "started"
         same = client.get("/v1/runs", headers={"Origin": base})
         assert same.status_code == 200
+
+
+def test_a_websocket_frame_nested_past_the_parser_is_invalid_json(tmp_path: Path) -> None:
+    with (
+        serve(_app(tmp_path)) as base,
+        connect(base.replace("http://", "ws://") + "/v1/ws") as ws,
+    ):
+        ws.send("[" * 60_000)  # under max_body_bytes, past the parser's recursion limit
+        frame = json.loads(ws.recv(timeout=10))
+        assert (frame["type"], frame["status"]) == ("error", 400), frame
+        ws.send(json.dumps({"type": "run", "message": "hello"}))  # the socket goes on
+        assert json.loads(ws.recv(timeout=10))["type"] == "started"
+
+
+def test_a_channel_inbound_nested_past_the_parser_is_a_400(tmp_path: Path) -> None:
+    from hermes_agent.channels import signed_headers
+    from test_channels import Receiver
+    from test_channels_inbound import INBOUND_SECRET, channels
+
+    with Receiver() as receiver:
+        app = _app(tmp_path, channels=channels(receiver.url), max_body_bytes=200_000)
+        with serve(app) as base:
+            body = ("[" * 60_000 + "]" * 60_000).encode()
+            headers = {"Content-Type": "application/json", **signed_headers(INBOUND_SECRET, body)}
+            reply = httpx.post(
+                f"{base}/v1/channels/relay/inbound", content=body, headers=headers, timeout=30
+            )
+            assert reply.status_code == 400, reply.text
+            assert "not valid JSON" in reply.json()["detail"]

@@ -10,8 +10,9 @@ In order, and the same refusal (status and message) from every door:
 3. **what they may use** — a request's ``toolsets`` and ``tool_choice`` can only *narrow* what
    the agent exposes: a toolset the operator did not offer, or a tool outside the narrowed set,
    is 422 (and such a tool, called by the model, is 404 — it is simply not visible);
-4. **how big** — the message and the output schema (413: its nesting, its values, and what it
-   would expand to once its ``$ref`` are inlined), checked before anything is expanded;
+4. **how big** — the message (413) and the output schema (422 naming the budget: its nesting,
+   its values, and what it would expand to once its ``$ref`` are inlined), checked before
+   anything is expanded;
 5. **how many at once** — runs in flight, of the service and of the user (429), counted by the
    backend the same way in both modes (queued and running runs);
 6. **how much** — the user's daily quota (429; 503 when its store cannot be reached). A run
@@ -136,7 +137,7 @@ class Gate:
             problem = schema_budget_problem(request.output_schema)
             if problem is not None:
                 self.counter.refused("output_schema_size")
-                raise RunRejected(413, problem)
+                raise RunRejected(422, problem)
         if request.session_id is not None:
             check_session_id(  # SessionIdError (422) when the store cannot hold it
                 stored_session_id(principal.user_id, request.session_id), max_id_length

@@ -167,7 +167,7 @@ def router_for(
             raise HTTPException(409, "this request was received already (same signature)")
         try:
             payload = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past what the parser goes: not JSON here
             await _log(hub, name, "bad_payload", detail="not JSON")
             raise HTTPException(400, "the body is not valid JSON") from None
         try:

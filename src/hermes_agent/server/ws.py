@@ -96,7 +96,7 @@ class _Socket:
             try:
                 message = json.loads(raw)
                 kind = message.pop("type") if isinstance(message, dict) else None
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, RecursionError):  # deep nesting is invalid JSON too
                 kind, message = None, {}
             handler = {"run": self._run, "approve": self._approve, "cancel": self._cancel}.get(
                 kind if isinstance(kind, str) else ""
