@@ -29,12 +29,16 @@ def pg_url(tmp_path: Path) -> Iterator[str]:
     yield from _url("postgresql", tmp_path)
 
 
-def test_queued_runs_pass_the_same_gate(tmp_path: Path, pg_url: str) -> None:
+def _alice(pg_url: str) -> str:
     store = SqlKeyStore(pg_url)
     try:
-        key = store.create("alice")
+        return store.create("alice")
     finally:
         store.close()
+
+
+def test_queued_runs_pass_the_same_gate(tmp_path: Path, pg_url: str) -> None:
+    key = _alice(pg_url)
     settings = ServiceSettings(
         execution="queue", auth="keys", keepalive_s=0.2, quotas={"tokens_per_day": 50}
     )
@@ -67,14 +71,6 @@ def test_queued_runs_pass_the_same_gate(tmp_path: Path, pg_url: str) -> None:
             assert refused.status_code == 429, refused.text
             assert "tokens_per_day" in refused.json()["detail"]
             assert app.state.manager.quotas.usage("alice").tokens == 60
-
-
-def _alice(pg_url: str) -> str:
-    store = SqlKeyStore(pg_url)
-    try:
-        return store.create("alice")
-    finally:
-        store.close()
 
 
 def test_answering_parked_approvals_cannot_pass_the_limit(tmp_path: Path, pg_url: str) -> None:

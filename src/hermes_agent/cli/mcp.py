@@ -85,8 +85,7 @@ def serve(
         fail(f"--transport {transport!r}: use stdio or http")
     if auth not in ("keys", "none"):
         fail(f"--auth {auth!r}: use keys or none")
-    from hermes_agent.mcp.server import is_loopback
-    from hermes_agent.runs.principal import mcp_local_user
+    from hermes_agent.runs.principal import is_loopback, mcp_local_user
 
     if transport == "http" and auth == "none" and not is_loopback(host):
         fail(

@@ -44,6 +44,7 @@ from hermes_agent.runs.gate import Gate, RunRejected, tokens_used, widening
 from hermes_agent.runs.principal import (
     Principal,
     client_session_id,
+    is_loopback,
     mcp_local_user,
     stored_session_id,
 )
@@ -375,18 +376,6 @@ class AgentMcpServer:
         if self.keys is not None:
             app.add_middleware(_RequireKey, keys=self.keys)
         return app
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (or ``localhost``)."""
-    import ipaddress
-
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class _RequireKey:

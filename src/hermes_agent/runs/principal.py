@@ -12,6 +12,7 @@ always the caller's own, and no door can name another user's conversation.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -30,6 +31,17 @@ class Principal:
 
     user_id: str
     admin: bool = False
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address, ``[v6]``, or ``localhost``) is this machine's loopback:
+    the only place a door may take callers without credentials."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def mcp_local_user(name: str = "local") -> Principal:

@@ -18,7 +18,6 @@ instead, and are read back from the store they share (``server.queued``).
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -33,6 +32,7 @@ from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import build_agent, load_tools_file
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
+from hermes_agent.runs.principal import is_loopback as is_loopback
 from hermes_agent.server import (
     routes_channels,
     routes_console,
@@ -148,16 +148,6 @@ def create_app(
     app.include_router(routes_console.router)  # the web console, at /console/
     app.include_router(routes_channels.router_for(settings, served, keys, hermes_config))
     return app
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address or ``localhost``."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def _rejected(_: Request, exc: Exception) -> Response:

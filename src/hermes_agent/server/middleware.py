@@ -14,6 +14,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hermes_agent import tracing
+from hermes_agent.runs.principal import is_loopback
 
 access_log = logging.getLogger("hermes_agent.server.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -127,9 +128,6 @@ def _log_access(
     access_log.info(json.dumps(line))
 
 
-_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-
-
 def _loopback_host(value: str) -> bool:
     """Whether a Host header (``name[:port]``, ``[v6]:port``) or an Origin's host names this
     machine's loopback."""
@@ -138,7 +136,7 @@ def _loopback_host(value: str) -> bool:
         host = host[1:].partition("]")[0]
     elif host.count(":") == 1:
         host = host.partition(":")[0]
-    return host in _LOOPBACK_NAMES or host.startswith("127.")
+    return is_loopback(host)
 
 
 class LoopbackOnly:

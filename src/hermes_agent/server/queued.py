@@ -53,7 +53,7 @@ from hermes_agent.runs.principal import Principal, client_session_id, stored_ses
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.runs import RunManager
 from hermes_agent.server.settings import ServiceSettings
-from hermes_agent.storage.base import Storage, check_session_id
+from hermes_agent.storage.base import Storage
 from hermes_agent.tracing import outgoing_context
 from hermes_agent.worker.client import QueueClient
 from hermes_agent.worker.store import QueuedRun, request_payload, runs_table
@@ -166,9 +166,7 @@ class QueueService:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         owner, gate = principal.user_id, self.manager.gate
         gate.check(principal, body, self.manager.agent, self.storage.max_id_length)
-        session = body.session_id or uuid.uuid4().hex
-        stored = stored_session_id(owner, session)
-        check_session_id(stored, self.storage.max_id_length)  # SessionIdError: 422
+        stored = stored_session_id(owner, body.session_id or uuid.uuid4().hex)
         gate.check_room(*await self._in_flight(owner))
         await self.settle_finished(owner)  # turns of runs nobody read back count too
         admission = await gate.take_quota(principal)
