@@ -256,6 +256,12 @@ class McpServerConfig(_Strict):
     """Seconds one call may take (a tool's own ``tools:`` setting overrides it)."""
     connect_timeout: float = Field(default=20.0, gt=0)
     """Seconds to start the server, initialise the session and list the tools."""
+    max_tools: int = Field(default=500, gt=0)
+    """The most tools the server may list (all pages together); a listing past it is refused
+    when the server is loaded, naming the setting."""
+    max_result_bytes: int = Field(default=1_000_000, gt=0)
+    """The largest result (as JSON, UTF-8) one call may return; a larger one is an error result
+    and is neither kept, shown to the model nor written to the trail."""
     requires_approval: bool = False
     """Every tool of this server needs the approver's yes."""
     strict_schemas: bool = True
@@ -368,38 +374,53 @@ def _check_expansion(data: Any, source: str) -> None:
 
 
 def parse_config(data: dict[str, Any], *, source: str = "<config>") -> HermesConfig:
-    """Validate an already-loaded config mapping (``source`` names it in errors)."""
-    interpolated = _interpolate(data, source, ())
+    """Validate an already-loaded config mapping (``source`` names it in errors).
+
+    Every problem is found before any is reported: one ``ConfigError`` holds them all, one per
+    line (unset variables, both model sections, and the rest of the file), so that fixing a
+    config takes one round, not one per mistake."""
+    problems: list[str] = []
+    interpolated = _interpolate(data, source, (), problems)
     models: dict[str, ModelConfig] = {}
-    for key in ("model", "answer_model"):
-        section = interpolated.get(key)
-        if not isinstance(section, dict):
-            continue
+    separate = [key for key in ("model", "answer_model") if isinstance(interpolated.get(key), dict)]
+    for key in separate:
+        section = interpolated[key]
         # The provider picks the class that validates the section (a discriminated union that
         # a new backend can join), so a key of another provider is an unknown key here.
         provider = section.get("provider", "llamacpp")
         if not isinstance(provider, str):
-            raise ConfigError(f"{source}: {key}.provider: must be a string, got {provider!r}")
+            problems.append(f"{source}: {key}.provider: must be a string, got {provider!r}")
+            continue
         try:
             section_class = model_section(provider)
         except ConfigError as exc:
             message = str(exc).replace("model.provider", f"{key}.provider", 1)
-            raise ConfigError(f"{source}: {message}") from None
+            problems.append(f"{source}: {message}")
+            continue
         try:
             models[key] = section_class.model_validate(section)
         except ValidationError as exc:
-            message = _explain(exc, source, prefix=(key,), root=section_class)
-            raise ConfigError(message) from None
-    interpolated = {k: v for k, v in interpolated.items() if k not in models}
+            problems.extend(_explain_lines(exc, source, prefix=(key,), root=section_class))
+    rest = {k: v for k, v in interpolated.items() if k not in separate}
+    config: HermesConfig | None = None
     try:
-        config = HermesConfig.model_validate(interpolated)
+        config = HermesConfig.model_validate(rest)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, source)) from None
+        problems.extend(_explain_lines(exc, source))
+    if problems or config is None:
+        raise ConfigError(_bounded(problems, source))
     if "model" in models:
         config.model = models["model"]
     config.answer_model = models.get("answer_model")
     config.source = source
     return config
+
+
+def _bounded(lines: list[str], source: str) -> str:
+    if len(lines) > _MAX_ERROR_LINES:
+        hidden = len(lines) - _MAX_ERROR_LINES
+        lines = [*lines[:_MAX_ERROR_LINES], f"{source}: … and {hidden} more problems"]
+    return "\n".join(lines)
 
 
 def validate_section(section: type[_Section], data: Any, *, source: str, key: str) -> _Section:
@@ -411,11 +432,13 @@ def validate_section(section: type[_Section], data: Any, *, source: str, key: st
         raise ConfigError(_explain(exc, source, prefix=(key,), root=section)) from None
 
 
-def _interpolate(node: Any, source: str, path: tuple[str, ...]) -> Any:
+def _interpolate(node: Any, source: str, path: tuple[str, ...], problems: list[str]) -> Any:
+    """``node`` with ``${VAR}`` replaced; each unset variable is added to ``problems`` (and
+    replaced by nothing, so the rest of the file is still checked)."""
     if isinstance(node, dict):
-        return {k: _interpolate(v, source, (*path, str(k))) for k, v in node.items()}
+        return {k: _interpolate(v, source, (*path, str(k)), problems) for k, v in node.items()}
     if isinstance(node, list):
-        return [_interpolate(v, source, (*path, str(i))) for i, v in enumerate(node)]
+        return [_interpolate(v, source, (*path, str(i)), problems) for i, v in enumerate(node)]
     if not isinstance(node, str) or "${" not in node:
         return node
 
@@ -427,10 +450,11 @@ def _interpolate(node: Any, source: str, path: tuple[str, ...]) -> Any:
         if fallback is not None:
             return fallback
         key = ".".join(path)
-        raise ConfigError(
+        problems.append(
             f"{source}: {key}: environment variable {name} is not set; "
             f"export {name}=... or write ${{{name}:-default}} in the file"
         )
+        return ""
 
     return _VARIABLE.sub(substitute, node)
 
@@ -442,6 +466,16 @@ def _explain(
     prefix: tuple[str, ...] = (),
     root: type[BaseModel] | None = None,
 ) -> str:
+    return _bounded(_explain_lines(exc, source, prefix=prefix, root=root), source)
+
+
+def _explain_lines(
+    exc: ValidationError,
+    source: str,
+    *,
+    prefix: tuple[str, ...] = (),
+    root: type[BaseModel] | None = None,
+) -> list[str]:
     lines = []
     for error in exc.errors():
         location = (*prefix, *error["loc"])
@@ -454,10 +488,7 @@ def _explain(
                 f"{source}: {key}: {error['msg'].lower()} (got {_short(error.get('input'))}); "
                 "fix the value in the file"
             )
-    if len(lines) > _MAX_ERROR_LINES:
-        hidden = len(lines) - _MAX_ERROR_LINES
-        lines = [*lines[:_MAX_ERROR_LINES], f"{source}: … and {hidden} more problems"]
-    return "\n".join(lines)
+    return lines
 
 
 def _short(value: Any) -> str:

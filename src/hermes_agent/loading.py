@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,17 @@ __all__ = ["ToolsFileError", "build_agent", "load_tools_file"]
 
 
 class ToolsFileError(ConfigError):
-    """A tools file cannot be loaded: ``path`` names it, ``problem`` says what is wrong."""
+    """A tools file cannot be loaded: ``path`` names it, ``problem`` says what is wrong (for
+    an import that raised: where, as ``file:line (in function)``, and the exception);
+    ``details`` is the whole traceback when there is one (``--debug`` prints it)."""
 
-    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], problem: str, *, details: str | None = None
+    ) -> None:
         super().__init__(f"tools file {path}: {problem}")
         self.path = path
         self.problem = problem
+        self.details = details
 
 
 def build_agent(
@@ -132,13 +138,21 @@ def load_tools_file(path: str | os.PathLike[str]) -> list[Tool]:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
-        raise ToolsFileError(path, f"importing it failed: {type(exc).__name__}: {exc}") from exc
+        sys.modules.pop(module_name, None)
+        raise ToolsFileError(
+            path,
+            f"importing it failed{_where(exc, file)}: {type(exc).__name__}: {exc}",
+            details="".join(traceback.format_exception(exc)),
+        ) from exc
     found: dict[str, Tool] = {}
     for value in vars(module).values():
         if isinstance(value, Tool):
             found[value.name] = value
     for item in getattr(module, "TOOLS", []):
-        made = item if isinstance(item, Tool) else Tool.from_function(item)
+        try:
+            made = item if isinstance(item, Tool) else Tool.from_function(item)
+        except ToolDefinitionError as exc:
+            raise ToolsFileError(path, f"TOOLS: {exc}") from exc
         found[made.name] = made
     if not found:
         raise ToolsFileError(
@@ -147,3 +161,24 @@ def load_tools_file(path: str | os.PathLike[str]) -> list[Tool]:
             "or list them in TOOLS = [...]",
         )
     return list(found.values())
+
+
+def _where(exc: BaseException, file: Path) -> str:
+    """`` at FILE:LINE (in NAME)``: the innermost frame of the traceback inside the tools file
+    (where its author can act), else the innermost one; for a syntax error, its own line."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f" at {exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    target = str(file.resolve())
+    own = [f for f in frames if _resolved(f.filename) == target]
+    frame = own[-1] if own else (frames[-1] if frames else None)
+    if frame is None:
+        return ""
+    return f" at {frame.filename}:{frame.lineno} (in {frame.name})"
+
+
+def _resolved(filename: str) -> str:
+    try:
+        return str(Path(filename).resolve())
+    except (OSError, ValueError):
+        return filename

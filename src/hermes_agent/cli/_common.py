@@ -150,6 +150,8 @@ def cli_agent(
             overrides["tools"] = demo_tools()  # first, so a --tools file may replace one
         agent = build_agent(settings, tools_files=tool_files or (), **overrides)
     except ToolsFileError as exc:
+        if exc.details and debug_enabled():
+            err().print(exc.details.rstrip("\n"))
         fail(f"--tools {exc.path}: {exc.problem}")
     except HermesAgentError as exc:
         fail(config_error(config, exc))
@@ -171,9 +173,20 @@ def ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:
     return False, "denied at the terminal"
 
 
+_debug = False
+
+
+def debug_enabled() -> bool:
+    """Whether this command runs with ``--debug`` (or ``HERMES_DEBUG``): tracebacks are then
+    printed beside the one-line errors they explain."""
+    return _debug or os.environ.get("HERMES_DEBUG", "") not in ("", "0", "false")
+
+
 def setup_logging(debug: bool) -> None:
     """With ``--debug`` or ``HERMES_DEBUG``, one ``[INFO]`` line per pipeline stage on stderr."""
-    if not (debug or os.environ.get("HERMES_DEBUG", "") not in ("", "0", "false")):
+    global _debug
+    _debug = debug
+    if not debug_enabled():
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
@@ -193,5 +206,6 @@ def require_server_extra(command: str) -> None:
     if missing:
         fail(
             f"`hermes-agent {command}` needs the server extra ({', '.join(missing)} is not "
-            'installed): pip install "hermes-agent-core[server]"'
+            'installed): pip install -e ".[server]" in a checkout of the project '
+            '(pip install "hermes-agent-core[server]" where an index holds it)'
         )

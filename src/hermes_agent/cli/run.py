@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +28,7 @@ from hermes_agent.cli._common import (
     cli_agent,
     err,
     fail,
+    is_terminal,
     out,
     setup_logging,
     styled,
@@ -38,6 +41,7 @@ from hermes_agent.events import (
     ToolCallParsedEvent,
     ToolResultsEvent,
 )
+from hermes_agent.models.llamacpp import LlamaCpp
 from hermes_agent.types import RunResult, ToolCallRecord
 
 _SHOWN_RESULT_CHARS = 200
@@ -199,6 +203,11 @@ def chat(
     chat's commands; /exit, /quit or Ctrl-D leaves."""
     setup_logging(debug)
     agent = cli_agent(config, tools, no_demo_tools)
+    try:
+        _load_model(agent)
+    except HermesAgentError as exc:
+        agent.close()
+        fail(str(exc))
     session_id = uuid.uuid4().hex
     console = out()
     console.print(
@@ -232,6 +241,28 @@ def chat(
                 err().print(styled(("error: ", "bold red"), str(exc)))
     finally:
         agent.close()
+
+
+def _load_model(agent: Agent) -> None:
+    """Load the embedded model before the first prompt, saying so: it takes from under a second
+    (the bundled 135M model) to a minute (a large GGUF), and a chat that sits silent meanwhile
+    looks hung. A spinner on a terminal, one line before and one after elsewhere. Endpoint
+    models have nothing to load."""
+    models = [agent.model, agent.answer_model]
+    local = [m for m in models if isinstance(m, LlamaCpp)]
+    if not local:
+        return
+    console = err()
+    for model in local:
+        name = Path(model.model_path).name
+        started = time.monotonic()
+        if is_terminal(sys.stderr):
+            with console.status(f"Loading the model {name}…"):
+                model.llama  # noqa: B018 - loads it (shared by every LlamaCpp of this file)
+        else:
+            console.print(f"Loading the model {name}…")
+            model.llama  # noqa: B018
+        console.print(f"Loaded {name} in {time.monotonic() - started:.1f} s", style="dim")
 
 
 async def _stream_one(agent: Agent, message: str, session_id: str) -> None:

