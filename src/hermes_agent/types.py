@@ -16,7 +16,9 @@ ToolChoice = ToolChoiceMode | str
 """``"auto"`` (text or calls), ``"required"`` (at least one call), ``"none"`` (text only),
 or the name of one tool that must be called."""
 TOOL_CHOICE_MODES: tuple[ToolChoiceMode, ...] = ("auto", "required", "none")
-LoopStatus = Literal["completed", "max_iterations", "dry_run_complete", "failed"]
+LoopStatus = Literal[
+    "completed", "max_iterations", "dry_run_complete", "client_tool_calls", "failed"
+]
 """How a run's loop ended."""
 
 
@@ -191,7 +193,9 @@ class RunResult:
     error: str | None = None
     loop_status: LoopStatus = "completed"
     """How the loop ended: ``completed`` (the model answered), ``max_iterations``,
-    ``dry_run_complete`` (stopped after the ToolSelector; nothing ran) or ``failed``."""
+    ``dry_run_complete`` (stopped after the ToolSelector; nothing ran),
+    ``client_tool_calls`` (ended with calls of the caller's own tools for the caller to run;
+    ``pipeline.client_tools``) or ``failed``."""
     approvals: list[dict[str, Any]] = field(default_factory=list)
     """Each approval decision: tool, arguments, approved, reason."""
     rendered: Any = None

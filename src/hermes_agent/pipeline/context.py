@@ -94,6 +94,8 @@ class RunContext:
     """The tools visible to this run, by name (what the model is shown)."""
     all_tool_names: list[str]
     executor: Executor
+    client_tools: frozenset[str] = frozenset()
+    """Which of ``tools`` the caller runs itself (``pipeline.client_tools``)."""
     system_prompt: str | None = None
     history: list[Message] = field(default_factory=list)
     load_history: HistorySource | None = None

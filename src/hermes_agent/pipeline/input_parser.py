@@ -1,12 +1,16 @@
 """Stage 1 — InputParser: check the user's message, load the session's history (a summary of old
 turns, then the recent ones; see ``memory.history``) and lay out the conversation for the model.
 
+A caller's own tools (``pipeline.client_tools``) join the run's tools here, and a run that
+continues after the caller ran them starts from their results instead of a user message.
+
 The run's own instructions join the system prompt here: the JSON-mode schema of a structured
 answer (``output_type``) and the explain-mode request for a reason with each turn."""
 
 from __future__ import annotations
 
 from hermes_agent.events import InputEvent
+from hermes_agent.pipeline.client_tools import take_declared, take_up
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
@@ -25,6 +29,13 @@ class InputParser:
             ctx.output = problem
             ctx.log_stage(self.name, Status.INVALID, error=problem)
             return ctx
+        turn = take_declared()
+        problem = take_up(ctx, turn) if turn is not None else None
+        if problem:
+            ctx.fail(Status.INVALID, problem)
+            ctx.output = problem
+            ctx.log_stage(self.name, Status.INVALID, error=problem)
+            return ctx
         if ctx.load_history is not None:
             loaded = await ctx.load_history()
             ctx.history = loaded.messages
@@ -34,7 +45,10 @@ class InputParser:
         if ctx.system_prompt:
             ctx.messages.append(Message("system", ctx.system_prompt))
         ctx.messages.extend(ctx.history)
-        ctx.add_message(Message("user", ctx.user_message))
+        if turn is not None and turn.results:  # the caller ran the calls: their results
+            ctx.add_message(Message("tool", tool_results=list(turn.results)))
+        else:
+            ctx.add_message(Message("user", ctx.user_message))
         ctx.tool_specs = [tool.spec() for tool in ctx.tools.values()]
         ctx.log_stage(self.name, Status.OK, history_messages=len(ctx.history))
         ctx.emit(InputEvent(status=int(Status.OK), request_id=ctx.request_id))

@@ -8,6 +8,8 @@
     │                     ↺ ask again: the answer model takes over, or the answer failed
     │                       its output_type and goes back with the errors
     │ 3 ToolSelector      which calls may run, with which arguments; refusals become results
+    │                     (the caller's own tools: their valid calls end the run, see
+    │                      pipeline.client_tools)
     │ 4 ToolExecutor      run them concurrently; results go back to the model
     └
     5 OutputRenderer    the answer, or an honest account of why there is none
@@ -23,6 +25,7 @@ import inspect
 import time
 from typing import Any, Protocol
 
+from hermes_agent.pipeline.client_tools import hand_over
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.hooks import HookContext, Hooks, call_hook, hook_name
 from hermes_agent.pipeline.input_parser import InputParser
@@ -66,6 +69,8 @@ async def run_turn(ctx: RunContext, hooks: Hooks | None = None) -> RunResult:
             break
         if ctx.dry_run:
             _plan_only(ctx)
+            break
+        if hand_over(ctx):  # the caller runs these calls itself: the run ends with them
             break
         await _run_stage(ctx, hooks, "execution", _tool_executor)
         if ctx.unusable_turns > ctx.limits.max_retries:

@@ -23,7 +23,7 @@ class OutputRenderer:
     name = "OutputRenderer"
 
     def run(self, ctx: RunContext) -> RunContext:
-        if ctx.loop_status == "dry_run_complete":
+        if ctx.loop_status in ("dry_run_complete", "client_tool_calls"):
             ctx.output = ctx.completion.content.strip()
         elif ctx.error is None:
             if not ctx.finished:

@@ -38,6 +38,7 @@ from hermes_agent.server import (
     routes_console,
     routes_data,
     routes_openai,
+    routes_responses,
     routes_replay,
     routes_runs,
     ws,
@@ -144,9 +145,11 @@ def create_app(
     app.include_router(routes_data.router)
     app.include_router(ws.router)
     app.include_router(routes_openai.router)
+    app.include_router(routes_responses.router)
     app.include_router(routes_replay.router)
     app.include_router(routes_console.router)  # the web console, at /console/
     app.include_router(routes_channels.router_for(settings, served, keys, hermes_config))
+    app.include_router(routes_openai.fallback)  # last: any other /v1/... path
     return app
 
 

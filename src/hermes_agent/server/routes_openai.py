@@ -1,4 +1,6 @@
-"""The OpenAI-compatible facade: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+"""The OpenAI-compatible facade: ``POST /v1/chat/completions``, ``GET /v1/models``, and a 404
+naming the endpoints that exist for any other ``/v1/...`` path (``POST /v1/responses`` is in
+``server.routes_responses``).
 
 An existing OpenAI client talks to the agent with no change but its base URL and key::
 
@@ -7,26 +9,39 @@ An existing OpenAI client talks to the agent with no change but its base URL and
         model="hermes-agent", messages=[{"role": "user", "content": "What is 17 * 23?"}]
     )
 
-Each call is one run started through the run layer's backend, exactly as ``POST /v1/runs`` starts
-one: the same key, limits, quotas, run timeout, approvals, cancellation, metrics and audit
-trail. The agent runs its own tools server-side; the client gets the answer.
+Each call is one run started through the run layer's backend (``server.openai_runs``), exactly
+as ``POST /v1/runs`` starts one. Two ways to use it:
+
+- **The agent's tools, run server-side** (no ``tools`` in the request): the agent runs its own
+  tools and the client gets the answer. What ran is in the extension field ``hermes``
+  (``request_id``, ``session_id``, ``status``, ``tool_calls`` with their results,
+  ``approvals``, ``warnings``), never in ``tool_calls``, which would make the client run them.
+- **The client's tools** (``tools``): the facade is a protocol adapter for the agent's model
+  (``server.openai_tools``). The model is shown the client's tools, its calls are parsed and
+  checked against the client's schemas (an invalid call goes back to the model with the
+  errors), and valid ones come back as ``tool_calls`` with ``finish_reason: "tool_calls"`` —
+  nothing runs. The client runs them and sends the ``tool`` messages; the run goes on from
+  there. The operator's ``service.openai_client_tools`` says whether the agent's own tools stay
+  visible beside the client's (``alone``, the default: only the client's; ``with_agent_tools``;
+  ``off``: client tools are refused).
 
 How a request becomes a run:
 
-- The run's message is the last message of the request, which must come from the user.
+- The run's input is the end of the conversation: the user's last message, or the ``tool``
+  messages that answer the last assistant turn's calls.
 - The session: the ``X-Hermes-Session-Id`` header, else the ``user`` field. With a session,
   the service keeps the conversation and the request's earlier messages are ignored (clients
   resend the whole transcript each time; the stored one is the history, so nothing is
-  counted twice). Without one, the request stands alone, as with OpenAI: its earlier user and
-  assistant messages become the history of a new session (consecutive messages of one role
-  joined), and the answer names that session (``hermes.session_id`` and the
-  ``X-Hermes-Session-Id`` header) for a client that wants the service to keep it from then on.
+  counted twice). Without one, the request stands alone, as with OpenAI: its earlier messages
+  become the history of a new session (consecutive messages of one role joined), and the
+  answer names that session (``hermes.session_id`` and the ``X-Hermes-Session-Id`` header).
 - ``system`` and ``developer`` messages are ignored: the agent's instructions are its
   config's, which a caller cannot replace.
-- ``tool_choice`` applies to the agent's own tools (``auto``, ``none``, ``required``, or
-  ``{"type": "function", "function": {"name": ...}}`` naming one). Client-side tools
-  (``tools``, ``functions``, ``tool`` messages, assistant ``tool_calls``), ``n`` > 1,
-  ``logprobs``, audio and non-text content are refused with 400. Sampling settings
+- ``tool_choice``: ``auto``, ``none``, ``required``, or ``{"type": "function", "function":
+  {"name": ...}}`` naming one of the run's tools. ``response_format`` ``json_object`` or
+  ``json_schema`` makes the answer JSON that must validate (the run's ``output_schema``; an
+  answer that does not is sent back to the model with the errors, then 422). ``functions``,
+  ``n`` > 1, ``logprobs``, audio and non-text content are refused with 400. Sampling settings
   (``temperature``, ``max_tokens``, ``stop``, ...) are checked and ignored: the agent's model
   settings come from its config.
 - Errors have OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``. A run
@@ -40,301 +55,63 @@ approvals; the run goes on once it is answered (its answer: ``GET /v1/runs/{requ
 and the session's history). A stream sends that message as content and stays open: the
 answer follows in the same stream once the approval is answered, denied or expired.
 
-What ran server-side is in the extension field ``hermes`` (``request_id``, ``session_id``,
-``status``, ``tool_calls`` with their results, ``approvals``, ``warnings``), never in
-``tool_calls``, which would make the client try to run them. ``id`` is
-``chatcmpl-<request_id>``: ``POST /v1/runs/{request_id}/cancel`` stops the run; a client that
-drops its connection does not.
+``id`` is ``chatcmpl-<request_id>``: ``POST /v1/runs/{request_id}/cancel`` stops the run; a
+client that drops its connection does not.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field
-from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match
 
-from hermes_agent.audit.redaction import redact_messages
-from hermes_agent.errors import HermesAgentError
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
-from hermes_agent.server.runs import RunRejected, RunRequest, stored_session_id
+from hermes_agent.server.openai_runs import (
+    FacadeRun,
+    plan_tools,
+    run_error,
+    start_run,
+    token_counts,
+)
+from hermes_agent.server.openai_tools import (
+    ConversationBuilder,
+    arguments_of,
+    chat_tool_calls,
+    client_tools,
+    handed_out,
+    output_schema,
+    ran_here,
+)
+from hermes_agent.server.openai_wire import (
+    MODEL_ID,
+    SESSION_HEADER,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ChatMessage,
+    ModelCard,
+    ModelList,
+    OpenAIError,
+    OpenAIRoute,
+    documented_errors,
+    refuse,
+)
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, to_json
-from hermes_agent.storage.base import SessionIdError, Storage
-from hermes_agent.types import Message
 
-MODEL_ID = "hermes-agent"
-"""The one model the facade lists: the agent, tools and all."""
-SESSION_HEADER = "X-Hermes-Session-Id"
 _CREATED = int(time.time())
-_NO_RETRY = {"x-should-retry": "false"}
-_FAILED = {"cancelled": (409, "run_cancelled"), "timed_out": (504, "run_timed_out")}
-
-
-# -- errors in OpenAI's shape ---------------------------------------------------------------
-
-
-class OpenAIError(Exception):
-    """An error answered as ``{"error": {"message", "type", "param", "code"}}``."""
-
-    def __init__(
-        self,
-        status_code: int,
-        message: str,
-        *,
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.message = message
-        self.param = param
-        self.code = code
-        self.headers = headers
-
-    def body(self) -> dict[str, Any]:
-        """The JSON body."""
-        return {
-            "error": {
-                "message": self.message,
-                "type": error_type(self.status_code),
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-    def response(self) -> Response:
-        """The answer."""
-        return JSONResponse(self.body(), self.status_code, headers=self.headers)
-
-
-def error_type(status_code: int) -> str:
-    """OpenAI's ``type`` for a status code."""
-    if status_code == 401:
-        return "authentication_error"
-    if status_code == 429:
-        return "rate_limit_error"
-    if status_code >= 500:
-        return "server_error"
-    return "invalid_request_error"
-
-
-_HTTP_CODES = {
-    401: "invalid_api_key",
-    404: "not_found",
-    409: "conflict",
-    413: "request_too_large",
-    429: "rate_limit_exceeded",
-    503: "service_unavailable",
-}
-
-
-def _from_validation(exc: RequestValidationError) -> OpenAIError:
-    issue = exc.errors()[0]
-    source, *loc = issue.get("loc", ("body",))
-    param = _param(loc) if source == "body" else str(loc[-1]) if loc else None
-    kind = issue.get("type", "")
-    if kind == "json_invalid":
-        return OpenAIError(400, "the request body is not valid JSON", code="invalid_json")
-    if kind == "extra_forbidden":
-        return OpenAIError(
-            400,
-            f"Unrecognized request argument supplied: {param}",
-            param=param,
-            code="unknown_parameter",
-        )
-    if kind == "missing":
-        return OpenAIError(
-            400,
-            f"Missing required parameter: '{param}'",
-            param=param,
-            code="missing_required_parameter",
-        )
-    where = f"'{param}'" if param else "the request body"
-    message = f"Invalid value for {where}: {issue.get('msg', 'invalid')}"
-    return OpenAIError(400, message, param=param, code="invalid_value")
-
-
-_TYPE_NAMES = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
-
-
-def _param(loc: list[Any]) -> str | None:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif "[" in part or "-" in part or part in _TYPE_NAMES:
-            continue  # pydantic names the member of a union it tried; the param is the field
-        else:
-            text += f".{part}" if text else str(part)
-    return text or None
-
-
-def as_openai_error(exc: Exception) -> OpenAIError | None:
-    """The OpenAI-shaped form of what the service raises, or ``None`` for the unexpected."""
-    if isinstance(exc, OpenAIError):
-        return exc
-    if isinstance(exc, RequestValidationError):
-        return _from_validation(exc)
-    if isinstance(exc, HTTPException):
-        detail = exc.detail if isinstance(exc.detail, str) else to_json(exc.detail)
-        return OpenAIError(
-            exc.status_code,
-            detail,
-            code=_HTTP_CODES.get(exc.status_code),
-            headers=dict(exc.headers or {}),
-        )
-    if isinstance(exc, RunRejected):
-        retry = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
-        return OpenAIError(
-            exc.status_code, exc.message, code=_HTTP_CODES.get(exc.status_code), headers=retry
-        )
-    if isinstance(exc, SessionIdError):
-        return OpenAIError(400, str(exc), param="user", code="invalid_session_id")
-    if isinstance(exc, HermesAgentError):  # refused before it started (e.g. tool_choice)
-        return OpenAIError(422, str(exc), code="refused")
-    return None
-
-
-class OpenAIRoute(APIRoute):
-    """A route whose every error — a bad body, a missing key, a limit — has OpenAI's shape, so
-    the OpenAI SDKs raise their usual exceptions with the service's message."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except Exception as exc:
-                error = as_openai_error(exc)
-                if error is None:
-                    raise
-                return error.response()
-
-        return route
-
 
 router = APIRouter(prefix="/v1", route_class=OpenAIRoute, tags=["OpenAI-compatible"])
 
 
 # -- the request ------------------------------------------------------------------------------
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ContentPart(BaseModel):
-    """One part of a message's content; only ``{"type": "text", "text": ...}`` is served."""
-
-    model_config = ConfigDict(extra="allow")
-
-    type: str
-    text: str | None = None
-
-
-class ChatMessage(_Strict):
-    """One message of ``messages``."""
-
-    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[ContentPart] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | None = None
-    function_call: dict[str, Any] | None = None
-    refusal: str | None = None
-    annotations: list[Any] | None = None
-    audio: dict[str, Any] | None = None
-
-
-class StreamOptions(_Strict):
-    include_usage: bool | None = None
-    include_obfuscation: bool | None = None
-
-
-class ChatCompletionRequest(_Strict):
-    """The body of ``POST /v1/chat/completions`` (OpenAI's, less what a server-side agent
-    cannot honour; see the module docstring)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {"model": MODEL_ID, "messages": [{"role": "user", "content": "Hello"}]},
-                {
-                    "model": MODEL_ID,
-                    "messages": [{"role": "user", "content": "Hello"}],
-                    "stream": True,
-                    "stream_options": {"include_usage": True},
-                },
-            ]
-        },
-    )
-
-    model: str = Field(examples=[MODEL_ID])
-    messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    user: str | None = None
-    n: int | None = Field(default=None, ge=1, le=128)
-    tool_choice: str | dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
-    parallel_tool_calls: bool | None = None
-    functions: list[dict[str, Any]] | None = None
-    function_call: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    modalities: list[str] | None = None
-    audio: dict[str, Any] | None = None
-    prediction: dict[str, Any] | None = None
-    web_search_options: dict[str, Any] | None = None
-    # Checked, then ignored: the agent's model settings come from its config.
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    logit_bias: dict[str, float] | None = None
-    metadata: dict[str, str] | None = None
-    store: bool | None = None
-    service_tier: str | None = None
-    reasoning_effort: str | None = None
-    verbosity: str | None = None
-    prompt_cache_key: str | None = None
-    safety_identifier: str | None = None
-
-
-@dataclass(slots=True)
-class RunPlan:
-    """What a chat request asks of the agent."""
-
-    message: str
-    session_id: str | None
-    history: list[Message] = field(default_factory=list)
-    tool_choice: str | None = None
-
-
-def _refuse(message: str, param: str, code: str = "unsupported_parameter") -> OpenAIError:
-    return OpenAIError(400, message, param=param, code=code)
 
 
 def _text(message: ChatMessage, index: int) -> str:
@@ -346,7 +123,7 @@ def _text(message: ChatMessage, index: int) -> str:
     pieces = []
     for number, part in enumerate(content):
         if part.type != "text" or part.text is None:
-            raise _refuse(
+            raise refuse(
                 f"messages[{index}] has a {part.type!r} content part; this agent reads text only",
                 f"messages[{index}].content[{number}]",
                 "unsupported_content",
@@ -357,100 +134,103 @@ def _text(message: ChatMessage, index: int) -> str:
 
 def _check_supported(body: ChatCompletionRequest) -> None:
     if body.n is not None and body.n > 1:
-        raise _refuse("n must be 1: the agent gives one answer per run", "n")
-    if body.tools:
-        raise _refuse(
-            "client-side tools are not supported: the agent runs its own tools server-side "
-            "(list them in its config); send the request without 'tools'",
-            "tools",
-        )
+        raise refuse("n must be 1: the agent gives one answer per run", "n")
     for name in ("functions", "function_call", "audio", "prediction", "web_search_options"):
         if getattr(body, name) is not None:
-            raise _refuse(f"{name!r} is not supported by this agent", name)
+            raise refuse(f"{name!r} is not supported by this agent", name)
     if body.logprobs or body.top_logprobs:
-        raise _refuse("logprobs are not available from an agent's answer", "logprobs")
+        raise refuse("logprobs are not available from an agent's answer", "logprobs")
     if body.modalities is not None and body.modalities != ["text"]:
-        raise _refuse("this agent answers in text only (modalities: ['text'])", "modalities")
-    if body.response_format is not None and body.response_format.get("type") != "text":
-        raise _refuse(
-            "this agent answers in text; response_format must be {'type': 'text'} or left out",
-            "response_format",
-        )
+        raise refuse("this agent answers in text only (modalities: ['text'])", "modalities")
     if body.stream_options is not None and not body.stream:
-        raise _refuse(
+        raise refuse(
             "stream_options is only allowed when stream is true", "stream_options", "invalid_value"
         )
 
 
-def _tool_choice(choice: str | dict[str, Any] | None) -> str | None:
+def tool_choice_name(choice: str | dict[str, Any] | None, *, nested: bool = True) -> str | None:
+    """``tool_choice`` as the run takes it: a mode, or the name of the tool it forces. Chat
+    nests the name (``{"type": "function", "function": {"name": ...}}``); Responses does not
+    (``nested=False``: ``{"type": "function", "name": ...}``)."""
     if choice is None or isinstance(choice, str):
         if choice not in (None, "auto", "none", "required"):
-            raise _refuse(
-                "tool_choice must be 'auto', 'none', 'required' or "
-                "{'type': 'function', 'function': {'name': ...}} naming one of the agent's tools",
+            raise refuse(
+                "tool_choice must be 'auto', 'none', 'required' or an object naming one tool",
                 "tool_choice",
                 "invalid_value",
             )
         return choice
-    function = choice.get("function")
+    function = choice.get("function") if nested else choice
     name = function.get("name") if isinstance(function, dict) else None
     if choice.get("type") != "function" or not isinstance(name, str) or not name:
-        raise _refuse(
-            "tool_choice as an object must be {'type': 'function', 'function': {'name': ...}}",
+        shape = "{'function': {'name': ...}}" if nested else "'name': ..."
+        raise refuse(
+            f"tool_choice as an object must be {{'type': 'function', {shape}}}",
             "tool_choice",
             "invalid_value",
         )
     return name
 
 
-def plan_run(body: ChatCompletionRequest, session_header: str | None) -> RunPlan:
-    """Check the request and map it onto a run (``OpenAIError`` for what cannot be served)."""
-    _check_supported(body)
-    turns: list[Message] = []
+def _conversation(body: ChatCompletionRequest) -> ConversationBuilder:
+    turns = ConversationBuilder()
     for index, message in enumerate(body.messages):
-        if message.role in ("tool", "function") or message.tool_calls or message.function_call:
-            raise _refuse(
-                f"messages[{index}] belongs to client-side tool calling, which this agent does "
-                "not use: it runs its tools server-side",
-                f"messages[{index}]",
-            )
+        where = f"messages[{index}]"
+        if message.role == "function" or message.function_call:
+            raise refuse(f"{where}: functions are replaced by tools; use tools", where)
         if message.audio is not None:
-            raise _refuse(f"messages[{index}] carries audio", f"messages[{index}].audio")
+            raise refuse(f"{where} carries audio", f"{where}.audio")
         text = _text(message, index)
         if message.role in ("system", "developer"):
             continue  # the agent's instructions come from its config
-        role: Literal["user", "assistant"] = "user" if message.role == "user" else "assistant"
-        if turns and turns[-1].role == role:
-            turns[-1].content += "\n\n" + text
-        else:
-            turns.append(Message(role, text))
-    last = body.messages[-1]
-    if last.role != "user" or not turns or not turns[-1].content.strip():
-        raise OpenAIError(
-            400,
-            "the last message must be the user's, with text: it is what the agent answers",
-            param="messages",
-            code="invalid_value",
-        )
+        if message.role == "user":
+            turns.user(text)
+        elif message.role == "assistant":
+            turns.assistant(text)
+            for number, call in enumerate(message.tool_calls or []):
+                at = f"{where}.tool_calls[{number}]"
+                function = call.get("function")
+                if call.get("type", "function") != "function" or not isinstance(function, dict):
+                    raise refuse(f"{at} must be a function call", at, "invalid_value")
+                name, arguments = function.get("name"), function.get("arguments", "")
+                if not isinstance(name, str) or not isinstance(arguments, str):
+                    raise refuse(f"{at} needs a name and arguments as text", at, "invalid_value")
+                parsed = arguments_of(arguments, f"{at}.function.arguments")
+                turns.call(str(call.get("id") or ""), name, parsed, at)
+        else:  # a tool's result
+            turns.result(message.tool_call_id, text, where)
+    return turns
+
+
+def plan_run(
+    body: ChatCompletionRequest, session_header: str | None, settings: ServiceSettings
+) -> FacadeRun:
+    """Check the request and map it onto a run (``OpenAIError`` for what cannot be served)."""
+    _check_supported(body)
+    conversation = _conversation(body).finish("messages")
+    declared = [
+        (t.function.name, t.function.description, t.function.parameters) for t in body.tools or []
+    ]
+    tools = client_tools(declared, "tools")
+    choice = tool_choice_name(body.tool_choice)
+    run_choice, toolsets, client, _ = plan_tools(
+        settings, tools, choice, conversation.continues, "tools" if tools else "messages"
+    )
+    schema = output_schema(body.response_format, "response_format")
     session = session_header if session_header is not None else body.user
     if session is not None and not session.strip():
         param = SESSION_HEADER if session_header is not None else "user"
-        raise _refuse("the session id is empty", param, "invalid_value")
-    if session is not None:  # the service keeps the conversation: only the new message counts
-        text = _text(last, len(body.messages) - 1)
-        return RunPlan(text, session, tool_choice=_tool_choice(body.tool_choice))
-    # Standing alone: the trailing user messages (joined) are the message, the rest history.
-    return RunPlan(
-        turns[-1].content, None, history=turns[:-1], tool_choice=_tool_choice(body.tool_choice)
-    )
+        raise refuse("the session id is empty", param, "invalid_value")
+    if session is not None:  # the service keeps the conversation: only the new input counts
+        conversation.history = []
+    return FacadeRun(conversation, session, run_choice, toolsets, client, schema)
 
 
 # -- the answer -------------------------------------------------------------------------------
 
 
 def _usage(result: dict[str, Any] | None) -> dict[str, int]:
-    usage = (result or {}).get("usage") or {}
-    prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+    prompt, completion = token_counts(result)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -459,10 +239,14 @@ def _usage(result: dict[str, Any] | None) -> dict[str, int]:
 
 
 def _finish_reason(result: dict[str, Any]) -> str:
-    return "length" if result.get("loop_status") == "max_iterations" else "stop"
+    status = result.get("loop_status")
+    if status == "client_tool_calls":
+        return "tool_calls"
+    return "length" if status == "max_iterations" else "stop"
 
 
-def _extension(run: RunView) -> dict[str, Any]:
+def extension(run: RunView) -> dict[str, Any]:
+    """The ``hermes`` field: the run, and what ran server-side."""
     result = run.result or {}
     return {
         "request_id": run.request_id,
@@ -477,7 +261,7 @@ def _extension(run: RunView) -> dict[str, Any]:
                 "status_code": call.get("status_code"),
                 "error": call.get("error"),
             }
-            for call in result.get("tool_calls", [])
+            for call in ran_here(result)
         ],
         "approvals": result.get("approvals", []),
         "pending_approvals": run.pending_approvals,
@@ -501,48 +285,29 @@ def approval_notice(pending: dict[str, Any], *, streaming: bool) -> str:
     )
 
 
-def _run_error(run: RunView) -> OpenAIError | None:
-    """The error to answer for a run that is over without an answer (or failed inside)."""
-    result = run.result
-    if run.status == "completed" and result is not None:
-        if result.get("loop_status") != "failed":
-            return None
-        status = int(result.get("status") or 500)
-        return OpenAIError(
-            status if status >= 400 else 500,
-            str(result.get("error") or "the run failed"),
-            code="run_failed",
-            headers=_NO_RETRY,
-        )
-    status, code = _FAILED.get(run.status, (500, "run_failed"))
-    return OpenAIError(status, run.error or f"the run {run.status}", code=code, headers=_NO_RETRY)
-
-
 def completion_body(run: RunView, model: str) -> dict[str, Any]:
     """A ``chat.completion`` for a run that is over, or that waits for an approval."""
     pending = run.pending_approvals
+    message: dict[str, Any] = {"role": "assistant", "refusal": None}
     if pending and not run.done:
-        content = "\n\n".join(approval_notice(p, streaming=False) for p in pending)
+        message["content"] = "\n\n".join(approval_notice(p, streaming=False) for p in pending)
         finish = "stop"
     else:
-        content = str((run.result or {}).get("output", ""))
-        finish = _finish_reason(run.result or {})
+        result = run.result or {}
+        calls = handed_out(result)
+        message["content"] = str(result.get("output", "")) or (None if calls else "")
+        if calls:
+            message["tool_calls"] = chat_tool_calls(calls)
+        finish = _finish_reason(result)
     return {
         "id": f"chatcmpl-{run.request_id}",
         "object": "chat.completion",
         "created": int(run.created or 0),
         "model": model,
         "system_fingerprint": None,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": None},
-                "logprobs": None,
-                "finish_reason": finish,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": _usage(run.result),
-        "hermes": _extension(run),
+        "hermes": extension(run),
     }
 
 
@@ -668,11 +433,16 @@ async def completion_chunks(
             if text:
                 yield chunk({"content": text})
         run = await backend.view(run.request_id, principal)
-        error = _run_error(run) if run.done else None
+        error = run_error(run) if run.done else None
         if error is not None:
             yield _frame(error.body())
         else:
-            yield chunk({}, _finish_reason(run.result or {}), hermes=_extension(run))
+            # The client's calls go out once they are checked: a call the model has to redo
+            # is never streamed to a client that would run it.
+            calls = chat_tool_calls(handed_out(run.result))
+            if calls:
+                yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+            yield chunk({}, _finish_reason(run.result or {}), hermes=extension(run))
             if include_usage:
                 yield _frame({**base, "choices": [], "usage": _usage(run.result)})
         yield _frame("[DONE]")
@@ -681,123 +451,25 @@ async def completion_chunks(
 # -- the endpoints ----------------------------------------------------------------------------
 
 
-class OpenAIErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None
-    code: str | None
-
-
-class OpenAIErrorBody(BaseModel):
-    """Every error of the facade."""
-
-    error: OpenAIErrorDetail
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"]
-    created: int
-    owned_by: str
-
-
-class ModelList(BaseModel):
-    object: Literal["list"]
-    data: list[ModelCard]
-
-
-class CompletionMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["assistant"]
-    content: str
-    refusal: str | None = None
-
-
-class CompletionChoice(BaseModel):
-    index: int
-    message: CompletionMessage
-    logprobs: None = None
-    finish_reason: Literal["stop", "length"]
-
-
-class CompletionUsage(BaseModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class ChatCompletion(BaseModel):
-    """A ``chat.completion``; ``hermes`` is the service's extension (what ran server-side)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    object: Literal["chat.completion"]
-    created: int
-    model: str
-    system_fingerprint: str | None = None
-    choices: list[CompletionChoice]
-    usage: CompletionUsage
-    hermes: dict[str, Any]
-
-
-_ERROR_TEXT = {
-    400: "The request is invalid, or asks for what the agent does not do",
-    401: "No valid API key",
-    404: "No such model",
-    409: "The run was cancelled",
-    413: "The body or the message is too large",
-    422: "The agent refuses the request (an unknown tool in tool_choice)",
-    429: "Over a limit or quota: retry after `Retry-After` seconds",
-    500: "The run failed",
-    502: "The agent's model failed",
-    503: "The service is shutting down, or a store it needs cannot be reached",
-    504: "The run took longer than the service allows",
-}
-
-
-def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
-    documented: dict[int | str, dict[str, Any]] = {}
-    for code in codes:
-        entry: dict[str, Any] = {"model": OpenAIErrorBody, "description": _ERROR_TEXT[code]}
-        if code == 413:  # a body over max_body_bytes is refused before it reaches the route
-            del entry["model"]
-            entry["content"] = {
-                "application/json": {
-                    "schema": {
-                        "anyOf": [
-                            {"$ref": "#/components/schemas/OpenAIErrorBody"},
-                            {"type": "object", "properties": {"detail": {"type": "string"}}},
-                        ]
-                    }
-                }
-            }
-        if code == 429:
-            entry["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
-        documented[code] = entry
-    return documented
-
-
 def _models(request: Request) -> list[dict[str, Any]]:
     return [{"id": MODEL_ID, "object": "model", "created": _CREATED, "owned_by": "hermes-agent"}]
 
 
-@router.get("/models", response_model=ModelList, responses=_errors(401))
+@router.get("/models", response_model=ModelList, responses=documented_errors(401))
 async def list_models(request: Request, user: CurrentUser) -> Response:
     """The models this service answers as: one, the agent."""
     return JSONResponse({"object": "list", "data": _models(request)})
 
 
-@router.get("/models/{model_id}", response_model=ModelCard, responses=_errors(401, 404))
+@router.get("/models/{model_id}", response_model=ModelCard, responses=documented_errors(401, 404))
 async def get_model(
     model_id: Annotated[str, Path(examples=[MODEL_ID])], request: Request, user: CurrentUser
 ) -> Response:
     """One model, if the service answers as it."""
-    return JSONResponse(_model(request, model_id, "model_id"))
+    return JSONResponse(check_model(request, model_id, "model_id"))
 
 
-def _model(request: Request, model_id: str, param: str) -> dict[str, Any]:
+def check_model(request: Request, model_id: str, param: str) -> dict[str, Any]:
     for card in _models(request):
         if card["id"] == model_id:
             return card
@@ -808,11 +480,6 @@ def _model(request: Request, model_id: str, param: str) -> dict[str, Any]:
         param=param,
         code="model_not_found",
     )
-
-
-async def _seed(storage: Storage, stored: str, history: list[Message], agent: Any) -> None:
-    messages = redact_messages(history, agent.redactor)  # as the agent saves its own turns
-    await run_in_threadpool(storage.sessions.append, stored, messages)
 
 
 @router.post(
@@ -832,7 +499,7 @@ async def _seed(storage: Storage, stored: str, history: list[Message], agent: An
                 }
             },
         },
-        **_errors(400, 401, 404, 409, 413, 422, 429, 500, 502, 503, 504),
+        **documented_errors(400, 401, 404, 409, 413, 422, 429, 500, 502, 503, 504),
     },
 )
 async def chat_completions(
@@ -842,32 +509,14 @@ async def chat_completions(
     session_header: Annotated[str | None, Header(alias=SESSION_HEADER)] = None,
 ) -> Response:
     """An OpenAI chat completion answered by the agent (see ``routes_openai``)."""
-    state = request.app.state
-    settings: ServiceSettings = state.settings
-    backend: RunBackend = state.backend
-    storage: Storage = state.storage
-    _model(request, body.model, "model")
-    plan = plan_run(body, session_header)
-    session_id = plan.session_id or uuid.uuid4().hex
-    stored = stored_session_id(user.user_id, session_id)
-    seeded = bool(plan.history)
-    if seeded:
-        await _seed(storage, stored, plan.history, state.agent)
-    run_request = RunRequest(
-        message=plan.message,
-        session_id=session_id,
-        tool_choice=plan.tool_choice,
-        stream=bool(body.stream),
+    settings: ServiceSettings = request.app.state.settings
+    backend: RunBackend = request.app.state.backend
+    check_model(request, body.model, "model")
+    plan = plan_run(body, session_header, settings)
+    session_param = SESSION_HEADER if session_header is not None else "user"
+    run, session_id = await start_run(
+        request, user, plan, stream=bool(body.stream), session_param=session_param
     )
-    try:
-        run = await backend.start(user, run_request)
-    except SessionIdError as exc:  # a session id the store cannot hold
-        param = SESSION_HEADER if session_header is not None else "user"
-        raise OpenAIError(400, str(exc), param=param, code="invalid_session_id") from None
-    except BaseException:
-        if seeded:  # the run never started: leave no half-made session behind
-            await run_in_threadpool(storage.sessions.delete, stored)
-        raise
     headers = {SESSION_HEADER: session_id}
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -878,7 +527,7 @@ async def chat_completions(
         response.headers.update(headers)
         return response
     run = await backend.wait(run.request_id, user, started=True)
-    error = _run_error(run) if run.done else None
+    error = run_error(run) if run.done else None
     if error is not None:
         error.headers = {**(error.headers or {}), **headers}
         raise error
@@ -887,3 +536,46 @@ async def chat_completions(
         media_type="application/json",
         headers=headers,
     )
+
+
+# -- any other path under /v1 ---------------------------------------------------------------
+
+fallback = APIRouter(include_in_schema=False)
+"""Mounted last: a path under ``/v1`` that no route serves gets a 404 in OpenAI's shape that
+lists the endpoints there are (a client pointed at an API this service lacks learns what it
+has), and a known path with another method a 405."""
+
+
+def _endpoints(request: Request) -> list[str]:
+    """``METHOD /v1/...`` for each operation of the service's OpenAPI schema (built once)."""
+    paths = request.app.openapi().get("paths", {})
+    return [
+        f"{method.upper()} {path}"
+        for path, operations in paths.items()
+        if path.startswith("/v1/")
+        for method in operations
+    ]
+
+
+@fallback.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+async def unknown_endpoint(request: Request, path: str) -> Response:
+    """404 (or 405) for what no route serves, naming the endpoints there are."""
+    for route in request.app.router.routes:
+        if getattr(route, "endpoint", None) is unknown_endpoint:
+            continue
+        match, _ = route.matches(request.scope)
+        if match is Match.PARTIAL:  # the path exists, with other methods
+            allowed = ", ".join(sorted(getattr(route, "methods", None) or ()))
+            return OpenAIError(
+                405,
+                f"{request.method} is not allowed on {request.url.path}; use {allowed}",
+                code="method_not_allowed",
+                headers={"Allow": allowed},
+            ).response()
+    endpoints = _endpoints(request)
+    return OpenAIError(
+        404,
+        f"no endpoint {request.method} {request.url.path} here; this service serves: "
+        + ", ".join(endpoints),
+        code="unknown_endpoint",
+    ).response()

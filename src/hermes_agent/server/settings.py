@@ -109,6 +109,11 @@ class ServiceSettings(BaseModel):
     """Per-user daily quotas (runs and tokens), kept where the API keys are."""
     channels: dict[str, Any] = Field(default_factory=dict)
     """Channels (webhook, WeCom bot, email): validated by ``hermes_agent.channels``."""
+    openai_client_tools: Literal["off", "alone", "with_agent_tools"] = "alone"
+    """When an OpenAI client sends its own ``tools`` (the facade then hands their calls back to
+    it): ``alone`` — the run sees only the client's tools; ``with_agent_tools`` — the agent's
+    own tools stay available beside them (and run server-side); ``off`` — client tools are
+    refused (400)."""
     execution: Literal["in_process", "queue"] = "in_process"
     """Where runs run: in this process (``in_process``), or on the Celery workers of the
     config's ``queue:`` section (``queue``: ``POST /v1/runs`` answers ``202`` at once and the

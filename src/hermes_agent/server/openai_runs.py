@@ -1,0 +1,177 @@
+"""How a request to either OpenAI API of the facade becomes a run: one way for
+``/v1/chat/completions`` and ``/v1/responses``.
+
+Each call is one run started through the run layer's backend, as ``POST /v1/runs`` starts one:
+the same key, gate (message size, output schema budgets, toolsets that only narrow, runs in
+flight, daily quota), run timeout, approvals, cancellation, metrics and audit trail. What the
+facade adds is only the mapping:
+
+- the conversation: a session the service keeps (the client names it), or, for a request that
+  stands alone, a new session seeded with the request's earlier turns (for a Responses
+  ``previous_response_id``: that response's turns, then the request's);
+- the client's tools (``server.openai_tools``) as the run's client tools, declared around the
+  start of the run (``pipeline.client_tools``); the operator's ``openai_client_tools`` setting
+  says whether the agent's own tools stay visible beside them (``toolsets: []`` hides them —
+  a narrowing the gate checks like any other);
+- a response format as the run's ``output_schema``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+
+from hermes_agent.audit.redaction import redact_messages
+from hermes_agent.pipeline.client_tools import ClientTurn, client_turn
+from hermes_agent.runs.backend import RunBackend, RunView
+from hermes_agent.runs.principal import Principal, stored_session_id
+from hermes_agent.runs.request import RunRequest
+from hermes_agent.server.openai_tools import Conversation
+from hermes_agent.server.openai_wire import NO_RETRY, OpenAIError, refuse
+from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.storage.base import SessionIdError, Storage
+from hermes_agent.tools.registry import Tool
+from hermes_agent.types import TOOL_CHOICE_MODES, Message
+
+_FAILED = {"cancelled": (409, "run_cancelled"), "timed_out": (504, "run_timed_out")}
+
+
+@dataclass(slots=True)
+class FacadeRun:
+    """What one OpenAI request asks of the agent."""
+
+    conversation: Conversation
+    session_id: str | None = None
+    """The client's session, which the service keeps; ``None``: the request stands alone."""
+    tool_choice: str | None = None
+    """For the run: a mode, or one of the agent's own tools."""
+    toolsets: list[str] | None = None
+    client: ClientTurn | None = None
+    output_schema: dict[str, Any] | None = None
+    new_session: str | None = None
+    """The id a new session gets (default: a fresh one)."""
+
+
+def plan_tools(
+    settings: ServiceSettings,
+    tools: Sequence[Tool],
+    choice: str | None,
+    results: bool,
+    param: str,
+) -> tuple[str | None, list[str] | None, ClientTurn | None, str | None]:
+    """For a request's client ``tools`` and ``tool_choice`` (a mode or a tool's name): the run's
+    tool_choice and toolsets, the client turn (``results`` is filled in by the caller), and the
+    client's tool_choice. A 400 when the operator does not serve client tools, or the runs do
+    not run in this process (the declaration does not travel to the queue's workers)."""
+    if not tools and not results:
+        return choice, None, None, None
+    if settings.openai_client_tools == "off":
+        raise refuse(
+            "client-side tools are not served here (service.openai_client_tools: off): the "
+            "agent runs its own tools server-side; send the request without them",
+            param,
+        )
+    if settings.execution != "in_process":
+        raise refuse(
+            "client-side tools need runs in this process (service.execution: in_process); this "
+            "service runs them on the queue's workers",
+            param,
+        )
+    names = {tool.name for tool in tools}
+    with_agent_tools = settings.openai_client_tools == "with_agent_tools"
+    toolsets: list[str] | None = None if with_agent_tools else []
+    if choice is None or choice in TOOL_CHOICE_MODES or choice in names:
+        return None, toolsets, ClientTurn(tools=tuple(tools), tool_choice=choice), choice
+    if with_agent_tools:  # one of the agent's tools: the gate checks it may be used
+        return choice, toolsets, ClientTurn(tools=tuple(tools)), None
+    raise refuse(
+        f"tool_choice names {choice!r}, which is not one of this request's tools",
+        "tool_choice",
+        "invalid_value",
+    )
+
+
+async def _seed(storage: Storage, stored: str, history: list[Message], agent: Any) -> None:
+    messages = redact_messages(history, agent.redactor)  # as the agent saves its own turns
+    await run_in_threadpool(storage.sessions.append, stored, messages)
+
+
+async def load_session(storage: Storage, user: Principal, session_id: str) -> list[Message]:
+    """The turns of one of the caller's sessions (``[]``: none)."""
+    stored = stored_session_id(user.user_id, session_id)
+    return await run_in_threadpool(storage.sessions.load, stored)
+
+
+async def start_run(
+    request: Request, user: Principal, plan: FacadeRun, *, stream: bool, session_param: str
+) -> tuple[RunView, str]:
+    """Start the run through the backend; the run and its session id. A session seeded for a
+    run that then never started is removed again."""
+    state = request.app.state
+    backend: RunBackend = state.backend
+    storage: Storage = state.storage
+    session_id = plan.session_id or plan.new_session or uuid.uuid4().hex
+    stored = stored_session_id(user.user_id, session_id)
+    seeded = False
+    if plan.session_id is None:
+        history = plan.conversation.history
+        if history:
+            try:
+                await _seed(storage, stored, history, state.agent)
+            except SessionIdError as exc:
+                raise OpenAIError(
+                    400, str(exc), param=session_param, code="invalid_session_id"
+                ) from None
+            seeded = True
+    run_request = RunRequest(
+        message=plan.conversation.input_text(),
+        session_id=session_id,
+        tool_choice=plan.tool_choice,
+        toolsets=plan.toolsets,
+        output_schema=plan.output_schema,
+        stream=stream,
+    )
+    client = plan.client
+    if client is not None and plan.conversation.continues:
+        client = ClientTurn(client.tools, client.tool_choice, tuple(plan.conversation.results))
+    try:
+        with client_turn(client) if client is not None else nullcontext():
+            run = await backend.start(user, run_request)
+    except SessionIdError as exc:  # a session id the store cannot hold
+        raise OpenAIError(400, str(exc), param=session_param, code="invalid_session_id") from None
+    except BaseException:
+        if seeded:  # the run never started: leave no half-made session behind
+            await run_in_threadpool(storage.sessions.delete, stored)
+        raise
+    return run, session_id
+
+
+def run_error(run: RunView) -> OpenAIError | None:
+    """The error to answer for a run that is over without an answer (or failed inside)."""
+    result = run.result
+    if result is not None and result.get("loop_status") == "failed":  # its status says why
+        status = int(result.get("status") or 500)
+        return OpenAIError(
+            status if status >= 400 else 500,
+            str(result.get("error") or "the run failed"),
+            code="run_failed",
+            headers=dict(NO_RETRY),
+        )
+    if run.status == "completed" and result is not None:
+        return None
+    status, code = _FAILED.get(run.status, (500, "run_failed"))
+    return OpenAIError(
+        status, run.error or f"the run {run.status}", code=code, headers=dict(NO_RETRY)
+    )
+
+
+def token_counts(result: dict[str, Any] | None) -> tuple[int, int]:
+    """(prompt, completion) tokens of a run's result."""
+    usage = (result or {}).get("usage") or {}
+    return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
