@@ -394,7 +394,7 @@ def test_without_keys_no_other_site_can_drive_the_service(tmp_path: Path) -> Non
         client = httpx.Client(base_url=base, timeout=30)
         assert client.post("/v1/runs", json={"message": "hello"}).status_code == 200
         rebound = client.get("/v1/runs", headers={"Host": "evil.example"})
-        assert rebound.status_code == 403 and "Host header" in rebound.json()["detail"]
+        assert rebound.status_code == 421 and "Host header" in rebound.json()["detail"]
         page = client.post(
             "/v1/runs", json={"message": "hello"}, headers={"Origin": "http://evil.example"}
         )

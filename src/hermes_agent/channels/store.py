@@ -6,17 +6,23 @@
 - ``hermes_channel_log``: one row per channel event — an inbound message accepted or refused
   (bad signature, old timestamp, missing user field, over quota) with the user id it was mapped
   to, a delivery, a dead letter, a resend.
+- ``hermes_channel_signatures``: the signatures of the inbound requests seen, each until it
+  can no longer be inside the replay window (twice the window: a timestamp may be off either
+  way). Kept here, not in a process's memory, so that every process of the service on this
+  database, and the service after a restart, refuses a replay.
 
-Both live in the database of the API keys and quota counts (the key store's engine), or in
-memory when the keys are.
+All three live in the database of the API keys and quota counts (the key store's engine), or
+in memory when the keys are.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -26,6 +32,16 @@ from hermes_agent.storage.sql import _is_memory, _make_engine
 
 LOG_LIMIT = 10_000
 """Entries the memory log keeps (the oldest go first)."""
+MAX_SEEN_SIGNATURES = 100_000
+"""Signatures the memory store keeps (the oldest go first)."""
+PRUNE_EVERY = 100
+"""A SQL store deletes the signatures past their expiry once per this many new ones."""
+
+
+def signature_key(channel: str, signature: str) -> str:
+    """What is stored for a seen signature: the SHA-256 of the channel and the signature (of
+    a fixed length whatever the header held)."""
+    return hashlib.sha256(f"{channel}\0{signature}".encode("utf-8", "replace")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +110,12 @@ class ChannelStore(Protocol):
 
     def log(self, entry: LogEntry) -> None: ...
 
+    def first_time(self, channel: str, signature: str, expires: float) -> bool:
+        """Whether ``signature`` of ``channel`` was not seen before (or only past its expiry);
+        it is then remembered until ``expires`` (seconds since the epoch). Atomic across every
+        process sharing the store: of two at once, one is first."""
+        ...
+
     def entries(
         self, *, channel: str | None = None, event: str | None = None, limit: int = 100
     ) -> list[LogEntry]:
@@ -109,6 +131,7 @@ class MemoryChannelStore:
     def __init__(self) -> None:
         self._letters: dict[str, DeadLetter] = {}
         self._log: list[LogEntry] = []
+        self._seen: OrderedDict[str, float] = OrderedDict()
         self._lock = threading.Lock()
 
     def add_dead_letter(self, letter: DeadLetter) -> None:
@@ -137,6 +160,19 @@ class MemoryChannelStore:
         with self._lock:
             self._log.append(entry)
             del self._log[:-LOG_LIMIT]
+
+    def first_time(self, channel: str, signature: str, expires: float) -> bool:
+        key, now = signature_key(channel, signature), time.time()
+        with self._lock:
+            while self._seen and (
+                next(iter(self._seen.values())) < now or len(self._seen) > MAX_SEEN_SIGNATURES
+            ):
+                self._seen.popitem(last=False)
+            if self._seen.get(key, 0.0) >= now:
+                return False
+            self._seen[key] = expires
+            self._seen.move_to_end(key)
+            return True
 
     def entries(
         self, *, channel: str | None = None, event: str | None = None, limit: int = 100
@@ -181,6 +217,12 @@ channel_log = sa.Table(
     sa.Column("request_id", sa.String(64), nullable=True),
     sa.Column("detail", sa.Text, nullable=False),
 )
+seen_signatures = sa.Table(
+    "hermes_channel_signatures",
+    _metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("expires", sa.Float, nullable=False, index=True),
+)
 
 
 class SqlChannelStore:
@@ -189,7 +231,13 @@ class SqlChannelStore:
     def __init__(self, engine: sa.Engine, *, owns_engine: bool = False) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
-        _metadata.create_all(engine)
+        self._added = 0
+        # A database made before a table existed gets it here (create_all adds what is
+        # missing; every process may try at once).
+        try:
+            _metadata.create_all(engine)
+        except sa.exc.SQLAlchemyError:
+            _metadata.create_all(engine)  # another process made a table first
 
     @classmethod
     def open(cls, url: str) -> SqlChannelStore:
@@ -235,6 +283,27 @@ class SqlChannelStore:
                     detail=entry.detail,
                 )
             )
+
+    def first_time(self, channel: str, signature: str, expires: float) -> bool:
+        key, now = signature_key(channel, signature), time.time()
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(seen_signatures.insert().values(key=key, expires=expires))
+        except sa.exc.IntegrityError:
+            # Seen before: first again only when that entry has expired, and only for the one
+            # process whose update takes it.
+            with self.engine.begin() as conn:
+                taken = conn.execute(
+                    seen_signatures.update()
+                    .where(seen_signatures.c.key == key, seen_signatures.c.expires < now)
+                    .values(expires=expires)
+                )
+            return bool(taken.rowcount)
+        self._added += 1
+        if self._added % PRUNE_EVERY == 0:
+            with self.engine.begin() as conn:
+                conn.execute(seen_signatures.delete().where(seen_signatures.c.expires < now))
+        return True
 
     def entries(
         self, *, channel: str | None = None, event: str | None = None, limit: int = 100

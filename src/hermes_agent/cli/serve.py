@@ -46,6 +46,7 @@ from hermes_agent.errors import HermesAgentError
 
 if TYPE_CHECKING:
     from hermes_agent.server.auth import KeyStore
+    from hermes_agent.server.settings import ServiceSettings
 
 LOCAL_KEY_FILE = Path(".hermes") / "api-key"
 """Where ``serve`` with no config keeps the key of the user ``local``."""
@@ -115,17 +116,7 @@ def serve(
     # the handlers it found: these, so that the agent is closed and the exit status is 0.
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        server_config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=level,
-            access_log=False,  # the service writes its own JSON access log
-            ws_max_size=settings.max_body_bytes,  # a WebSocket message: the body limit too
-            # The runs' grace period starts at the signal (see _DrainingServer); uvicorn's
-            # own wait for connections gets a few seconds more, to deliver the last events.
-            timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
-        )
+        server_config = uvicorn_config(app, settings, level)
         _draining_server(uvicorn, app.state.manager, settings.shutdown_grace_s)(server_config).run()
     except _Stopped:
         pass
@@ -133,6 +124,76 @@ def serve(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         agent.close()
+
+
+def uvicorn_config(app: Any, settings: ServiceSettings, level: str = "info") -> Any:
+    """The uvicorn configuration ``serve`` runs ``app`` with: no uvicorn access log (the
+    service writes its own, without query strings, so no ``?access_token=`` key reaches a
+    log), the WebSocket message limit of the body limit, and the connection limits of the
+    settings — ``limit_concurrency``, ``timeout_keep_alive_s``, and ``header_timeout_s`` for
+    clients that never finish a request's headers (uvicorn alone waits for them forever)."""
+    import uvicorn
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=level,
+        access_log=False,  # the service writes its own JSON access log
+        ws_max_size=settings.max_body_bytes,  # a WebSocket message: the body limit too
+        limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=settings.timeout_keep_alive_s,
+        http=with_header_timeout(AutoHTTPProtocol, settings.header_timeout_s),
+        # The runs' grace period starts at the signal (see _DrainingServer); uvicorn's
+        # own wait for connections gets a few seconds more, to deliver the last events.
+        timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
+    )
+
+
+def with_header_timeout(protocol: type[Any], seconds: float) -> type[Any]:
+    """uvicorn's HTTP protocol class with a deadline for each request's headers: a connection
+    that has not sent a whole request head ``seconds`` after it opened (or after its last
+    answer) is closed. Without it a client that sends one header byte now and then
+    (slowloris), or nothing at all, holds its connection — and a ``limit_concurrency``
+    slot — for ever. A connection upgraded to a WebSocket belongs to its own protocol (its
+    pings) from then on."""
+
+    class HeadTimeoutProtocol(protocol):  # type: ignore[misc, valid-type]
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm_head_timer()  # the next request's head has the same deadline
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            loop = asyncio.get_running_loop()
+            self._head_timer = loop.call_later(seconds, self._head_timed_out)
+
+        def _head_timed_out(self) -> None:
+            transport = self.transport
+            if transport is None or transport.is_closing():
+                return
+            if transport.get_protocol() is not self:  # upgraded to a WebSocket
+                return
+            cycle = getattr(self, "cycle", None)
+            if cycle is not None and not cycle.response_complete:
+                return  # a request whose head arrived is being answered
+            transport.close()
+
+    HeadTimeoutProtocol.__name__ = f"HeadTimeout{protocol.__name__}"
+    return HeadTimeoutProtocol
 
 
 def _draining_server(uvicorn: Any, manager: Any, grace: float) -> Any:

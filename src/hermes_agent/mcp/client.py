@@ -39,6 +39,12 @@ The SDK's traps, and what is done about each:
   server's process group.
 - **Errors arrive as exception groups.** ``describe`` flattens a group into one line that names
   each distinct cause.
+- **A server decides how much it sends.** What a server can make the agent hold is bounded:
+  a listing of more than ``max_tools`` tools (all pages together, at most ``MAX_TOOL_PAGES``
+  pages) is refused when the server is loaded; one call's result larger than
+  ``max_result_bytes`` (as JSON) is an error result, never kept, shown to the model or written
+  to the trail; and a call that never ends, or streams forever, ends at its timeout. (The SDK
+  reads one message whole before it can be measured: the timeout bounds how long it reads.)
 """
 
 from __future__ import annotations
@@ -146,10 +152,16 @@ class McpConnection:
         deadline = time.monotonic() + self.config.connect_timeout
         tools: list[McpTool] = []
         cursor: str | None = None
+        limit = self.config.max_tools
         for _ in range(MAX_TOOL_PAGES):
             with _fail_at(deadline):
                 page = await client.list_tools(cursor=cursor)
-            tools.extend(page.tools)
+            tools.extend(page.tools[: limit + 1 - len(tools)])
+            if len(tools) > limit:
+                raise McpError(
+                    f"MCP server {self.name!r} lists more than {limit} tools (max_tools); "
+                    "raise max_tools if that many are meant"
+                )
             cursor = page.next_cursor
             if not cursor:
                 break
@@ -193,7 +205,7 @@ class McpConnection:
                 f"MCP server {self.name!r} failed during the call: {describe(exc)}; "
                 f"it is {self._again} on the next call"
             ) from None
-        return tool_result(result)
+        return bounded_result(tool_result(result), self.config.max_result_bytes, self.name)
 
     async def aclose(self) -> None:
         """Stop the supervisor (which closes the session and stops the server) and forget
@@ -545,6 +557,21 @@ def tool_result(result: CallToolResult) -> Any:
         except ValueError:
             pass
     return only
+
+
+def bounded_result(value: Any, limit: int, server: str) -> Any:
+    """``value`` when its JSON is at most ``limit`` bytes; else ``McpError`` saying how large
+    it was (the value itself is dropped here: not kept, shown nor stored)."""
+    try:
+        size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "replace"))
+    except (ValueError, RecursionError):  # nested past what JSON can write
+        raise McpError(f"MCP server {server!r} returned a result that is not JSON data") from None
+    if size > limit:
+        raise McpError(
+            f"MCP server {server!r} returned {size} bytes, more than max_result_bytes "
+            f"({limit}); ask for less, or raise max_result_bytes"
+        )
+    return value
 
 
 def _block(block: ContentBlock) -> Any:

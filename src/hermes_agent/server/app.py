@@ -41,16 +41,18 @@ from hermes_agent.server import (
     routes_responses,
     routes_replay,
     routes_runs,
+    stream_tokens,
     ws,
 )
 from hermes_agent.server.approvals import ApprovalBook
-from hermes_agent.server.auth import KeyStore, open_key_store
+from hermes_agent.server.auth import KeyStore, LiveCheck, open_key_store
 from hermes_agent.server.metrics import ServiceMetrics
-from hermes_agent.server.middleware import LoopbackOnly, ServiceMiddleware
+from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware
 from hermes_agent.server.queued import QueueService, check_queue_mode
 from hermes_agent.server.quotas import Quotas, quota_store_for
 from hermes_agent.server.runs import InProcessBackend, RunManager, RunRejected
 from hermes_agent.server.settings import ServiceSettings, service_settings
+from hermes_agent.server.sse import OpenStreams
 
 logger = logging.getLogger("hermes_agent.server")
 
@@ -134,14 +136,25 @@ def create_app(
     # The one seam the front doors run through, whichever engine runs the runs.
     backend: RunBackend = queue if queue is not None else InProcessBackend(manager, served.storage)
     app.state.backend = backend
+    # Open connections check their key again (revocation), and count per user.
+    app.state.stream_tokens = stream_tokens.stream_tokens_for(keys)
+    app.state.live = LiveCheck(keys, app.state.stream_tokens, settings.key_check_s)
+    app.state.streams = OpenStreams(settings.max_streams_per_user)
+    # Inside the service middleware, so that its refusals are logged and carry the headers.
+    app.add_middleware(
+        BrowserGuard,
+        auth=settings.auth,
+        host=settings.host,
+        allowed_hosts=settings.allowed_hosts,
+        allowed_origins=settings.allowed_origins,
+    )
     app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
-    if settings.auth == "none":  # no keys: only this machine, and no other site's page
-        app.add_middleware(LoopbackOnly)
     app.add_exception_handler(RunRejected, _rejected)
     app.add_exception_handler(RunNotFound, _not_found)
     app.add_exception_handler(ApprovalConflict, _conflict)
     app.add_exception_handler(HermesAgentError, _refused)
     app.include_router(routes_runs.router)
+    app.include_router(stream_tokens.router)
     app.include_router(routes_data.router)
     app.include_router(ws.router)
     app.include_router(routes_openai.router)

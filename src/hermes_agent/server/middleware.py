@@ -1,6 +1,8 @@
 """One ASGI middleware for what every HTTP request gets: a request id, the body size limit
-(413), one JSON access-log line, and — when the served agent is traced — the caller's W3C trace
-context (``traceparent``) as the parent of the runs the request starts."""
+(413), one JSON access-log line, the security headers of every answer (no sniffing, no
+referrer, no framing), and — when the served agent is traced — the caller's W3C trace context
+(``traceparent``) as the parent of the runs the request starts; and ``BrowserGuard``, which
+keeps other sites' pages from driving the service (Host and Origin checks)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,6 +22,17 @@ from hermes_agent.runs.principal import is_loopback
 
 access_log = logging.getLogger("hermes_agent.server.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
+"""Sent with every HTTP answer: no content-type sniffing, no ``Referer`` (a URL may carry a
+stream token), never inside another site's frame (clickjacking)."""
+FRAMING_CSP = (b"content-security-policy", b"frame-ancestors 'none'")
+"""Added where an answer has no policy of its own (the console's holds the same directive)."""
 
 
 class _BodyTooLarge(Exception):
@@ -59,11 +74,13 @@ class ServiceMiddleware:
             return message
 
         async def tagged(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] in ("http.response.start", "websocket.http.response.start"):
                 status["code"] = message["status"]
                 status["sent"] = True
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"x-request-id", request_id.encode())]
+                given = list(message.get("headers", []))
+                names = {bytes(name).lower() for name, _ in given}
+                extra = [h for h in (*SECURITY_HEADERS, FRAMING_CSP) if h[0] not in names]
+                message["headers"] = [*given, *extra, (b"x-request-id", request_id.encode())]
             await send(message)
 
         async def tagged_send(message: Message) -> None:
@@ -131,56 +148,119 @@ def _log_access(
 def _loopback_host(value: str) -> bool:
     """Whether a Host header (``name[:port]``, ``[v6]:port``) or an Origin's host names this
     machine's loopback."""
+    return is_loopback(_host_name(value))
+
+
+def _host_name(value: str) -> str:
+    """The name of a Host header or an Origin's netloc, without its port."""
     host = value.strip().lower()
     if host.startswith("["):
-        host = host[1:].partition("]")[0]
-    elif host.count(":") == 1:
-        host = host.partition(":")[0]
-    return is_loopback(host)
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        return host.partition(":")[0]
+    return host
 
 
-class LoopbackOnly:
-    """For ``auth: none`` (loopback only, no keys): a web page the local user visits must not
-    drive the service. A request whose ``Host`` is not a loopback name is refused (DNS
-    rebinding: a foreign name resolved to 127.0.0.1), and so is one — HTTP or WebSocket — whose
-    ``Origin`` is another site (a page's fetch, or cross-site WebSocket hijacking). Clients that
-    are not browsers send no ``Origin`` and are unaffected; the console is same-origin."""
+def _origin(value: str) -> str:
+    """An origin as browsers send it (``scheme://host[:port]``, lower case, no path)."""
+    parts = urlsplit(value.strip())
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else ""
 
-    def __init__(self, app: ASGIApp) -> None:
+
+class BrowserGuard:
+    """What a web page in the user's browser may do with the service.
+
+    - **Host** (when the service listens on loopback, or runs with ``auth: none``): only
+      loopback names and ``allowed_hosts`` are served; any other is 421. A page on
+      ``evil.example`` whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends its
+      own name, so it cannot read the service as if it were its own origin.
+    - **Origin** on the WebSocket, under every auth mode: only the service's own origin (the
+      one the ``Host`` names) and ``allowed_origins`` may open one; any other, ``null``
+      included (a sandboxed frame, a file), is 403. A browser sends its cookies, client
+      certificates and a proxy's credentials with a cross-site WebSocket, and no CORS
+      preflight guards it (cross-site WebSocket hijacking).
+    - **Origin** on HTTP with ``auth: none``: the same rule, 403 — there is no key a foreign
+      page would need, and a "simple" ``fetch`` (``mode: no-cors``, a form post) is sent
+      without a preflight. With keys, a foreign page cannot send the ``Authorization``
+      header without CORS, which the service does not grant unless told (``CORSMiddleware``).
+
+    Clients that are not browsers send no ``Origin`` and are unaffected."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        auth: str,
+        host: str,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
+    ) -> None:
         self.app = app
+        self.auth = auth
+        self.check_host = auth == "none" or is_loopback(host)
+        self.hosts = {h.strip().lower() for h in allowed_hosts}
+        self.origins = {_origin(o) for o in allowed_origins} - {""}
+
+    def host_ok(self, host: str) -> bool:
+        """Whether a request with this ``Host`` header is served."""
+        host = host.strip().lower()
+        return _loopback_host(host) or host in self.hosts or _host_name(host) in self.hosts
+
+    def origin_ok(self, origin: str, host: str) -> bool:
+        """Whether a page of ``origin`` may call a service reached as ``host``."""
+        given = _origin(origin)
+        if not given:  # "null", or not an origin at all
+            return False
+        return given.partition("://")[2] == host.strip().lower() or given in self.origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        problem = None
-        if not _loopback_host(headers.get("host", "")):
-            problem = (
-                "this service runs with auth: none and answers only requests addressed to "
-                "localhost or 127.0.0.1 (the Host header names another)"
-            )
+        host = headers.get("host", "")
         origin = headers.get("origin")
-        if problem is None and origin is not None and origin != "null":
-            from urllib.parse import urlsplit
-
-            if not _loopback_host(urlsplit(origin).netloc):
-                problem = (
-                    f"requests from the web page at {origin!r} are refused: with auth: none "
-                    "only pages served from this machine may call the service"
-                )
-        if problem is None:
+        if self.check_host and not self.host_ok(host):
+            await _refuse(
+                scope,
+                send,
+                421,
+                "this service answers only requests addressed to localhost, 127.0.0.1 or its "
+                "allowed_hosts (the Host header names another); add the name to "
+                "service.allowed_hosts if it is yours",
+            )
+        elif (
+            origin is not None
+            and (scope["type"] == "websocket" or self.auth == "none")
+            and not self.origin_ok(origin, host)
+        ):
+            await _refuse(
+                scope,
+                send,
+                403,
+                f"requests from the web page at {origin[:200]!r} are refused: only the "
+                "service's own pages and its allowed_origins may call it from a browser",
+            )
+        else:
             await self.app(scope, receive, send)
+
+
+async def _refuse(scope: Scope, send: Send, status: int, detail: str) -> None:
+    """An HTTP answer with ``status``; for a WebSocket the same before the handshake when the
+    server can send one (the ASGI denial response), else a plain 403 refusal."""
+    body = json.dumps({"detail": detail}).encode()
+    start: Message = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json")],
+    }
+    if scope["type"] == "websocket":
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008, "reason": "refused"})
             return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008, "reason": "origin refused"})
-            return
-        body = json.dumps({"detail": problem}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        start["type"] = "websocket.http.response.start"
+        await send(start)
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
+    await send(start)
+    await send({"type": "http.response.body", "body": body})

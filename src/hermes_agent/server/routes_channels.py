@@ -4,7 +4,9 @@ channel's sender.
 The request authenticates by its signature, not an API key: ``X-Hermes-Timestamp`` and
 ``X-Hermes-Signature`` (HMAC-SHA256 over ``<timestamp>.<body>`` with the channel's inbound
 secret; ``hermes_agent.channels.signing``); a bad signature or a timestamp outside the replay
-window is ``401`` and nothing runs, the same signature twice within the window ``409``. The
+window is ``401`` and nothing runs, the same signature twice within the window ``409`` — on
+every process of the service that shares its store, and after a restart (the signatures seen
+are kept in the channel store, ``hermes_channel_signatures``). The
 payload is mapped to a message and to the service's user ``<namespace>~<stable id>``
 (``hermes_agent.channels.inbound``); the run goes through the ``RunManager`` like every other, so
 that user's limits and daily quotas apply. The answer is ``202`` with the request id at once;
@@ -21,7 +23,6 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -48,8 +49,6 @@ from hermes_agent.server.settings import ServiceSettings
 
 logger = logging.getLogger("hermes_agent.channels")
 
-MAX_SEEN_SIGNATURES = 100_000
-
 
 class InboundAccepted(BaseModel):
     """The answer to an inbound message: taken (``accepted``, the run's ``request_id``) or
@@ -62,30 +61,17 @@ class InboundAccepted(BaseModel):
 
 
 class ChannelService:
-    """The hub, the answers being delivered, and the signatures seen in the replay window."""
+    """The hub and the answers being delivered."""
 
     def __init__(self, hub: ChannelHub | None, grace_s: float) -> None:
         self.hub = hub
         self.grace_s = grace_s
         self.tasks: set[asyncio.Task[None]] = set()
-        self._seen: OrderedDict[str, float] = OrderedDict()
 
     def spawn(self, work: Any) -> None:
         task: asyncio.Task[None] = asyncio.create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
-
-    def first_time(self, signature: str, window_s: float) -> bool:
-        """Whether ``signature`` was not seen within the replay window (then remembered)."""
-        now = time.time()
-        while self._seen and (
-            next(iter(self._seen.values())) < now or len(self._seen) > MAX_SEEN_SIGNATURES
-        ):
-            self._seen.popitem(last=False)
-        if signature in self._seen:
-            return False
-        self._seen[signature] = now + 2 * window_s  # the window reaches both ways
-        return True
 
     async def shutdown(self) -> None:
         """Let answers in flight go out for the grace period, then stop them (a rendered
@@ -162,7 +148,17 @@ def router_for(
             await _log(hub, name, "rejected_signature", detail=why)
             raise HTTPException(401, f"refused: {why}")
         assert signature is not None
-        if not service.first_time(signature.strip(), inbound_settings.replay_window_s):
+        # Remembered in the store until no timestamp it could carry is inside the window
+        # (which reaches both ways): shared by every process, kept across restarts.
+        expires = time.time() + 2 * inbound_settings.replay_window_s
+        try:
+            first = await asyncio.to_thread(hub.store.first_time, name, signature.strip(), expires)
+        except Exception:
+            logger.exception("channel %s: cannot check the signature against the store", name)
+            raise HTTPException(
+                503, "the channel store cannot be reached; nothing ran, send it again later"
+            ) from None
+        if not first:
             await _log(hub, name, "rejected_replay", detail="signature seen before")
             raise HTTPException(409, "this request was received already (same signature)")
         try:

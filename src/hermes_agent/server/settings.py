@@ -114,6 +114,32 @@ class ServiceSettings(BaseModel):
     it): ``alone`` — the run sees only the client's tools; ``with_agent_tools`` — the agent's
     own tools stay available beside them (and run server-side); ``off`` — client tools are
     refused (400)."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """``Host`` names served besides loopback ones (``localhost``, ``127.0.0.1``, ``[::1]``)
+    when the service listens on loopback or runs with ``auth: none`` — a reverse proxy's
+    public name, say; any other gets 421 (DNS rebinding). ``name`` or ``name:port``."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Web origins (``https://app.example``) whose pages may open the WebSocket — and, with
+    ``auth: none``, call the API — besides the service's own; any other gets 403."""
+    key_check_s: float = Field(default=2.0, gt=0)
+    """How long an open connection trusts its key's last check: a revoked key stops acting
+    on open WebSockets (at their next message) and event streams (at their next frame or
+    keep-alive) within this."""
+    stream_token_ttl_s: float = Field(default=300.0, gt=0)
+    """Seconds a stream token (``POST /v1/runs/{id}/stream-token``) may open its run's
+    event stream."""
+    max_streams_per_user: int = Field(default=16, gt=0)
+    """Event streams (``GET /v1/runs/{id}/events``) and WebSockets one user may hold open at
+    once; beyond it: 429 (the stream of a ``POST /v1/runs`` with ``stream: true`` counts but
+    is never refused: the runs in flight bound it)."""
+    limit_concurrency: int | None = Field(default=1000, gt=0)
+    """Connections (and requests in progress) uvicorn holds at once under ``hermes-agent
+    serve``; beyond it new requests get 503. ``null``: no limit."""
+    timeout_keep_alive_s: int = Field(default=5, gt=0)
+    """Seconds an idle HTTP keep-alive connection is kept (``hermes-agent serve``)."""
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    """Seconds a client has to send a request's headers (``hermes-agent serve``): a slow
+    client (slowloris) is closed after it."""
     execution: Literal["in_process", "queue"] = "in_process"
     """Where runs run: in this process (``in_process``), or on the Celery workers of the
     config's ``queue:`` section (``queue``: ``POST /v1/runs`` answers ``202`` at once and the

@@ -11,7 +11,13 @@ run layer's backend, so the same messages serve runs in process and runs on the 
 
 The key comes in ``Authorization: Bearer <key>``, or — from a browser, whose ``WebSocket``
 cannot send headers — as the second of two subprotocols, ``new WebSocket(url, ["bearer",
-key])``; the server then answers with the subprotocol ``bearer`` (never the key).
+key])``; the server then answers with the subprotocol ``bearer`` (never the key). The key is
+checked again before every message the client sends and every event pushed (``LiveCheck``, at
+most one store lookup per ``key_check_s``): once it is revoked, the next message gets an
+``error`` with ``status: 401`` and the socket closes with 1008. A page of another origin
+cannot open a socket at all (``middleware.BrowserGuard``), and a user holds at most
+``max_streams_per_user`` sockets and event streams (beyond: an ``error`` with ``status: 429``,
+then close 1013).
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from hermes_agent.errors import HermesAgentError
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
 from hermes_agent.runs.gate import RunRejected
 from hermes_agent.runs.request import RunRequest
-from hermes_agent.server.auth import LOCAL_USER, Principal, authenticate
+from hermes_agent.server.auth import LOCAL_USER, Credential, LiveCheck, Principal, authenticate
+from hermes_agent.server.sse import OpenStreams
 
 router = APIRouter()
 
@@ -46,16 +53,27 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         header = f"Bearer {offered[1]}"
     if state.settings.auth == "none":
         user: Principal | None = Principal(LOCAL_USER)
+        credential = Credential()
     else:
         user = await asyncio.to_thread(authenticate, state.keys, header)
+        credential = Credential.of(header, {})
     if user is None:
         await websocket.close(code=1008, reason="missing or invalid API key")
         return
     await websocket.accept(subprotocol=subprotocol)
+    streams: OpenStreams = state.streams
+    if not streams.enter(user.user_id):
+        await websocket.send_text(
+            json.dumps({"type": "error", "status": 429, "detail": streams.refusal()})
+        )
+        await websocket.close(code=1013, reason="too many open streams")
+        return
     session = _Socket(websocket, state.backend, user, state.settings.send_timeout_s)
+    session.live, session.credential = state.live, credential
     try:
         await session.serve()
     finally:
+        streams.leave(user.user_id)
         for task in session.pumps:
             task.cancel()
 
@@ -70,6 +88,25 @@ class _Socket:
         self.send_timeout = send_timeout
         self.pumps: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
+        self.live: LiveCheck | None = None
+        self.credential = Credential()
+        self.closed = False
+
+    async def standing(self) -> bool:
+        """Whether the socket's key still stands; if not, say so and close (1008)."""
+        if self.closed:
+            return False
+        if self.live is None or await self.live.stands(self.credential):
+            return True
+        if not self.closed:
+            self.closed = True
+            detail = "the API key of this socket was revoked; connect again with a valid key"
+            try:
+                await self._error(401, detail)
+                await self.websocket.close(code=1008, reason="API key revoked")
+            except (WebSocketDisconnect, RuntimeError, TimeoutError):
+                pass  # gone already
+        return False
 
     async def send(self, message: dict[str, Any]) -> None:
         async with self._lock:
@@ -82,7 +119,7 @@ class _Socket:
         limit = self.websocket.app.state.settings.max_body_bytes
         while True:
             frame = await self.websocket.receive()
-            if frame["type"] == "websocket.disconnect":
+            if frame["type"] == "websocket.disconnect" or not await self.standing():
                 return
             raw = frame.get("text")
             if raw is None:  # a binary frame
@@ -151,6 +188,8 @@ class _Socket:
             items = await self.backend.events(request_id, self.user, 0, keepalive, started=True)
             async with aclosing(items) as following:
                 async for item in following:
+                    if not await self.standing():
+                        return
                     if item is None:  # a keep-alive: nothing to send on a socket
                         continue
                     event_id, wire = item
