@@ -262,12 +262,6 @@ class McpServerConfig(_Strict):
     max_result_bytes: int = Field(default=1_000_000, gt=0)
     """The largest result (as JSON, UTF-8) one call may return; a larger one is an error result
     and is neither kept, shown to the model nor written to the trail."""
-    max_tools: int = Field(default=500, gt=0)
-    """The most tools the server may list (all pages together); a listing past it is refused
-    when the server is loaded, naming the setting."""
-    max_result_bytes: int = Field(default=1_000_000, gt=0)
-    """The largest result (as JSON, UTF-8) one call may return; a larger one is an error result
-    and is neither kept, shown to the model nor written to the trail."""
     requires_approval: bool = False
     """Every tool of this server needs the approver's yes."""
     strict_schemas: bool = True
