@@ -304,7 +304,7 @@ def test_calls_sharing_an_id_are_kept_apart() -> None:
     assert len({c.id for c in result.tool_calls}) == 2
 
 
-def test_a_failed_run_still_closes_its_turn_in_the_session() -> None:
+def test_a_failed_run_leaves_the_session_as_it_was() -> None:
     def answer(messages: list[Message], tools: object) -> str:
         if messages[-1].content == "first":
             raise RuntimeError("endpoint exploded")
@@ -314,9 +314,12 @@ def test_a_failed_run_still_closes_its_turn_in_the_session() -> None:
     agent = Agent(model=model)
     failed = agent.run("first", session_id="s")
     assert failed.status == 502 and failed.error == "RuntimeError: endpoint exploded"
+    assert agent.sessions.load("s") == []  # the error is no turn of the conversation
     agent.run("second", session_id="s")
-    roles = [m.role for m in model.requests[-1].messages]
-    assert roles == ["user", "assistant", "user"]
+    sent = model.requests[-1].messages
+    assert [m.role for m in sent] == ["user"]
+    assert not any("exploded" in str(m.content) for m in sent)
+    assert [m.role for m in agent.sessions.load("s")] == ["user", "assistant"]
 
 
 def test_a_failing_custom_renderer_is_a_500_not_a_traceback() -> None:

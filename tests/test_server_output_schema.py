@@ -41,9 +41,11 @@ def test_the_answer_is_validated_against_the_requests_schema(tmp_path: Path) -> 
         result = bad.json()
         assert result["status"] == 422 and result["data"] is None
         assert result["output_retries"] >= 1  # the model was asked again before giving up
-        # The run itself is over and recorded as such, not as a failure of the service.
+        # The run went through to its end and failed there: its model never gave a valid
+        # answer (not a failure of the service); the result stays with it.
         status = client.get(f"/v1/runs/{result['request_id']}").json()
-        assert status["status"] == "completed"
+        assert status["status"] == "failed" and "did not match" in status["error"]
+        assert status["result"]["status"] == 422
 
         plain = client.post("/v1/runs", json={"message": "bad flight"})
         assert plain.status_code == 200 and plain.json()["data"] is None

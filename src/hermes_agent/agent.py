@@ -540,10 +540,15 @@ class Agent:
                     ctx.recorder.commit()  # whatever whole steps a failing run left
             if ctx.recorder is not None:
                 result.warnings.extend(ctx.recorder.warnings())
+            # A failed run (the model after its retries, a stage, a hook, refused input, an
+            # answer that never matched its schema) leaves the session as it was: its output
+            # is an account of the failure, not an answer, and the next turn must not read it
+            # as history. The trail keeps the whole failed turn.
+            failed = result.loop_status == "failed"
             if journal is not None and not dry_run:
-                saved = redact_messages(ctx.messages_to_save(), self.redactor)
+                saved = [] if failed else redact_messages(ctx.messages_to_save(), self.redactor)
                 await journal.save_turn(session_id, saved)  # failures fail the attempt
-            elif ctx.new_messages and not dry_run:
+            elif ctx.new_messages and not dry_run and not failed:
                 self._save_turn(session_id, ctx.messages_to_save(), result)
             self._costs(result)
         finally:

@@ -42,6 +42,10 @@ class Role(StrEnum):
     metadata (execution time, cache hit, truncation, fallback) of each (ToolExecutor; JSON)."""
     OUTPUT = "output"
     """The final answer (OutputRenderer); one per request."""
+    ACCEPTED = "accepted"
+    """A run the service admitted, written before anything of it runs, so its id resolves
+    from the moment it is given out (JSON: ``status``, ``instance``); stage ``RunManager``,
+    ``seq`` -1 (before the run's own records, which count from 0)."""
     STOPPED = "stopped"
     """Why a run ended without an output: cancelled, timed out or failed (JSON ``status`` and
     ``error``; written by the service that stopped it, stage ``RunManager``)."""

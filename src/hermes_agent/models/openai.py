@@ -47,7 +47,7 @@ import json
 import logging
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from weakref import WeakKeyDictionary
 
 from openai import (
@@ -89,6 +89,8 @@ from hermes_agent.types import (
     new_call_id,
 )
 
+_T = TypeVar("_T")
+_MAX_BACKOFF_S = 8.0  # the SDK's longest wait between two attempts (openai._constants)
 Mode = Literal["native", "hermes"]
 MODES: tuple[Mode, ...] = ("native", "hermes")
 
@@ -109,10 +111,16 @@ class OpenAICompatible(ModelBase):
 
     ``temperature`` and ``max_tokens`` are defaults that ``ModelSettings`` overrides per request.
     ``timeout`` (seconds per attempt) and ``max_retries`` go to the SDK, which retries connection
-    errors, timeouts, 408/409/429 and 5xx answers with exponential backoff. Pass ``client`` to
-    use a configured ``AsyncOpenAI`` as is (``base_url``, ``api_key``, ``timeout`` and
-    ``max_retries`` are then ignored). In ``native`` mode ``chat_format`` and the scratch-pad
-    setting do not apply: the server's own chat template renders the conversation.
+    errors, timeouts, 408/409/429 and 5xx answers with exponential backoff. The SDK's timeout
+    bounds each read, so an endpoint that trickles a byte at a time would never trip it:
+    ``deadline`` bounds a whole request — its retries, and a stream to its last chunk — and
+    defaults to what every attempt may take — ``timeout × (max_retries + 1)``, plus the SDK's
+    longest backoff (8 s) between attempts and a second — so a timeout of one attempt is
+    reported as such first; past it the request is ``ModelError``. Pass
+    ``client`` to use a configured ``AsyncOpenAI`` as is (``base_url``, ``api_key``, ``timeout``
+    and ``max_retries`` are then ignored; ``deadline`` still holds). In ``native`` mode
+    ``chat_format`` and the scratch-pad setting do not apply: the server's own chat template
+    renders the conversation.
     ``extra_body`` holds request fields the model does not set itself (``seed``, ``top_p``,
     ``stop``, ``response_format``, a server's own such as ``min_p``); they go into every request
     as they are and win over the model's own.
@@ -140,6 +148,7 @@ class OpenAICompatible(ModelBase):
         max_tokens: int | None = None,
         timeout: float = 60.0,
         max_retries: int = 2,
+        deadline: float | None = None,
         client: AsyncOpenAI | None = None,
         context_window: int | None = None,
         grammar: bool = False,
@@ -156,6 +165,12 @@ class OpenAICompatible(ModelBase):
         self.max_tokens = max_tokens
         self.timeout = timeout
         self.max_retries = max_retries
+        self.deadline = (
+            deadline if deadline is not None else _default_deadline(timeout, max_retries)
+        )
+        """Seconds one request may take in all (see the class docstring)."""
+        if not self.deadline > 0:
+            raise ConfigError(f"deadline must be a positive number of seconds, got {deadline!r}")
         self.context_window = context_window
         """The endpoint model's context size in tokens; when set, prompts are fitted to it."""
         self.grammar = grammar
@@ -218,7 +233,22 @@ class OpenAICompatible(ModelBase):
         tools: Sequence[dict[str, Any]],
         settings: ModelSettings,
     ) -> ModelResponse:
-        """Send the conversation, wait for the whole reply, and parse it."""
+        """Send the conversation, wait for the whole reply, and parse it (within ``deadline``)."""
+        deadline = asyncio.timeout(self.deadline)
+        try:
+            async with deadline:
+                return await self._complete(messages, tools, settings)
+        except TimeoutError:
+            if deadline.expired():
+                raise self._past_deadline() from None
+            raise
+
+    async def _complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> ModelResponse:
         body = self._body(messages, tools, settings, stream=False)
         usage = Usage()
         for attempt in range(self.max_retries + 1):
@@ -270,17 +300,21 @@ class OpenAICompatible(ModelBase):
         thought = _StreamedThought()
         usage = Usage(requests=1)
         received = False
+        # One deadline for the request and every chunk of it (each await is bounded by it;
+        # never a timeout across a ``yield``, which would land in the consumer's code).
+        when = asyncio.get_running_loop().time() + self.deadline
         try:
-            stream = await self._client().post(
-                _PATH,
-                body=body,
-                cast_to=ChatCompletion,
-                options=_OPTIONS,
-                stream=True,
-                stream_cls=AsyncStream[ChatCompletionChunk],
-            )
+            async with asyncio.timeout_at(when):
+                stream = await self._client().post(
+                    _PATH,
+                    body=body,
+                    cast_to=ChatCompletion,
+                    options=_OPTIONS,
+                    stream=True,
+                    stream_cls=AsyncStream[ChatCompletionChunk],
+                )
             try:
-                async for chunk in stream:
+                async for chunk in _before(when, stream):
                     if chunk.usage is not None:
                         usage = _usage(chunk.usage)
                     if not chunk.choices:
@@ -309,6 +343,10 @@ class OpenAICompatible(ModelBase):
                 await stream.close()
         except APIError as exc:
             raise self._model_error(exc) from exc
+        except TimeoutError:
+            if asyncio.get_running_loop().time() >= when:
+                raise self._past_deadline() from None
+            raise
         if not received:
             logger.warning(
                 "%s ended the stream without a reply%s; asking again without streaming",
@@ -389,6 +427,14 @@ class OpenAICompatible(ModelBase):
     def _where(self) -> str:
         return f"The model endpoint at {self.base_url.rstrip('/')} (model {self.name!r})"
 
+    def _past_deadline(self) -> ModelError:
+        return ModelError(
+            f"{self._where()} did not finish the request within its deadline of "
+            f"{self.deadline:g} s (the whole request: retries, and a stream to its last chunk). "
+            "The server may be overloaded or trickling its answer; raise `deadline` (by default "
+            "what every attempt may take) for models that answer slowly at length."
+        )
+
     def _model_error(self, exc: APIError) -> ModelError:
         url = self.base_url.rstrip("/")
         where = self._where()
@@ -412,6 +458,23 @@ class OpenAICompatible(ModelBase):
                 f"{_status_hint(exc.status_code)}"
             )
         return ModelError(f"{where} failed: {_excerpt(str(exc))}. Check the server's logs.")
+
+
+def _default_deadline(timeout: float, max_retries: int) -> float:
+    return timeout * (max_retries + 1) + _MAX_BACKOFF_S * max_retries + 1.0
+
+
+async def _before(when: float, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
+    """``items`` while the loop's clock is before ``when``; ``TimeoutError`` after it, even
+    while an item is awaited (an endpoint that trickles it a byte at a time)."""
+    iterator = aiter(items)
+    while True:
+        try:
+            async with asyncio.timeout_at(when):
+                item = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        yield item
 
 
 # -- replies ---------------------------------------------------------------------------------------

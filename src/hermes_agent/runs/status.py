@@ -6,8 +6,10 @@ status                 meaning
 ``queued``             admitted, waiting for a worker (queue only)
 ``running``            a model turn or a tool call is under way
 ``waiting_approval``   a tool call waits for its owner's answer (on the queue it holds no worker)
-``completed``          the run answered (its result says with which status code)
-``failed``             the run itself failed: the model, a tool, a hook (``error`` says why)
+``completed``          the run answered (its result says with which status code: 200, 206)
+``failed``             the run itself failed: the model, a stage, a hook, refused input or an
+                       answer that never matched its schema (``error`` says why; a run that got
+                       as far as a result keeps it: status 400, 422, 500 or 502)
 ``cancelled``          its owner, an operator or a shutdown cancelled it
 ``timed_out``          it ran past ``run_timeout_s``
 ``dead``               its deliveries were used up without an ending (queue only)
@@ -18,6 +20,8 @@ status                 meaning
 from __future__ import annotations
 
 from typing import Literal
+
+from hermes_agent.types import RunResult
 
 RunStatus = Literal[
     "queued",
@@ -45,3 +49,17 @@ STOP_CODES: dict[str, int] = {
 }
 """The status code of the ``stopped`` audit record of a run that ended without an answer (a
 plain ``POST /v1/runs`` answers such a run with the same code)."""
+
+
+def ending_status(result: RunResult) -> RunStatus:
+    """How a run that went through to its result ends: ``completed`` when the model answered
+    (fully, or partly: a ``206`` after ``max_iterations`` is an answer), ``failed`` when the run
+    itself failed on the way — the model after its retries (``502``), a stage or a hook
+    (``500``), input the pipeline refused (``400``), an answer that never matched the run's
+    output schema (``422``). The result's ``error`` says why.
+
+    The one mapping from a result to a run's ending, for the in-process engine and the queue's
+    workers alike; it reads the same mark (``loop_status == "failed"``) that makes the agent
+    leave a failed run's turn out of the session, so a run is ``completed`` exactly when its
+    turn is in the session's history."""
+    return "failed" if result.loop_status == "failed" else "completed"

@@ -69,14 +69,16 @@ class PendingApprovalBody(_Open):
 
 
 class QueuedBody(_Open):
-    """A run put on the queue (``execution: queue``): where to follow it."""
+    """A run accepted and not waited for — put on the queue (``execution: queue``, source
+    ``queue``) or started with ``Prefer: respond-async`` (in process: ``memory``): where to
+    follow it."""
 
     request_id: str
     session_id: str
     status: str
     status_url: str
     events_url: str
-    source: Literal["queue"]
+    source: Literal["queue", "memory"]
 
 
 class QueuedApprovalBody(_Open):
@@ -184,8 +186,17 @@ class StatusBody(_Open):
     error: str | None = None
 
 
+RUN_HEADERS: dict[str, Any] = {
+    "X-Run-Id": {"description": "The run's id", "schema": {"type": "string"}},
+    "Location": {
+        "description": "`/v1/runs/{id}`: where to look the run up",
+        "schema": {"type": "string"},
+    },
+}
+"""The headers of every answer for a run that was started."""
+
 _DESCRIPTIONS = {
-    400: "The body is not valid JSON",
+    400: "The body is not valid JSON (`detail` says so; the same answer on every endpoint)",
     401: "No valid API key (send `Authorization: Bearer <key>`)",
     404: "No such thing that belongs to the caller",
     409: "Answered already, or the run was cancelled",

@@ -18,12 +18,15 @@ instead, and are read back from the store they share (``server.queued``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
@@ -50,6 +53,7 @@ from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware
 from hermes_agent.server.queued import QueueService, check_queue_mode
 from hermes_agent.server.quotas import Quotas, quota_store_for
+from hermes_agent.server.run_records import StoreProbe, recover_interrupted
 from hermes_agent.server.runs import InProcessBackend, RunManager, RunRejected
 from hermes_agent.server.settings import ServiceSettings, service_settings
 from hermes_agent.server.sse import OpenStreams
@@ -114,6 +118,11 @@ def create_app(
             logger.warning(
                 "auth: none — every request is the user 'local'; use only on a trusted machine"
             )
+        if queue is None:  # in process: end what an earlier life of this instance left open
+            try:
+                await asyncio.to_thread(recover_interrupted, served, settings.instance)
+            except Exception:
+                logger.exception("cannot end the runs an earlier life left open (the store)")
         try:
             yield
         finally:
@@ -130,6 +139,7 @@ def create_app(
     app.state.manager = manager
     app.state.metrics = metrics
     app.state.storage = served.storage
+    app.state.store_probe = StoreProbe(served.storage)  # /readyz: can the store be written?
     app.state.keys = keys
     app.state.agent = served
     app.state.queue = queue
@@ -153,6 +163,7 @@ def create_app(
     app.add_exception_handler(RunNotFound, _not_found)
     app.add_exception_handler(ApprovalConflict, _conflict)
     app.add_exception_handler(HermesAgentError, _refused)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.include_router(routes_runs.router)
     app.include_router(stream_tokens.router)
     app.include_router(routes_data.router)
@@ -180,6 +191,16 @@ async def _not_found(_: Request, exc: Exception) -> Response:
 async def _conflict(_: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApprovalConflict)
     return JSONResponse({"detail": exc.message}, 409)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> Response:
+    """A body that is not JSON is 400 with one ``detail`` line, as everywhere in the API
+    (the OpenAI facade answers in its own shape); one that does not match its schema stays
+    FastAPI's 422 with the list of issues."""
+    assert isinstance(exc, RequestValidationError)
+    if any(issue.get("type") == "json_invalid" for issue in exc.errors()):
+        return JSONResponse({"detail": "the request body is not valid JSON"}, 400)
+    return await request_validation_exception_handler(request, exc)
 
 
 async def _refused(_: Request, exc: Exception) -> Response:

@@ -22,6 +22,7 @@ from hermes_agent.server.api_models import (
 from hermes_agent.server.auth import CurrentUser, KeyStore, Principal
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.routes_runs import json_response
+from hermes_agent.server.run_records import StoreProbe
 from hermes_agent.server.runs import RunManager, client_session_id, stored_session_id
 from hermes_agent.storage.base import Storage
 
@@ -140,13 +141,18 @@ async def healthz() -> Response:
     "/readyz",
     response_model=StatusBody,
     responses={
-        503: {"model": StatusBody, "description": "The store is unreachable, or shutting down"}
+        503: {
+            "model": StatusBody,
+            "description": "A store is unreachable, the store cannot be written (a full disk), "
+            "or the service is shutting down",
+        }
     },
 )
 def readyz(request: Request) -> Response:
-    """The store and the key store answer; 503 otherwise."""
+    """The store answers and can be written, and the key store answers; 503 otherwise."""
     keys: KeyStore = request.app.state.keys
     manager: RunManager = request.app.state.manager
+    probe: StoreProbe = request.app.state.store_probe
     try:
         _storage(request).sessions.list_sessions(limit=1)
         keys.ping()
@@ -155,6 +161,11 @@ def readyz(request: Request) -> Response:
         logger.exception("readiness check: a store cannot be reached")
         return json_response(
             {"status": "unavailable", "error": "a store cannot be reached (see the service log)"},
+            503,
+        )
+    if probe.problem() is not None:  # a store that reads but cannot write (a full disk)
+        return json_response(
+            {"status": "unavailable", "error": "the store cannot be written (see the service log)"},
             503,
         )
     if not manager.accepting:

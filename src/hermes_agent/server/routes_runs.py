@@ -17,6 +17,7 @@ from hermes_agent.runs.status import STOP_CODES
 from hermes_agent.server.api_models import (
     AUTHENTICATED,
     EVENT_STREAM,
+    RUN_HEADERS,
     ApprovalAnsweredBody,
     CancelBody,
     ErrorBody,
@@ -57,15 +58,40 @@ def _settings(request: Request) -> ServiceSettings:
     return settings
 
 
-def finished_response(view: RunView) -> Response:
-    """What a plain POST answers once the run is over or waits for an approval."""
+def run_headers(request_id: str) -> dict[str, str]:
+    """Where a run can be looked up, on every answer that starts one."""
+    return {"X-Run-Id": request_id, "Location": f"/v1/runs/{request_id}"}
+
+
+def finished_status(view: RunView) -> int:
+    """The HTTP status of a plain POST's answer: what happened to the run, so that a client
+    can tell success from failure without reading the body (docs/service.md, "Status codes").
+
+    ``completed`` is 200 (a partial answer, result status 206, included); a run that failed
+    with a result answers with the result's own status (400 refused input, 422 an answer that
+    never matched ``output_schema``, 500 a stage or a hook, 502 the model); one that stopped
+    without a result with its stop code (409 cancelled, 504 timed out, 500 failed, 503
+    interrupted); 202 while a tool call waits for an approval."""
     if view.status == "completed":
-        assert view.result is not None
-        # An answer that never matched the request's output_schema: the whole result, as 422.
-        return json_response(view.result, 422 if view.result["status"] == 422 else 200)
+        return 200
+    if view.result is not None:
+        code = int(view.result.get("status") or 500)
+        return code if code >= 400 else 500
     if view.status == "waiting_approval" or view.pending_approvals:
-        return json_response(view.to_dict(), 202)
-    return json_response(view.to_dict(), STOP_CODES.get(view.status, 200))
+        return 202
+    return STOP_CODES.get(view.status, 500)
+
+
+def finished_response(view: RunView) -> Response:
+    """What a plain POST answers once the run is over or waits for an approval: the result
+    when there is one (success or not), the run otherwise; the status says which."""
+    body = view.result if view.result is not None else view.to_dict()
+    return Response(
+        to_json(body),
+        finished_status(view),
+        media_type="application/json",
+        headers=run_headers(view.request_id),
+    )
 
 
 def queued_response(view: RunView) -> Response:
@@ -79,16 +105,22 @@ def queued_response(view: RunView) -> Response:
         "events_url": f"/v1/runs/{rid}/events",
         "source": view.source,
     }
-    return Response(
-        to_json(body), 202, media_type="application/json", headers={"Location": f"/v1/runs/{rid}"}
-    )
+    return Response(to_json(body), 202, media_type="application/json", headers=run_headers(rid))
 
 
 def event_stream(request: Request, items: Any, request_id: str) -> Response:
     settings = _settings(request)
     response = EventStreamResponse(frames(items), settings.send_timeout_s)
-    response.headers["Location"] = f"/v1/runs/{request_id}"
+    response.headers.update(run_headers(request_id))
     return response
+
+
+def responds_async(prefer: str | None) -> bool:
+    """``Prefer: respond-async`` (RFC 7240): answer 202 as soon as the run is started."""
+    if not prefer:
+        return False
+    tokens = (part.split(";")[0].strip().lower() for part in prefer.split(","))
+    return "respond-async" in tokens
 
 
 @router.post(
@@ -96,37 +128,79 @@ def event_stream(request: Request, items: Any, request_id: str) -> Response:
     response_model=RunResultBody,
     responses={
         200: {
-            "description": "The run's result; with `stream: true`, its events",
+            "description": "The run completed: its result; with `stream: true`, its events "
+            "(whatever the ending: the last event says it)",
             "content": EVENT_STREAM,
+            "headers": RUN_HEADERS,
         },
         202: {
             "model": RunBody | QueuedBody,
-            "description": "A tool call waits for an approval; with `execution: queue`, the "
-            "run was queued",
+            "description": "A tool call waits for an approval; with `Prefer: respond-async` "
+            "the run was started, or with `execution: queue` queued (where to follow it)",
+            "headers": RUN_HEADERS,
         },
-        409: {"model": RunBody, "description": "The run was cancelled"},
-        500: {"model": RunBody, "description": "The run failed"},
-        504: {"model": RunBody, "description": "The run took longer than run_timeout_s"},
-        **errors(400, 413, 429, 503, *AUTHENTICATED),
+        400: {
+            "model": ErrorBody | RunResultBody,
+            "description": "The body is not valid JSON, or the run refused its input (then "
+            "the whole result, status 400, run status `failed`)",
+            "headers": RUN_HEADERS,
+        },
+        409: {"model": RunBody, "description": "The run was cancelled", "headers": RUN_HEADERS},
+        **errors(413, 429, 503, 401),
         422: {
             "model": ErrorBody | RunResultBody,
-            "description": "The request was refused, or the answer never matched "
-            "`output_schema` (then the whole result, status 422)",
+            "description": "The request was refused before it ran, or the run's answer never "
+            "matched `output_schema` (then the whole result, status 422, run status `failed`)",
+            "headers": RUN_HEADERS,
+        },
+        500: {
+            "model": RunResultBody | RunBody,
+            "description": "The run failed: a stage or a hook (the result, status 500), or "
+            "unexpectedly (the run, status `failed`)",
+            "headers": RUN_HEADERS,
+        },
+        502: {
+            "model": RunResultBody,
+            "description": "The run failed: the model, after its retries (the result, status "
+            "502, run status `failed`)",
+            "headers": RUN_HEADERS,
+        },
+        504: {
+            "model": RunBody,
+            "description": "The run took longer than run_timeout_s (run status `timed_out`)",
+            "headers": RUN_HEADERS,
         },
     },
 )
-async def create_run(body: RunRequest, request: Request, user: CurrentUser) -> Response:
-    """Start a run: the ``RunResult`` JSON, ``202`` with the pending approvals (or, with
-    ``execution: queue``, with where to follow it), or with ``stream: true`` the run's events
-    as Server-Sent Events."""
+async def create_run(
+    body: RunRequest,
+    request: Request,
+    user: CurrentUser,
+    prefer: Annotated[
+        str | None,
+        Header(
+            description="`respond-async`: answer 202 with the run's id as soon as it has "
+            "started, not when it ends (RFC 7240)"
+        ),
+    ] = None,
+) -> Response:
+    """Start a run: the ``RunResult`` JSON (HTTP status as the run ended: docs/service.md),
+    ``202`` with the pending approvals (or, with ``Prefer: respond-async`` or ``execution:
+    queue``, with where to follow it), or with ``stream: true`` the run's events as
+    Server-Sent Events. Every answer for a run that started names it in ``X-Run-Id``."""
     backend, settings = _backend(request), _settings(request)
-    view = await backend.start(user, body, listening=body.stream or backend.answers_plain_posts)
+    detached = responds_async(prefer) and not body.stream
+    listening = body.stream or (backend.answers_plain_posts and not detached)
+    view = await backend.start(user, body, listening=listening)
     rid = view.request_id
     if body.stream:
         items = await backend.events(rid, user, 0, settings.keepalive_s, started=True)
         return event_stream(request, items, rid)
-    if not backend.answers_plain_posts:
-        return queued_response(view)
+    if detached or not backend.answers_plain_posts:
+        response = queued_response(view)
+        if detached:
+            response.headers["Preference-Applied"] = "respond-async"
+        return response
     return finished_response(await backend.wait(rid, user, started=True))
 
 

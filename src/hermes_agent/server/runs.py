@@ -41,9 +41,11 @@ from hermes_agent.runs.principal import client_session_id as client_session_id
 from hermes_agent.runs.principal import stored_session_id as stored_session_id
 from hermes_agent.runs.request import RunRequest as RunRequest
 from hermes_agent.runs.status import STOP_CODES as STOP_CODES
+from hermes_agent.runs.status import ending_status
 from hermes_agent.server.approvals import EXPIRED, ApprovalAnswered, ApprovalBook
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
+from hermes_agent.server.run_records import dropped, lost_records, write_accepted
 from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
 from hermes_agent.storage.base import Storage
 from hermes_agent.tools.registry import Tool
@@ -73,6 +75,12 @@ class Run:
         """Clients following the run now (streams, sockets, a plain POST waiting)."""
         self.cancel_reason: str | None = None
         self.start_error: HermesAgentError | None = None
+        self.started = False
+        """The agent took the run up (past its own refusals: its input stage began)."""
+        self.warnings: list[str] = []
+        """What the run's result must say beyond the agent's (a record the store refused)."""
+        self.dropped_before = 0
+        """Records the store's writer had set aside when the run began."""
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self._wake = asyncio.Event()
@@ -153,7 +161,9 @@ class RunManager:
     async def start(
         self, principal: Principal, request: RunRequest, *, listening: bool = True
     ) -> Run:
-        """Start a run and return it once it has an id. Raises ``RunRejected`` (the gate,
+        """Start a run and return it once the agent has taken it up (its first record is
+        stored before: the id resolves, even after a crash, from the moment it is returned).
+        Raises ``RunRejected`` (the gate,
         shutting down), ``SessionIdError`` (a session id the store cannot hold) or
         ``HermesAgentError`` (a request the agent refuses before it starts: channel, output
         format).
@@ -179,10 +189,36 @@ class RunManager:
             await gate.give_back(admission)
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         self._evict()
+        # The id is given out once start returns (a header, an event stream's first frame):
+        # from then on it must resolve, here and — after a crash — from the store.
+        agent = self.agent
+        run.id = str(uuid.uuid4())
+        run.dropped_before = dropped(agent)
+        if not request.dry_run:  # a dry run keeps no trail: nothing of it runs
+            stored = stored_session_id(owner, run.session_id)
+            write = asyncio.to_thread(write_accepted, agent, run.id, stored, self.settings.instance)
+            try:  # shielded: a caller gone meanwhile must not leave the record half-known
+                problem = await asyncio.shield(write)
+            except BaseException:
+                self._live.discard(run)
+                await asyncio.shield(gate.give_back(admission))
+                raise
+            if problem is not None:
+                run.warnings.append(problem)
+        if not self.accepting:  # the shutdown began while the record was written
+            self._live.discard(run)
+            await gate.give_back(admission)
+            self._stop(run, "cancelled", "the service shut down before the run started")
+            if not request.dry_run:
+                await self._record_stop(run, agent)
+            raise RunRejected(503, "the service is shutting down; try again on another instance")
+        self._register(run, run.id)
         run.listeners = int(listening)
-        run.task = asyncio.create_task(self._drive(run, self.agent, request))
+        run.task = asyncio.create_task(self._drive(run, agent, request))
         await run.ready.wait()
         if run.start_error is not None:
+            if self.runs.get(run.id) is run:  # refused: its id was never given out
+                del self.runs[run.id]
             await gate.give_back(admission)  # it never started: it does not count
             raise run.start_error
         return run
@@ -230,29 +266,33 @@ class RunManager:
 
         def listener(event: Event) -> None:
             nonlocal since
-            if isinstance(event, InputEvent) and not run.id:
-                self._register(run, event.request_id)
+            if isinstance(event, InputEvent) and not run.started:
+                run.started = True
+                run.ready.set()
             wire = event.to_dict()
             since = self.metrics.observe(wire, since)
             run.add(wire)
 
         try:
             async with asyncio.timeout(self.settings.run_timeout_s):
-                result = await agent.arun(
-                    request.message,
-                    session_id=stored_session_id(run.owner, run.session_id),
-                    tool_choice=request.tool_choice,  # type: ignore[arg-type]
-                    toolsets=request.toolsets,
-                    listener=listener,
-                    stream=True,
-                    dry_run=request.dry_run,
-                    output_format=request.output_format,
-                    channel=request.channel,
-                    output_type=request.output_schema,
-                )
-        except OutputValidationError as exc:
-            # The run went through to its end; only its answer never matched the schema.
-            self._finish(run, exc.result)
+                try:
+                    result = await agent.arun(
+                        request.message,
+                        session_id=stored_session_id(run.owner, run.session_id),
+                        tool_choice=request.tool_choice,  # type: ignore[arg-type]
+                        toolsets=request.toolsets,
+                        listener=listener,
+                        stream=True,
+                        dry_run=request.dry_run,
+                        output_format=request.output_format,
+                        channel=request.channel,
+                        output_type=request.output_schema,
+                        request_id=run.id,
+                    )
+                except OutputValidationError as exc:
+                    # The run went through to its end; its answer never matched the schema.
+                    result = exc.result
+                run.warnings.extend(await self._lost_records(run, agent, result))
         except TimeoutError:
             self._stop(
                 run,
@@ -263,11 +303,12 @@ class RunManager:
         except asyncio.CancelledError:
             self._stop(run, "cancelled", run.cancel_reason or "cancelled")
         except HermesAgentError as exc:
-            if run.id:
+            if run.started:
                 self._stop(run, "failed", str(exc))
             else:  # refused before it started: the caller gets the message (422)
                 run.start_error = exc
                 run.status = "failed"
+                run.error = str(exc)
         except Exception as exc:
             logger.exception("run %s failed", run.id or "(starting)")
             self._stop(run, "failed", f"the run failed unexpectedly: {type(exc).__name__}: {exc}")
@@ -277,28 +318,42 @@ class RunManager:
             run.finished = time.time()
             self._live.discard(run)
             self.metrics.in_flight.dec()
-            if run.id:
+            given_out = run.start_error is None
+            if given_out:
                 self.metrics.runs.labels(run.status).inc()
                 self._finished.append(run)
             run.ready.set()
             run.poke()
-            if run.id:  # every model turn counts, however the run ended
+            if given_out:  # every model turn counts, however the run ended
                 tokens = tokens_used(wire for _, wire in run.events)
                 settled = self.gate.settle(run.owner, run.id, tokens, once=False)
                 await asyncio.shield(settled)
-            if run.error is not None and not request.dry_run:  # stopped after it started
-                await self._record_stop(run, agent)
+            if run.result is None and run.error is not None and not request.dry_run:
+                # Stopped without an output record (or refused after its first record).
+                await self._record_stop(run, agent, 422 if not given_out else None)
 
     def _finish(self, run: Run, result: RunResult) -> None:
-        if not run.id:
-            self._register(run, result.request_id)
+        result.warnings.extend(run.warnings)
         wire = ResultEvent(result).to_dict()
         wire["result"]["session_id"] = run.session_id
         run.result = wire["result"]
+        # A run whose model failed after its retries (or a stage, a hook...) failed: its
+        # result stays, with the error (runs.status.ending_status).
+        status = ending_status(result)
+        if status == "failed":
+            run.error = result.error or f"the run ended with status {result.status}"
         run.add(wire)
-        run.status = "completed"
+        run.status = status
 
-    async def _record_stop(self, run: Run, agent: Agent) -> None:
+    async def _lost_records(self, run: Run, agent: Agent, result: RunResult) -> list[str]:
+        """What of the run's records the store did not take (``run_records.lost_records``):
+        looked for when the run saw the store fail, or its writer set records aside."""
+        suspect = bool(run.warnings) or any(w.startswith("storage:") for w in result.warnings)
+        if not suspect and dropped(agent) == run.dropped_before:
+            return []
+        return await asyncio.to_thread(lost_records, agent, run.id, suspect, run.dropped_before)
+
+    async def _record_stop(self, run: Run, agent: Agent, code: int | None = None) -> None:
         """End the audit trail of a run that stopped without an output (cancelled, timed out,
         failed) with one record saying so: stage ``RunManager``, role ``stopped``, the status
         code of ``STOP_CODES``, content ``{"status", "error"}`` as JSON, numbered after the
@@ -320,7 +375,7 @@ class RunManager:
                 stage="RunManager",
                 role=Role.STOPPED,
                 content={"status": run.status, "error": run.error},
-                status_code=STOP_CODES.get(run.status, 500),
+                status_code=code or STOP_CODES.get(run.status, 500),
                 model_name=agent.model.name,
                 redactor=agent.redactor,
                 latency_ms=(stopped_at - run.created) * 1000,
@@ -336,11 +391,8 @@ class RunManager:
     def _register(self, run: Run, request_id: str) -> None:
         run.id = request_id
         self.runs[request_id] = run
-        run.ready.set()
 
     def _stop(self, run: Run, status: RunStatus, error: str) -> None:
-        if not run.id:  # stopped before the agent gave it an id: give it one to report
-            self._register(run, str(uuid.uuid4()))
         run.error = error
         run.add(RunStoppedEvent(status=status, error=error).to_dict())
         run.status = status

@@ -144,6 +144,16 @@ class ServiceSettings(BaseModel):
     """Where runs run: in this process (``in_process``), or on the Celery workers of the
     config's ``queue:`` section (``queue``: ``POST /v1/runs`` answers ``202`` at once and the
     run's events are read back from the SQL store; see ``server.queued``)."""
+    instance_name: str | None = Field(default=None, min_length=1, max_length=200)
+    """This instance's name among those sharing a store (in process): each run's first record
+    names it, and on start the instance ends as ``interrupted`` the runs its earlier life left
+    without an ending — its own only. Default ``<host>:<port>``; give each instance on one
+    store its own."""
+
+    @property
+    def instance(self) -> str:
+        """``instance_name``, or ``<host>:<port>``."""
+        return self.instance_name or f"{self.host}:{self.port}"
 
     def gate_limits(self) -> GateLimits:
         """The limits the run layer's gate holds every run to."""
