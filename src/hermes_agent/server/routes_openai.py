@@ -62,6 +62,7 @@ client that drops its connection does not.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -69,7 +70,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Match
 
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal
@@ -546,33 +546,34 @@ lists the endpoints there are (a client pointed at an API this service lacks lea
 has), and a known path with another method a 405."""
 
 
-def _endpoints(request: Request) -> list[str]:
-    """``METHOD /v1/...`` for each operation of the service's OpenAPI schema (built once)."""
+def _operations(request: Request) -> dict[str, list[str]]:
+    """The methods of each ``/v1/...`` path of the service's OpenAPI schema (built once)."""
     paths = request.app.openapi().get("paths", {})
-    return [
-        f"{method.upper()} {path}"
+    return {
+        path: [method.upper() for method in operations]
         for path, operations in paths.items()
         if path.startswith("/v1/")
-        for method in operations
-    ]
+    }
+
+
+def _template(path: str) -> re.Pattern[str]:
+    return re.compile("^" + re.sub(r"\\\{[^}]*\\\}", "[^/]+", re.escape(path)) + "$")
 
 
 @fallback.api_route("/v1/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
 async def unknown_endpoint(request: Request, path: str) -> Response:
     """404 (or 405) for what no route serves, naming the endpoints there are."""
-    for route in request.app.router.routes:
-        if getattr(route, "endpoint", None) is unknown_endpoint:
-            continue
-        match, _ = route.matches(request.scope)
-        if match is Match.PARTIAL:  # the path exists, with other methods
-            allowed = ", ".join(sorted(getattr(route, "methods", None) or ()))
+    operations = _operations(request)
+    for template, methods in operations.items():
+        if _template(template).match(request.url.path):  # the path exists, with other methods
+            allowed = ", ".join(methods)
             return OpenAIError(
                 405,
                 f"{request.method} is not allowed on {request.url.path}; use {allowed}",
                 code="method_not_allowed",
                 headers={"Allow": allowed},
             ).response()
-    endpoints = _endpoints(request)
+    endpoints = [f"{m} {template}" for template, methods in operations.items() for m in methods]
     return OpenAIError(
         404,
         f"no endpoint {request.method} {request.url.path} here; this service serves: "
