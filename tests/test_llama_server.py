@@ -1,12 +1,15 @@
 """``OpenAICompatible`` against a real OpenAI-compatible server nobody here wrote:
-llama-cpp-python's own ``llama_cpp.server`` serving the bundled SmolLM2 GGUF on loopback.
+llama-cpp-python's own ``llama_cpp.server`` serving the bundled SmolLM2 GGUF on loopback,
+started the way docs/guide.md ("Against llama.cpp's server") says: ``hermes-agent
+llama-server`` with the guide's flags for each mode, and agents built from the guide's configs.
 
 The 135M model's answers are poor; what is tested is the path: a whole tool round trip (call →
 result sent back → the model's next turn) in ``hermes`` and ``native`` modes, streaming and not,
-and what happens when the server aborts a stream it cannot produce.
+what happens when the server aborts a stream it cannot produce, and the clear refusal when
+native mode meets a chat format that would ignore the tools.
 
-The server is started by the tests on a free port and stopped afterwards. It loads the model
-with llama.cpp's weight repacking off (``tests/llama_server.py``), as ``LlamaCpp`` does: the
+The servers are started by the tests on free ports and stopped afterwards. ``hermes-agent
+llama-server`` loads the model with llama.cpp's weight repacking off, as ``LlamaCpp`` does: the
 repacked AMX kernels crashed with this model on some of our machines.
 """
 
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -23,16 +28,26 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from hermes_agent import Agent, ResultEvent, RunResult
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
-from hermes_agent.models.llamacpp import bundled_model_path
+from hermes_agent.config import parse_config
+from hermes_agent.loading import build_agent
 from hermes_agent.models.openai import OpenAICompatible
 
 pytestmark = pytest.mark.embedded
-LAUNCHER = Path(__file__).with_name("llama_server.py")
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+
+
+def guide_block(label: str) -> str:
+    """The fenced block after ``<!-- llama-server...: label -->`` in the guide."""
+    text = GUIDE.read_text(encoding="utf-8")
+    found = re.search(rf"<!-- {re.escape(label)} -->\n```\w+\n(.*?)```", text, re.S)
+    assert found, f"docs/guide.md has no block marked {label!r}"
+    return found.group(1)
 
 
 def _free_port() -> int:
@@ -41,12 +56,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _serve(chat_format: str) -> Iterator[str]:
+def _serve(mode: str) -> Iterator[str]:
+    """The guide's command for ``mode``, on a free port, with a smaller context and two
+    threads so that the tests stay quick on small machines."""
     port = _free_port()
+    (line,) = guide_block(f"llama-server: {mode}").strip().splitlines()
+    program, *documented = shlex.split(line)
+    assert program == "hermes-agent"
     command = [
-        sys.executable, str(LAUNCHER), "--model", str(bundled_model_path()),
-        "--host", "127.0.0.1", "--port", str(port), "--chat_format", chat_format,
-        "--n_ctx", "1024", "--n_threads", "2", "--verbose", "False",
+        sys.executable, "-m", "hermes_agent", *documented,
+        "--port", str(port), "--n-ctx", "1024", "--n-threads", "2",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base_url = f"http://127.0.0.1:{port}/v1"
@@ -55,14 +74,14 @@ def _serve(chat_format: str) -> Iterator[str]:
         while True:
             if process.poll() is not None:
                 error = process.stderr.read().decode(errors="replace") if process.stderr else ""
-                pytest.fail(f"llama_cpp.server exited at start: {error[-2000:]}")
+                pytest.fail(f"hermes-agent llama-server exited at start: {error[-2000:]}")
             try:
                 if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail("llama_cpp.server did not start within 90 s")
+                pytest.fail("hermes-agent llama-server did not start within 90 s")
             time.sleep(0.3)
         yield base_url
     finally:
@@ -77,13 +96,31 @@ def _serve(chat_format: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def chatml_server() -> Iterator[str]:
     """Plain ChatML: what a Hermes-protocol model is served with (``hermes`` mode)."""
-    yield from _serve("chatml")
+    yield from _serve("hermes")
 
 
 @pytest.fixture(scope="module")
 def function_calling_server() -> Iterator[str]:
     """llama-cpp-python's own tool calling (``native`` mode)."""
-    yield from _serve("chatml-function-calling")
+    yield from _serve("native")
+
+
+def _guide_agent(mode: str, base_url: str) -> Agent:
+    """An agent built from the guide's config for ``mode``, pointed at the test's server."""
+    data = yaml.safe_load(guide_block(f"llama-server config: {mode}"))
+    assert data["model"]["base_url"].startswith("http://127.0.0.1:808")
+    data["model"].update(
+        base_url=base_url, max_tokens=64, timeout=120, max_retries=1, temperature=0.0
+    )
+    data["agent"] = {"max_iterations": 2}
+    agent = build_agent(parse_config(data, source="docs/guide.md"))
+
+    @agent.tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers, e.g. a=17 and b=23."""
+        return a * b
+
+    return agent
 
 
 def _agent(base_url: str, mode: str, tool_choice: str, **model_options: object) -> Agent:
@@ -159,3 +196,44 @@ def test_an_aborted_stream_falls_back_and_a_failure_is_a_502_with_the_servers_an
     assert result.error is not None and "answered HTTP 500" in result.error
     assert "internal_server_error" in result.error
     assert result.output != ""
+
+
+@pytest.mark.parametrize("mode", ["hermes", "native"])
+def test_the_guides_configs_make_a_round_trip(
+    chatml_server: str, function_calling_server: str, mode: str
+) -> None:
+    base_url = chatml_server if mode == "hermes" else function_calling_server
+    agent = _guide_agent(mode, base_url)
+    result = agent.run("What is 17 * 23?", tool_choice="multiply")
+    _assert_round_trip(result)
+    expected = "grammar" if mode == "hermes" else "server"
+    assert result.steps[0].tool_choice_enforcement == expected
+
+
+def test_native_mode_against_a_format_that_ignores_tools_fails_saying_so(
+    chatml_server: str,
+) -> None:
+    # Pointed at the hermes-mode server (plain ChatML), native mode would get prose and never
+    # a call; the server refuses the tools instead, and the run says what to start.
+    agent = _guide_agent("native", chatml_server)
+    result = agent.run("What is 17 * 23?", tool_choice="multiply")
+    assert result.status == 502 and result.tool_calls == []
+    assert result.error is not None
+    assert "chat format chatml, which ignores `tools`" in result.error
+    assert "--chat-format chatml-function-calling" in result.error
+
+
+def test_the_server_refuses_ignored_tools_with_an_openai_error(chatml_server: str) -> None:
+    request = {
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    }
+    refused = httpx.post(f"{chatml_server}/chat/completions", json=request, timeout=30)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "tools_ignored"
+    del request["tools"]
+    answered = httpx.post(
+        f"{chatml_server}/chat/completions", json={**request, "max_tokens": 4}, timeout=60
+    )
+    assert answered.status_code == 200  # everything else passes through untouched
+    assert answered.json()["choices"][0]["message"]["role"] == "assistant"
