@@ -193,3 +193,43 @@ def test_the_mcp_server_only_narrows_the_operators_tools() -> None:
     finally:
         agent.close()
     assert wiped == []
+
+
+def test_ask_is_a_run_of_the_backend_whose_approvals_the_policy_answers() -> None:
+    """``ask`` starts a run on the server's run backend (readable there by its id, as any
+    door's run) and answers the approvals the run asks for by the server's policy: a tool in
+    ``approve`` runs, any other is denied; a direct call is admitted by the same backend."""
+    from mcp import Client
+
+    from hermes_agent import tool
+    from hermes_agent.mcp.server import AgentMcpServer
+
+    launched: list[str] = []
+
+    @tool(requires_approval=True)
+    def launch(target: str) -> str:
+        """Launch something."""
+        launched.append(target)
+        return f"launched {target}"
+
+    call = '<tool_call>{"name": "launch", "arguments": {"target": "moon"}}</tool_call>'
+    for approve, expected in ((["launch"], True), ([], False)):
+        agent = Agent(ScriptedModel([call, "done"]), tools=[launch])
+        server = AgentMcpServer(agent, ask=True, approve=approve)
+
+        async def main(server: AgentMcpServer = server) -> object:
+            async with Client(server.lowlevel()) as client:
+                reply = await client.call_tool("ask", {"message": "launch it"})
+                assert reply.structured_content is not None, reply
+                rid = str(reply.structured_content["request_id"])
+                return await server.backend.view(rid, server.local_user)
+
+        try:
+            view = asyncio.run(asyncio.wait_for(main(), 60))
+        finally:
+            server.close()
+            agent.close()
+        assert view.status == "completed" and view.source == "memory"  # type: ignore[attr-defined]
+        approvals = view.result["approvals"]  # type: ignore[attr-defined]
+        assert [a["approved"] for a in approvals] == [expected], approvals
+    assert launched == ["moon"]

@@ -235,7 +235,8 @@ def check_the_trail(project: Path) -> None:
         users = {}
         for summary in storage.requests(limit=50):
             records = storage.records(summary["request_id"])
-            users[records[0].content] = records
+            asked = next(r.content for r in records if r.role == "user")
+            users[asked] = records
         call = 'MCP tools/call {"name": "multiply", "arguments": {"a": 6, "b": 7}}'
         assert call in users
         executed = [r for r in users[call] if r.stage == "ToolExecutor" and r.role == "tool"]

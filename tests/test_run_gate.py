@@ -18,10 +18,25 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from websockets.sync.client import connect
 
 from hermes_agent import Agent, ScriptedModel
-from hermes_agent.runs import Gate, GateLimits, Principal, RunRejected, RunRequest, tokens_used
+from hermes_agent.events import SelectionEvent, ThoughtEvent, ToolResultsEvent
+from hermes_agent.runs import (
+    ApprovalRequiredEvent,
+    Gate,
+    GateLimits,
+    Principal,
+    RunRejected,
+    RunRequest,
+    RunStoppedEvent,
+    StoredResultEvent,
+    UnknownEvent,
+    is_end,
+    read_event,
+    tokens_used,
+)
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.server.auth import MemoryKeyStore
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
@@ -222,10 +237,11 @@ def test_a_replay_is_a_counted_recorded_run_that_repeats_no_side_effect(tmp_path
 
 def test_the_gate_counts_turns_of_runs_that_never_answered() -> None:
     events = [
-        {"kind": "thought", "tokens": 30},
-        {"kind": "tool_results"},
-        {"kind": "thought", "tokens": 12},
-        {"kind": "run_stopped", "status": "cancelled"},
+        ThoughtEvent(status=200, step=0, tokens=30).to_dict(),
+        ToolResultsEvent(status=200).to_dict(),
+        ThoughtEvent(status=200, step=1, tokens=12).to_dict(),
+        RunStoppedEvent(status="cancelled", error="cancelled").to_dict(),
+        {"kind": "from_a_newer_version", "tokens": 1000},  # read past, never counted
     ]
     assert tokens_used(events) == 42
     answered = [*events[:3], {"kind": "result", "result": {"usage": {"total_tokens": 50}}}]
@@ -440,3 +456,28 @@ def test_a_channel_inbound_nested_past_the_parser_is_a_400(tmp_path: Path) -> No
             )
             assert reply.status_code == 400, reply.text
             assert "not valid JSON" in reply.json()["detail"]
+
+
+def test_a_runs_events_read_back_as_their_types() -> None:
+    """What the run layer dispatches on: each wire dict read back as its event type, nested
+    views included; an unknown kind or a missing field is ``UnknownEvent``, never a guess."""
+    from hermes_agent.events import PlannedCallView, RefusedCallView
+
+    selection = SelectionEvent(
+        status=200,
+        planned=[PlannedCallView("add", {"a": 1})],
+        rejected=[RefusedCallView("nuke", 403, "hidden")],
+    )
+    read = read_event({**selection.to_dict(), "added_later": True})  # newer fields: ignored
+    assert read == selection and isinstance(read, SelectionEvent)
+    assert read.rejected[0].status == 403
+    asked = ApprovalRequiredEvent("ap-1", "req-1", "charge", {"n": 5}, "t0", None)
+    assert read_event(asked.to_dict()) == asked
+    answered = {"output": "hi", "usage": {"total_tokens": 7}}
+    result = read_event({"kind": "result", "result": answered})
+    assert isinstance(result, StoredResultEvent) and result.tokens == 7
+    assert is_end(result.to_dict()) and is_end(RunStoppedEvent("failed", "x").to_dict())
+    assert not is_end(selection.to_dict()) and not is_end({"kind": "nope"})
+    for bad in ({"kind": "nope"}, {"kind": "thought"}, {"kind": "result", "result": "x"}, {}):
+        with pytest.raises(UnknownEvent):
+            read_event(bad)

@@ -1,6 +1,7 @@
 """The same scenarios through every front door, in both engines: the matrix the run layer
 promises. Rows are the doors — REST, SSE, the WebSocket, the OpenAI facade (plain and
-streaming), channels inbound — and columns the checks: the answer reaches the caller, another
+streaming), channels inbound, MCP over HTTP (the service's ``mcp`` door: ``ask``) — and
+columns the checks: the answer reaches the caller, another
 user gets 404 for the run, a spent daily quota is refused, the per-user limit on runs in flight
 is refused, a cancel stops the run, and an approval is asked, answered (approved and denied) and
 honoured. Each engine runs the same agent from the same config: the step model (an
@@ -9,10 +10,14 @@ service, and queued on real ``hermes-agent worker`` processes over Redis.
 
 A cell is ``ok`` when the door did what the check says, ``n/a`` where the door has no such
 operation (the facade and channels cannot cancel or answer an approval); the table is printed.
+An MCP ``ask`` run is a run of the service like any other (REST sees it, cancels it); nobody
+can be asked over MCP, so its approvals are the door's policy: ``approve`` lists ``step`` in
+the approvals world (the policy's denial is tests/test_mcp_gate.py's).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -37,7 +42,7 @@ from worker_harness import REDIS, Cluster, broker_up, free_port, psycopg_url
 
 pytestmark = pytest.mark.timeout(300)
 
-DOORS = ("rest", "sse", "websocket", "facade", "facade_stream", "channel")
+DOORS = ("rest", "sse", "websocket", "facade", "facade_stream", "channel", "mcp")
 STEP_SLEEP = 0.4
 """Seconds each ``step`` call takes: long enough to cancel a run or hold its slot."""
 
@@ -67,6 +72,21 @@ class World:
         return httpx.post(
             f"{self.url}/v1/channels/relay/inbound", content=body, headers=headers, timeout=30
         )
+
+    def ask(self, user: str, message: str) -> Any:
+        """``ask`` over the service's MCP door as ``user`` (the SDK's client)."""
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        async def main() -> Any:
+            auth = {"Authorization": f"Bearer {self.keys[user]}"}
+            http = httpx2.AsyncClient(headers=auth, timeout=60)
+            transport = streamable_http_client(f"{self.url}/mcp", http_client=http)
+            async with Client(transport, read_timeout_seconds=60) as client:
+                return await client.call_tool("ask", {"message": message})
+
+        return asyncio.run(asyncio.wait_for(main(), 90))
 
     def executions(self, tag: str) -> int:
         with self.cluster.effects_db() as conn:
@@ -110,6 +130,7 @@ def world(tmp_path: Path, mode: str, *, approvals: bool) -> Iterator[World]:
             max_runs_in_flight_per_user=1,
             quotas={"users": {"carol": {"runs_per_day": 0}, "relay~broke": {"runs_per_day": 0}}},
             channels=channels(receiver.url),
+            mcp={"path": "/mcp", "approve": ["step"] if approvals else []},
         )
         app = create_app(config, tools_files=[tmp_path / "tools.py"], settings=settings)
         url = stack.enter_context(serve(app))
@@ -206,6 +227,12 @@ def answer(w: World, door: str) -> str:
                 if x.startswith("data: {") and json.loads(x[6:]).get("choices")
             )
             assert text.startswith(expected), text
+        elif door == "mcp":
+            reply = w.ask("alice", message)
+            assert not reply.is_error, reply
+            assert reply.structured_content["output"].startswith(expected), reply
+            rid = reply.structured_content["request_id"]
+            assert ended(w, rid)["result"]["output"].startswith(expected)  # a service run
         else:
             accepted = w.inbound("wm-1", message)
             assert accepted.status_code == 202 and accepted.json()["status"] == "accepted"
@@ -244,6 +271,9 @@ def start_status(w: World, door: str, user: str, message: str) -> tuple[int, str
             socket.send(json.dumps({"type": "run", "message": message}))
             frame = json.loads(socket.recv(timeout=30))
             return int(frame.get("status") or 200), json.dumps(frame)
+    if door == "mcp":  # a refusal is the tool's error: "refused (<status>): <why>"
+        text = w.ask(user, message).content[0].text
+        return (int(text[9:12]), text) if text.startswith("refused (") else (200, text)
     with w.client(user) as c:
         if door == "rest":
             reply = c.post("/v1/runs", json={"message": message})
@@ -286,6 +316,8 @@ def limit(w: World, door: str) -> None:
 
 
 def cancel(w: World, door: str) -> str:
+    if door == "mcp":
+        return cancel_mcp(w)
     if door not in ("rest", "sse", "websocket"):
         return "n/a"
     tag = f"cancel{door}"
@@ -322,8 +354,36 @@ def cancel(w: World, door: str) -> str:
     return "ok"
 
 
+def cancel_mcp(w: World) -> str:
+    """An MCP ``ask`` run cancelled as any run of the caller's is: its ``ask`` ends with it."""
+    tag = "cancelmcp"
+    asked: list[Any] = []
+    caller = threading.Thread(target=lambda: asked.append(w.ask("alice", f"job {tag} steps=4")))
+    caller.start()
+    until(lambda: w.executions(tag) >= 1, what="the first step")
+    with w.client("alice") as alice:
+        running = alice.get("/v1/runs", params={"status": "running"}).json()["runs"]
+        rid = running[0]["request_id"]
+        assert alice.post(f"/v1/runs/{rid}/cancel").json()["cancelled"] is True
+    caller.join(60)
+    assert asked and asked[0].is_error, asked
+    assert asked[0].structured_content["run_status"] == "cancelled", asked[0]
+    assert ended(w, rid)["status"] == "cancelled"
+    time.sleep(2 * STEP_SLEEP)
+    assert w.executions(tag) < 4
+    return "ok"
+
+
 def approval(w: World, door: str) -> str:
     """Approve one run's call and deny another's through the door; bob cannot answer."""
+    if door == "mcp":  # the door's policy approves step (approve: [step])
+        reply = w.ask("alice", "job apmcp steps=1")
+        assert not reply.is_error, reply
+        run = ended(w, reply.structured_content["request_id"])
+        assert run["status"] == "completed", run
+        assert [a["approved"] for a in run["result"]["approvals"]] == [True], run
+        assert w.executions("apmcp") == 1
+        return "approved by policy"
     if door not in ("rest", "sse", "websocket"):
         return "n/a"
     for approved in (True, False):
@@ -407,4 +467,5 @@ def test_every_door_in_both_engines(tmp_path: Path, mode: str) -> None:
     print(f"\n{mode}:")
     for door, row in table.items():
         print(f"  {door:14} " + "  ".join(f"{check}={value}" for check, value in row.items()))
-    assert all(v in ("ok", "n/a") for row in table.values() for v in row.values())
+    allowed = ("ok", "n/a", "approved by policy")
+    assert all(v in allowed for row in table.values() for v in row.values())

@@ -106,22 +106,27 @@ def serve(
 
     agent = cli_agent(config, tools, no_demo_tools)
     agent.approver = approve_only(approve or ())  # never the terminal: stdin may be the protocol
-    keys, gate = _gate_for(config, http_keys=transport == "http" and auth == "keys")
+    keys, engine, queue = _engine_for(
+        config, agent, http_keys=transport == "http" and auth == "keys"
+    )
     try:
         server = AgentMcpServer(
-            agent,
+            engine.agent,
             ask=ask,
             toolsets=toolset,
             approve=approve or (),
             keys=keys,
             local_user=local,
-            gate=gate,
+            backend=queue if queue is not None else engine.backend,
         )
     except ValueError as exc:
+        engine.close()
         agent.close()
         fail(str(exc))
     unknown = sorted(set(approve or ()) - set(server.tools()))
     if unknown:
+        server.close()
+        engine.close()
         agent.close()
         fail(f"--approve {', '.join(unknown)}: no such tool is served")
     names = [*server.tools(), *(["ask"] if ask else [])]
@@ -142,19 +147,24 @@ def serve(
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.close()
+        if queue is not None:
+            queue.close()
+        engine.close()
         agent.close()
         if keys is not None:
             keys.close()
 
 
-def _gate_for(config: Any, *, http_keys: bool) -> tuple[Any, Any]:
-    """The service's key store (over HTTP with keys) and the run layer's gate with the
-    service's limits and daily quotas, as ``hermes-agent serve`` would apply them."""
+def _engine_for(config: Any, agent: Any, *, http_keys: bool) -> tuple[Any, Any, Any]:
+    """The service's key store (over HTTP with keys), the in-process engine for ``agent``
+    with the service's limits and daily quotas (as ``hermes-agent serve`` applies them), and,
+    with ``execution: queue``, the queue its ``ask`` runs go to instead."""
     from hermes_agent.cli.keys import key_store_url
     from hermes_agent.config import load_config
-    from hermes_agent.runs.gate import Gate
     from hermes_agent.server.auth import MemoryKeyStore, open_key_store
+    from hermes_agent.server.queued import QueueService
     from hermes_agent.server.quotas import Quotas, quota_store_for
+    from hermes_agent.server.runs import serve_in_process
     from hermes_agent.server.settings import service_settings
 
     try:
@@ -165,7 +175,16 @@ def _gate_for(config: Any, *, http_keys: bool) -> tuple[Any, Any]:
         fail(str(exc))
     quota_keys = keys if keys is not None else MemoryKeyStore()
     quotas = Quotas(settings.quotas, quota_store_for(quota_keys))
-    return keys, Gate(settings.gate_limits(), quotas)
+    engine = serve_in_process(agent, settings, quotas=quotas)
+    queue = None
+    if settings.execution == "queue":
+        assert loaded is not None and engine.agent.storage is not None
+        try:
+            queue = QueueService(loaded, engine.agent.storage, settings, engine.manager)
+        except Exception as exc:
+            engine.close()
+            fail(str(exc))
+    return keys, engine, queue
 
 
 def _serve_http(server: Any, host: str, port: int, path: str) -> None:

@@ -19,6 +19,14 @@ With ``ask=True`` the agent itself is one more tool, ``ask(message, session_id?)
 run with the agent's model, whose answer comes back as text (and, structured, with the run's
 status, request id and session id).
 
+Where runs go: through a run backend (``runs.backend.RunBackend``), the seam every front door
+of the service uses. ``ask`` starts a run there and follows its events (an approval it asks
+for is answered by this server's policy, a cancelled MCP request cancels the run), so it runs
+in process or on the queue's workers as the service does, counted with the service's own
+runs when the server is mounted in it (``service.mcp``). A direct tool call has no model turn
+to queue: it runs here, admitted by the same gate (``backend.admitted``). Without a backend of
+its own, the server keeps an in-process one with the service's default limits.
+
 Who calls: every call runs as a ``Principal`` and passes the run layer's gate. Over HTTP with
 ``keys`` the caller sends the service's API key (``Authorization: Bearer <key>``; anything else
 is a 401) and runs as that key's user; otherwise (stdio, or HTTP without keys, which only a
@@ -30,20 +38,24 @@ conversation.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import inspect
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import aclosing, suppress
 from typing import TYPE_CHECKING, Any
 
 from hermes_agent.agent import Agent
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.models.base import ModelBase, ModelSettings
 from hermes_agent.pipeline.context import Approver
 from hermes_agent.protocol.chatml import to_json, wrap_tool_call
-from hermes_agent.runs.gate import Gate, RunRejected, tokens_used, widening
+from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound, RunView
+from hermes_agent.runs.events import ApprovalRequiredEvent, read_known
+from hermes_agent.runs.gate import RunRejected, widening
 from hermes_agent.runs.principal import (
     Principal,
-    client_session_id,
     is_loopback,
     mcp_local_user,
     stored_session_id,
@@ -71,6 +83,8 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from hermes_agent.server.auth import KeyStore
+    from hermes_agent.server.runs import InProcessService
+    from hermes_agent.server.settings import ServiceSettings
 
 CALL_PREFIX = "MCP tools/call "
 """How a call's run starts its user message (the trail shows it so)."""
@@ -136,12 +150,20 @@ def approve_only(names: Iterable[str]) -> Approver:
     return approver
 
 
+KEEPALIVE_S = 15.0
+"""How often following an ``ask`` run wakes without an event (nothing is sent then)."""
+
+
 class AgentMcpServer:
     """The MCP face of an agent: ``tools/list`` lists its visible tools (``toolsets`` limits
     them) with their schemas, ``tools/call`` runs a call through its tool pipeline.
 
     ``approve`` names tools whose calls are approved; ``approver`` replaces that policy with
-    your own. ``ask=True`` adds the ``ask`` tool (the agent answering a message)."""
+    your own. ``ask=True`` adds the ``ask`` tool (the agent answering a message).
+
+    ``backend`` is where ``ask`` runs go (the service's, when mounted in it); without one the
+    server keeps an in-process backend of its own over ``agent``, with ``settings`` (the
+    service's defaults when ``None``) and, when given, ``quotas``."""
 
     def __init__(
         self,
@@ -154,8 +176,9 @@ class AgentMcpServer:
         name: str = "hermes-agent",
         keys: KeyStore | None = None,
         local_user: Principal | None = None,
-        gate: Gate | None = None,
-        max_runs_in_flight: int = 16,
+        backend: RunBackend | None = None,
+        settings: ServiceSettings | None = None,
+        quotas: Any = None,
     ) -> None:
         from hermes_agent import __version__
 
@@ -163,11 +186,14 @@ class AgentMcpServer:
         self.keys = keys
         """Over HTTP: the service's API keys every caller must present (``None``: none)."""
         self.local_user = local_user or mcp_local_user()
-        self.gate = gate
-        """The run layer's gate (limits and daily quotas); without one, only this server's own
-        limit on runs in flight applies."""
-        self.max_runs_in_flight = max_runs_in_flight
-        self._in_flight: dict[str, int] = {}
+        self._own: InProcessService | None = None
+        if backend is None:
+            from hermes_agent.server.runs import serve_in_process
+            from hermes_agent.server.settings import ServiceSettings
+
+            self._own = serve_in_process(agent, settings or ServiceSettings(), quotas=quotas)
+            backend = self._own.backend
+        self.backend: RunBackend = backend
         self.ask = ask
         if toolsets is not None:  # the server may narrow the operator's agent, never widen it
             refusal = widening(toolsets, None, agent)
@@ -176,9 +202,9 @@ class AgentMcpServer:
         self.toolsets = list(toolsets) if toolsets is not None else agent.toolsets
         self.name = name
         self.version = __version__
-        policy = approver if approver is not None else approve_only(approve)
-        self._direct = agent.fork(model=DirectCallModel(), approver=policy)
-        self._asker = agent.fork(approver=policy)
+        self.policy: Approver = approver if approver is not None else approve_only(approve)
+        """Who answers the approvals of this server's calls and runs."""
+        self._direct = agent.fork(model=DirectCallModel(), approver=self.policy)
         if ask and ASK_TOOL in self.tools():
             raise ValueError(f"the agent has a tool named {ASK_TOOL!r}; it cannot also serve ask")
 
@@ -189,8 +215,9 @@ class AgentMcpServer:
     def close(self) -> None:
         """Release what the server's runs used: their threads, worker processes and the MCP
         servers their tools talk to (which start again on the next call)."""
-        for fork in (self._direct, self._asker):
-            fork.close()
+        self._direct.close()
+        if self._own is not None:
+            self._own.close()
 
     # -- the protocol ---------------------------------------------------------------------------
 
@@ -232,6 +259,8 @@ class AgentMcpServer:
         arguments = dict(params.arguments or {})
         if self.ask and params.name == ASK_TOOL:
             return await self._ask(arguments, principal)
+        if params.name == ASK_TOOL and not self.ask:
+            raise MCPError(INVALID_PARAMS, "unknown tool 'ask': this server was started without it")
         tools = self.tools()
         if params.name not in tools:
             known = ", ".join([*tools, *([ASK_TOOL] if self.ask else [])]) or "none"
@@ -249,15 +278,16 @@ class AgentMcpServer:
     ) -> ToolCallRecord:
         """Run one call of tool ``name`` through the agent's pipeline as ``principal`` (the
         local user by default); its record (status, result or error). ``RunRejected`` when
-        the gate refuses it."""
+        the gate refuses it. It runs here, admitted by the backend's gate: counted among the
+        runs in flight and against the day's quota."""
         who = principal or self.local_user
         message = CALL_PREFIX + to_json({"name": name, "arguments": arguments})
         toolsets = list(self.toolsets) if self.toolsets is not None else None
         request = RunRequest(
             message=message, session_id=f"mcp-{uuid.uuid4().hex}", toolsets=toolsets
         )
-        async with self._admitted(who, request, self._direct):
-            result = await self._direct.arun(
+        async with self.backend.admitted(who, request, f"mcp tools/call {name}"):
+            result = await self._direct.arun(  # no model: its turn is the call itself
                 message,
                 session_id=stored_session_id(who.user_id, str(request.session_id)),
                 tool_choice="auto",
@@ -268,38 +298,6 @@ class AgentMcpServer:
         problem = result.error or result.output or "the call did not run"
         return ToolCallRecord(name, arguments, None, result.status, problem)
 
-    @contextlib.asynccontextmanager
-    async def _admitted(
-        self, principal: Principal, request: RunRequest, agent: Agent
-    ) -> AsyncIterator[list[int]]:
-        """The gate, around one run: its checks, the limits on runs in flight (this server's
-        own count), the daily quota; the run's tokens are settled however it ends. Yields a
-        one-item list the run puts its token count in."""
-        user = principal.user_id
-        total, mine = sum(self._in_flight.values()), self._in_flight.get(user, 0)
-        if self.gate is None:
-            if total >= self.max_runs_in_flight:
-                raise RunRejected(429, "the MCP server has as many runs in flight as it allows")
-            admission = None
-        else:
-            storage = agent.storage
-            limit = storage.max_id_length if storage is not None else 10**6
-            self.gate.check(principal, request, self.agent, limit)
-            self.gate.check_room(total, mine)
-            admission = await self.gate.take_quota(principal)
-        self._in_flight[user] = mine + 1
-        tokens = [0]
-        try:
-            yield tokens
-        finally:
-            left = self._in_flight.get(user, 1) - 1
-            if left > 0:
-                self._in_flight[user] = left
-            else:
-                self._in_flight.pop(user, None)
-            if self.gate is not None and admission is not None and tokens[0] > 0:
-                await self.gate.settle(user, f"mcp-{uuid.uuid4().hex}", tokens[0], once=False)
-
     async def _ask(self, arguments: dict[str, Any], principal: Principal) -> CallToolResult:
         message, session_id = arguments.get("message"), arguments.get("session_id")
         if not isinstance(message, str) or not message.strip():
@@ -309,35 +307,54 @@ class AgentMcpServer:
         unknown = sorted(set(arguments) - {"message", "session_id"})
         if unknown:
             return _failure(f"unknown argument {', '.join(unknown)} (allowed: message, session_id)")
-        user = principal.user_id
-        session = session_id if session_id is not None else uuid.uuid4().hex
         toolsets = list(self.toolsets) if self.toolsets is not None else None
-        request = RunRequest(message=message, session_id=session, toolsets=toolsets)
-        turns: list[dict[str, Any]] = []
+        request = RunRequest(message=message, session_id=session_id, toolsets=toolsets)
         try:
-            async with self._admitted(principal, request, self._asker) as tokens:
-                try:
-                    result = await self._asker.arun(
-                        message,
-                        session_id=stored_session_id(user, session),
-                        toolsets=toolsets,
-                        listener=lambda event: turns.append(event.to_dict()),
-                    )
-                finally:  # every model turn counts, however the run ended
-                    tokens[0] = tokens_used(turns)
+            view = await self.backend.start(principal, request, listening=True)
         except RunRejected as exc:
             return _failure(f"refused ({exc.status_code}): {exc.message}")
-        except Exception as exc:  # a run that cannot start (bad session id, broken model)
+        except HermesAgentError as exc:  # refused before it started (a bad session id)
             return _failure(f"{type(exc).__name__}: {exc}")
-        details = {
-            "output": result.output,
-            "status": result.status,
-            "request_id": result.request_id,
-            "session_id": client_session_id(user, result.session_id) or session,
-        }
-        if result.error:
-            details["error"] = result.error
-        return _result(result.output or result.error or "", details, error=result.status >= 400)
+        try:
+            view = await self._follow(view.request_id, principal)
+        except asyncio.CancelledError:  # the MCP client cancelled its request: so is the run
+            with suppress(RunNotFound):
+                await asyncio.shield(self.backend.cancel(view.request_id, principal))
+            raise
+        return _answer(view)
+
+    async def _follow(self, request_id: str, principal: Principal) -> RunView:
+        """Follow an ``ask`` run to its end, answering its approvals by this server's policy;
+        the run as it ended."""
+        following = await self.backend.events(request_id, principal, 0, KEEPALIVE_S, started=True)
+        async with aclosing(following) as items:
+            async for item in items:
+                event = read_known(item[1]) if item is not None else None
+                if isinstance(event, ApprovalRequiredEvent):
+                    approved, reason = await self._decide(event)
+                    with suppress(ApprovalConflict, RunNotFound):  # expired, or answered
+                        await self.backend.answer(event.approval_id, principal, approved, reason)
+        view = await self.backend.view(request_id, principal)
+        while not view.done:  # the log ended before the run did (a service shutting down)
+            view = await self.backend.wait(request_id, principal)
+            if not view.done:
+                await asyncio.sleep(0.1)
+        return view
+
+    async def _decide(self, asked: ApprovalRequiredEvent) -> tuple[bool, str]:
+        """One approval of an ``ask`` run, as this server's policy decides it (``approve``, or
+        the ``approver`` given): nobody can be asked over MCP."""
+        tool = self.agent.registry.get(asked.tool)
+        if tool is None:
+            return False, f"no tool {asked.tool!r} is served"
+        decision = self.policy(ToolCall(name=asked.tool, arguments=asked.arguments), tool)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        if isinstance(decision, tuple):
+            return bool(decision[0]), str(decision[1])
+        return bool(decision), "approved by the MCP server's approver" if decision else (
+            "denied by the MCP server's approver"
+        )
 
     # -- transports -----------------------------------------------------------------------------
 
@@ -407,6 +424,26 @@ class _RequireKey:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _answer(view: RunView) -> CallToolResult:
+    """An ``ask`` run's ending as the tool's result: the answer's text, and in structured
+    form the run's status, ids and error."""
+    result = view.result or {}
+    output = result.get("output") or view.output or ""
+    error = view.error or result.get("error")
+    code = result.get("status", view.status_code)
+    details: dict[str, Any] = {
+        "output": output,
+        "status": code,
+        "run_status": view.status,
+        "request_id": view.request_id,
+        "session_id": view.session_id,
+    }
+    if error:
+        details["error"] = error
+    failed = view.status != "completed" or (isinstance(code, int) and code >= 400)
+    return _result(output or error or view.status, details, error=failed)
 
 
 def _success(value: Any) -> CallToolResult:

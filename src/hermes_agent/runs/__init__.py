@@ -3,12 +3,23 @@ the front doors (REST, SSE, WebSocket, the OpenAI facade, channels, MCP, replay)
 agent. See ``runs.gate`` for what every run passes before anything of it runs."""
 
 from hermes_agent.runs.backend import (
-    END_KINDS,
     ApprovalConflict,
     Item,
     RunBackend,
     RunNotFound,
     RunView,
+)
+from hermes_agent.runs.events import (
+    END_EVENTS,
+    ApprovalRequiredEvent,
+    ApprovalResolvedEvent,
+    RunEvent,
+    RunStoppedEvent,
+    StoredResultEvent,
+    UnknownEvent,
+    is_end,
+    read_event,
+    read_known,
 )
 from hermes_agent.runs.gate import (
     Admission,
@@ -29,25 +40,34 @@ from hermes_agent.runs.request import RunRequest
 from hermes_agent.runs.status import FINAL_STATUSES, STOP_CODES, RunStatus
 
 __all__ = [
-    "END_KINDS",
+    "END_EVENTS",
     "FINAL_STATUSES",
     "LOCAL_USER",
     "STOP_CODES",
     "Admission",
     "ApprovalConflict",
+    "ApprovalRequiredEvent",
+    "ApprovalResolvedEvent",
     "Gate",
     "GateLimits",
     "Item",
     "Principal",
     "RunBackend",
+    "RunEvent",
     "RunNotFound",
     "RunRejected",
     "RunRequest",
     "RunStatus",
+    "RunStoppedEvent",
     "RunView",
+    "StoredResultEvent",
+    "UnknownEvent",
     "client_session_id",
     "exposed_toolsets",
+    "is_end",
     "mcp_local_user",
+    "read_event",
+    "read_known",
     "stored_session_id",
     "tokens_used",
 ]

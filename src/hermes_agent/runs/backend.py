@@ -11,6 +11,8 @@ back from the store they write). A front door calls these and never asks which e
     view = await backend.wait(view.request_id, principal)    # ended, or waiting for approval
     await backend.cancel(view.request_id, principal)
     await backend.answer(approval_id, principal, approved=True, reason="ok")
+    async with backend.admitted(principal, request, "replay") as tally:
+        ...                                                 # work done here, gated the same
 
 Someone else's run or approval is ``RunNotFound`` (a 404 at every door, never a 403: the id
 itself is not confirmed); an approval answered already is ``ApprovalConflict`` (409).
@@ -20,19 +22,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.runs.status import FINAL_STATUSES
 
+if TYPE_CHECKING:
+    from hermes_agent.runs.gate import Tally
+
 Item = tuple[int | None, dict[str, Any]] | None
 """What following a run yields: an event as ``(id, wire)`` (``id`` ``None`` for an ending made
 from the run's row, which the log does not hold), or ``None`` for a keep-alive."""
-
-END_KINDS = frozenset({"result", "run_stopped"})
-"""The kinds of a run's last event."""
 
 
 class RunNotFound(LookupError):
@@ -154,4 +157,13 @@ class RunBackend(Protocol):
 
     async def approvals(self, principal: Principal) -> list[dict[str, Any]]:
         """The caller's approvals waiting for an answer, oldest first."""
+        ...
+
+    def admitted(
+        self, principal: Principal, request: RunRequest, what: str
+    ) -> AbstractAsyncContextManager[Tally]:
+        """Work of the caller's that runs in this process and is not a run of the engine (a
+        replay, an MCP server's direct tool call; ``what`` names it): admitted by the same gate
+        as a run (``RunRejected``), counted among the runs in flight while it lasts, and its
+        tokens (the yielded ``Tally``) settled on the caller's day however it ends."""
         ...

@@ -23,13 +23,17 @@ In order, and the same refusal (status and message) from every door:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hermes_agent.agent import Agent
+from hermes_agent.events import ThoughtEvent
 from hermes_agent.pipeline.structured import schema_budget_problem
+from hermes_agent.runs.events import StoredResultEvent, UnknownEvent, read_event
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.storage.base import check_session_id
@@ -220,6 +224,46 @@ class Gate:
             logger.exception("cannot add the tokens of run %s to its quota", request_id)
 
 
+@dataclass(slots=True)
+class Tally:
+    """What admitted local work used, for the quota: set ``tokens`` before it ends."""
+
+    tokens: int = 0
+
+
+@contextlib.asynccontextmanager
+async def admitted_here(
+    gate: Gate,
+    principal: Principal,
+    request: RunRequest,
+    agent: Agent,
+    counts: Callable[[], Awaitable[tuple[int, int]]],
+    hold: Callable[[], contextlib.AbstractContextManager[None]],
+) -> AsyncIterator[Tally]:
+    """The gate around work of the caller's that runs in this process and is not one of an
+    engine's runs (a replay, an MCP server's direct tool call): the request's checks, room
+    among the runs in flight (``counts``: all, the caller's; ``hold`` counts this work as one
+    while it lasts), the daily quota; the tokens put in the tally are settled however it
+    ends; work that raises (it could not be done) is given back to the day's run count. A
+    backend's ``admitted`` is this, with its own counts."""
+    storage = agent.storage
+    gate.check(principal, request, agent, storage.max_id_length if storage else 10**6)
+    gate.check_room(*await counts())
+    admission = await gate.take_quota(principal)
+    tally = Tally()
+    try:
+        with hold():
+            yield tally
+    except BaseException:
+        await asyncio.shield(gate.give_back(admission))
+        raise
+    finally:
+        key = f"local-{uuid.uuid4().hex}"
+        await asyncio.shield(
+            gate.settle(admission.principal.user_id, key, tally.tokens, once=False)
+        )
+
+
 def widening(
     toolsets: Iterable[str] | None, tool_choice: str | None, agent: Agent
 ) -> RunRejected | None:
@@ -261,17 +305,14 @@ def tokens_used(events: Iterable[Mapping[str, Any]]) -> int:
     before its answer still counts every turn it took."""
     turns = 0
     for wire in events:
-        kind = wire.get("kind")
-        if kind == "result":
-            result = wire.get("result")
-            usage = result.get("usage") if isinstance(result, Mapping) else None
-            if isinstance(usage, Mapping):
-                total = usage.get("total_tokens")
-                if total is None:
-                    total = int(usage.get("prompt_tokens") or 0) + int(
-                        usage.get("completion_tokens") or 0
-                    )
-                return max(int(total), turns)
-        elif kind == "thought":
-            turns += int(wire.get("tokens") or 0)
+        try:
+            event = read_event(wire)
+        except UnknownEvent:
+            continue
+        if isinstance(event, StoredResultEvent):
+            total = event.tokens
+            if total is not None:
+                return max(total, turns)
+        elif isinstance(event, ThoughtEvent):
+            turns += int(event.tokens or 0)
     return turns

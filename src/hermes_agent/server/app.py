@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import request_validation_exception_handler
@@ -35,6 +36,7 @@ from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import build_agent, load_tools_file
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
+from hermes_agent.runs.principal import LOCAL_USER, Principal
 from hermes_agent.runs.principal import is_loopback as is_loopback
 from hermes_agent.server import (
     routes_channels,
@@ -47,14 +49,13 @@ from hermes_agent.server import (
     stream_tokens,
     ws,
 )
-from hermes_agent.server.approvals import ApprovalBook
 from hermes_agent.server.auth import KeyStore, LiveCheck, open_key_store
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware
 from hermes_agent.server.queued import QueueService, check_queue_mode
 from hermes_agent.server.quotas import Quotas, quota_store_for
 from hermes_agent.server.run_records import StoreProbe, recover_interrupted
-from hermes_agent.server.runs import InProcessBackend, RunManager, RunRejected
+from hermes_agent.server.runs import RunRejected, serve_in_process
 from hermes_agent.server.settings import ServiceSettings, service_settings
 from hermes_agent.server.sse import OpenStreams
 
@@ -94,19 +95,16 @@ def create_app(
             base.add_tool(item, replace=True)
 
     metrics = ServiceMetrics()
-    manager = RunManager(settings, metrics, ApprovalBook())
-    # One fork serves every run, so tool pools, rate limits and caches are shared by all runs;
-    # without a store of its own the service keeps sessions and traces in memory.
-    if base.storage is None:
-        served = base.fork(approver=manager.approver, storage="memory://")
-    else:
-        served = base.fork(approver=manager.approver)
-    manager.agent = served
-    assert served.storage is not None
     if keys is None:
         storage_url = hermes_config.storage.url if hermes_config and hermes_config.storage else None
         keys = open_key_store(settings.keys_url or storage_url or "memory://")
-    manager.quotas = Quotas(settings.quotas, quota_store_for(keys))  # beside the keys
+    # One fork serves every run (tool pools, rate limits and caches shared by all runs); the
+    # daily quotas are counted beside the keys.
+    engine = serve_in_process(
+        base, settings, metrics=metrics, quotas=Quotas(settings.quotas, quota_store_for(keys))
+    )
+    manager, served = engine.manager, engine.agent
+    assert served.storage is not None
     queue: QueueService | None = None
     if settings.execution == "queue":
         assert hermes_config is not None
@@ -144,8 +142,11 @@ def create_app(
     app.state.agent = served
     app.state.queue = queue
     # The one seam the front doors run through, whichever engine runs the runs.
-    backend: RunBackend = queue if queue is not None else InProcessBackend(manager, served.storage)
+    backend: RunBackend = queue if queue is not None else engine.backend
     app.state.backend = backend
+    mcp_door = _mcp_door(settings, served, backend, keys) if settings.mcp is not None else None
+    if mcp_door is not None:  # innermost: the service's own middleware guards it too
+        app.add_middleware(McpDoorway, door=mcp_door, path=settings.mcp.path)  # type: ignore[union-attr]
     # Open connections check their key again (revocation), and count per user.
     app.state.stream_tokens = stream_tokens.stream_tokens_for(keys)
     app.state.live = LiveCheck(keys, app.state.stream_tokens, settings.key_check_s)
@@ -175,6 +176,51 @@ def create_app(
     app.include_router(routes_channels.router_for(settings, served, keys, hermes_config))
     app.include_router(routes_openai.fallback)  # last: any other /v1/... path
     return app
+
+
+def _mcp_door(settings: ServiceSettings, served: Agent, backend: RunBackend, keys: KeyStore) -> Any:
+    """The MCP server of ``service.mcp``: the service's agent, engine (``backend``) and keys
+    (under ``auth: none``, the service's local user); its Starlette app."""
+    from hermes_agent.mcp.client import require_sdk
+    from hermes_agent.mcp.server import AgentMcpServer
+
+    door = settings.mcp
+    assert door is not None
+    try:
+        require_sdk()
+        server = AgentMcpServer(
+            served,
+            ask=door.ask,
+            toolsets=door.toolsets,
+            approve=door.approve,
+            keys=keys if settings.auth == "keys" else None,
+            local_user=Principal(LOCAL_USER),
+            backend=backend,
+        )
+    except (ImportError, ValueError, HermesAgentError) as exc:
+        raise ConfigError(f"service.mcp: {exc}") from None
+    return server.http_app(host=settings.host, path=door.path)
+
+
+class McpDoorway:
+    """ASGI: requests for ``path`` go to the MCP server's app, the rest to the service; the
+    MCP app's lifespan (its session manager) runs inside the service's."""
+
+    def __init__(self, app: Any, door: Any, path: str) -> None:
+        self.app = app
+        self.door = door
+        self.path = path.rstrip("/") or "/"
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            async with self.door.router.lifespan_context(self.door):
+                await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == self.path or path == self.path + "/"):
+            await self.door(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 async def _rejected(_: Request, exc: Exception) -> Response:

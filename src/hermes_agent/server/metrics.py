@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-_STAGE_EVENTS = {
-    "input": "input",
-    "thought": "thought",
-    "selection": "selection",
-    "tool_results": "execution",
-    "output": "output",
+from hermes_agent.events import (
+    Event,
+    InputEvent,
+    OutputEvent,
+    SelectionEvent,
+    ThoughtEvent,
+    ToolResultsEvent,
+)
+
+_STAGE_EVENTS: dict[type[Event], str] = {
+    InputEvent: "input",
+    ThoughtEvent: "thought",
+    SelectionEvent: "selection",
+    ToolResultsEvent: "execution",
+    OutputEvent: "output",
 }
 
 
@@ -62,19 +70,19 @@ class ServiceMetrics:
         if quota:
             self.quota_rejections.labels(reason).inc()
 
-    def observe(self, event: dict[str, Any], since: float) -> float:
-        """Count what one wire event says; returns the time to measure the next stage from."""
-        now = time.perf_counter()
-        stage = _STAGE_EVENTS.get(event.get("kind", ""))
+    def observe(self, event: Event, since: float) -> float:
+        """Count what one event says; returns the time to measure the next stage from."""
+        stage = _STAGE_EVENTS.get(type(event))
         if stage is None:
             return since
+        now = time.perf_counter()
         self.stage_latency.labels(stage).observe(now - since)
-        if stage == "execution":
-            for result in event.get("results", []):
-                self.tool_calls.labels(str(result.get("status"))).inc()
-        elif stage == "selection":
-            for refused in event.get("rejected", []):
-                self.tool_calls.labels(str(refused.get("status"))).inc()
+        if isinstance(event, ToolResultsEvent):
+            for result in event.results:
+                self.tool_calls.labels(str(result.status)).inc()
+        elif isinstance(event, SelectionEvent):
+            for refused in event.rejected:
+                self.tool_calls.labels(str(refused.status)).inc()
         return now
 
     def exposition(self) -> bytes:

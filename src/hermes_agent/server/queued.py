@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import time
 import uuid
@@ -46,9 +47,17 @@ from sqlalchemy import case, func, select
 
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError
-from hermes_agent.runs.backend import END_KINDS, ApprovalConflict, Item, RunNotFound, RunView
-from hermes_agent.runs.events import RunStoppedEvent, result_wire
-from hermes_agent.runs.gate import RunRejected, tokens_used
+from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
+from hermes_agent.runs.events import (
+    END_EVENTS,
+    ApprovalRequiredEvent,
+    ApprovalResolvedEvent,
+    RunStoppedEvent,
+    StoredResultEvent,
+    read_known,
+    result_wire,
+)
+from hermes_agent.runs.gate import RunRejected, Tally, admitted_here, tokens_used
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.runs import RunManager
@@ -227,11 +236,11 @@ class QueueService:
     def present(self, run: QueuedRun, wire: dict[str, Any]) -> dict[str, Any]:
         """An event as the API shows it: an approval by its API id, a result with the owner's
         session id."""
-        kind = wire.get("kind")
-        if kind in ("approval_required", "approval_resolved") and "approval_id" in wire:
-            return {**wire, "approval_id": approval_ref(run.request_id, str(wire["approval_id"]))}
-        if kind == "result" and isinstance(wire.get("result"), dict):
-            return {**wire, "result": self.result(run, wire["result"])}
+        event = read_known(wire)
+        if isinstance(event, ApprovalRequiredEvent | ApprovalResolvedEvent):
+            return {**wire, "approval_id": approval_ref(run.request_id, event.approval_id)}
+        if isinstance(event, StoredResultEvent):
+            return {**wire, "result": self.result(run, event.result)}
         return wire
 
     def result(self, run: QueuedRun, result: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -325,11 +334,12 @@ class QueueService:
             for seq, wire in events:
                 after = seq
                 shown = self.present(run, wire)
-                if shown.get("kind") == "result":
+                event = read_known(shown)
+                if isinstance(event, StoredResultEvent):
                     latest = await asyncio.to_thread(self.store.get, rid)
                     await self.settle(latest or run)
                 yield seq, shown
-                if shown.get("kind") in END_KINDS:
+                if isinstance(event, END_EVENTS):
                     return
             now = time.monotonic()
             if events:
@@ -438,6 +448,23 @@ class QueueService:
 
     async def approvals(self, principal: Principal) -> list[dict[str, Any]]:
         return await self.pending_of(principal)
+
+    def admitted(
+        self, principal: Principal, request: RunRequest, what: str
+    ) -> contextlib.AbstractAsyncContextManager[Tally]:
+        manager, owner = self.manager, principal.user_id
+        if manager.agent is None:
+            raise RunRejected(503, "the service is shutting down; try again on another instance")
+
+        async def counts() -> tuple[int, int]:
+            # The workers' runs of every instance, and this process's own local work.
+            total, mine = await self._in_flight(owner)
+            return total + manager.in_flight(), mine + manager.in_flight(owner)
+
+        return admitted_here(
+            manager.gate, principal, request, manager.agent, counts,
+            lambda: manager.holding(owner, what),
+        )  # fmt: skip
 
     async def pending_of(self, user: Principal) -> list[dict[str, Any]]:
         """The user's approvals waiting for an answer, oldest first, over all their runs."""

@@ -21,8 +21,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable
-from datetime import datetime
+from collections.abc import Iterable, Iterator
 from functools import cache
 from importlib import resources
 from typing import Annotated, Any, Literal
@@ -33,11 +32,19 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import RedirectResponse, Response
 
 from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.events import SelectionEvent, ThoughtEvent
 from hermes_agent.protocol.parser import parse_completion
-from hermes_agent.runs.backend import RunBackend
-from hermes_agent.server.auth import CurrentUser, Principal
+from hermes_agent.runs.backend import RunBackend, RunView
+from hermes_agent.runs.events import (
+    ApprovalRequiredEvent,
+    ApprovalResolvedEvent,
+    RunEvent,
+    UnknownEvent,
+    read_event,
+)
+from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import json_response
-from hermes_agent.server.runs import Run, RunManager, client_session_id
+from hermes_agent.server.runs import Run, RunManager
 from hermes_agent.storage.base import Storage
 from hermes_agent.types import ToolCall
 
@@ -106,7 +113,7 @@ class ConsoleRunRow(_Open):
     """The tools the model called in this run (run or refused), first call first."""
     status_code: int | None
     pending_approvals: int
-    source: Literal["memory", "store"]
+    source: Literal["memory", "queue", "store"]
 
 
 class ConsoleRunList(_Open):
@@ -146,7 +153,7 @@ class ConsoleRunView(_Open):
     request_id: str
     session_id: str
     status: str
-    source: Literal["memory", "store"]
+    source: Literal["memory", "queue", "store"]
     created: float | None
     duration_ms: float | None
     model: str | None
@@ -250,12 +257,21 @@ def _storage(request: Request) -> Storage:
     return storage
 
 
+def _events(run: Run) -> Iterator[RunEvent]:
+    """The run's log, each event as its type (what this version cannot read is skipped)."""
+    for _, wire in run.events:
+        try:
+            yield read_event(wire)
+        except UnknownEvent:
+            continue
+
+
 def _tools_of_events(run: Run) -> list[str]:
     names: list[str] = []
-    for _, wire in run.events:
-        if wire.get("kind") == "selection":
-            names.extend(c["name"] for c in wire.get("planned", []) if c.get("name"))
-            names.extend(c["name"] for c in wire.get("rejected", []) if c.get("name"))
+    for event in _events(run):
+        if isinstance(event, SelectionEvent):
+            names.extend(c.name for c in event.planned if c.name)
+            names.extend(c.name for c in event.rejected if c.name)
     return names
 
 
@@ -271,7 +287,7 @@ def _tools_of_records(records: Iterable[AuditRecord]) -> list[str]:
 def _memory_row(run: Run, manager: RunManager) -> dict[str, Any]:
     result = run.result or {}
     end = run.finished if run.finished is not None else time.time()
-    steps = sum(1 for _, wire in run.events if wire.get("kind") == "thought")
+    steps = sum(1 for event in _events(run) if isinstance(event, ThoughtEvent))
     return {
         "request_id": run.id,
         "session_id": run.session_id,
@@ -290,11 +306,8 @@ def _distinct(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _epoch(iso: str) -> float:
-    try:
-        return datetime.fromisoformat(iso).timestamp()
-    except ValueError:
-        return 0.0
+_FINAL_ROLES = frozenset({Role.OUTPUT, Role.STOPPED})
+"""The roles of a trail's last record: its answer, or how it stopped."""
 
 
 @router.get("/v1/console/runs", response_model=ConsoleRunList, responses=_errors(401, 422))
@@ -308,65 +321,50 @@ async def console_runs(
     until: Annotated[float | None, Query(ge=0, le=1e11)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> Response:
-    """The caller's runs, newest first: in flight and recent ones from memory, older ones from
-    the store. ``since`` and ``until`` are seconds since the epoch; ``tool`` keeps the runs
-    that called that tool."""
+    """The caller's runs, newest first, as the run backend lists them (in flight and recent
+    ones, queued ones, older ones from the store), with what the console shows beside each:
+    steps, tools, duration, status code. ``since`` and ``until`` are seconds since the epoch;
+    ``tool`` keeps the runs that called that tool."""
     manager, storage = _manager(request), _storage(request)
+    backend: RunBackend = request.app.state.backend
+    listed = await backend.runs(
+        user, session_id or None, status, min(_MAX_SCAN, limit * 4 if tool else limit)
+    )
+    listed = [
+        row
+        for row in listed
+        if (since is None or (row["created"] or 0.0) >= since)
+        and (until is None or (row["created"] or 0.0) <= until)
+    ]
 
-    def wanted(row: dict[str, Any]) -> bool:
-        return (
-            session_id in (None, "", row["session_id"])
-            and status in (None, row["status"])
-            and (since is None or row["created"] >= since)
-            and (until is None or row["created"] <= until)
-        )
+    def from_store(row: dict[str, Any]) -> dict[str, Any]:
+        records = storage.records(row["request_id"])
+        times = [r.timestamp_ns for r in records]
+        final = next((r for r in reversed(records) if r.role in _FINAL_ROLES), None)
+        return {
+            **row,
+            "duration_ms": round((max(times) - min(times)) / 1e6, 3) if times else None,
+            "steps": sum(1 for r in records if r.role == Role.COMPLETION),
+            "tools": _distinct(_tools_of_records(records)),
+            "status_code": final.status_code if final is not None else None,
+            "pending_approvals": 0,
+        }
 
-    found: dict[str, dict[str, Any]] = {}
-    for run in reversed(manager.runs.values()):  # newest first
-        cheap = {"session_id": run.session_id, "status": run.status, "created": run.created}
-        if run.owner != user.user_id or not wanted(cheap):
-            continue
-        row = _memory_row(run, manager)
-        if not tool or tool in row["tools"]:
-            found[run.id] = row
-            if len(found) >= limit:
+    rows: list[dict[str, Any]] = []
+    for row in listed:
+        run = manager.get(row["request_id"], user.user_id)
+        if run is not None:
+            shown = _memory_row(run, manager)
+        else:
+            shown = await run_in_threadpool(from_store, row)
+            if row["status"] == "waiting_approval":
+                view = await backend.view(row["request_id"], user)
+                shown["pending_approvals"] = len(view.pending_approvals)
+        if not tool or tool in shown["tools"]:
+            rows.append(shown)
+            if len(rows) >= limit:
                 break
-
-    def from_store() -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        for summary in storage.requests(limit=min(_MAX_SCAN, limit * 4)):
-            if summary["request_id"] in found:
-                continue
-            own = client_session_id(user.user_id, summary["session_id"])
-            if own is None:
-                continue
-            row: dict[str, Any] = {
-                "request_id": summary["request_id"],
-                "session_id": own,
-                "status": {"ok": "completed", "error": "failed"}.get(
-                    summary["status"], "incomplete"
-                ),
-                "created": _epoch(summary["started"]),
-                "duration_ms": summary["duration_ms"],
-                "steps": summary["steps"],
-                "tools": [],
-                "status_code": summary["status_code"],
-                "pending_approvals": 0,
-                "source": "store",
-            }
-            if not wanted(row):
-                continue
-            row["tools"] = _distinct(_tools_of_records(storage.records(summary["request_id"])))
-            if tool and tool not in row["tools"]:
-                continue
-            rows.append(row)
-            if len(rows) + len(found) >= limit:
-                break
-        return rows
-
-    rows = list(found.values()) + await run_in_threadpool(from_store)
-    rows.sort(key=lambda row: row["created"], reverse=True)
-    return json_response({"runs": rows[:limit]})
+    return json_response({"runs": rows})
 
 
 # -- one run -------------------------------------------------------------------------------
@@ -380,27 +378,19 @@ async def console_runs(
 async def console_run(request_id: str, request: Request, user: CurrentUser) -> Response:
     """One run, per step: the five stages, the prompt, the completion, the calls."""
     manager, storage = _manager(request), _storage(request)
+    backend: RunBackend = request.app.state.backend
+    view = await backend.view(request_id, user)  # RunNotFound: 404, whoever's it is
     run = manager.get(request_id, user.user_id, admin=user.admin)
-    pending = manager.pending(run) if run is not None else []
     records = await run_in_threadpool(storage.records, request_id)
-    if run is None:
-        if not records:
-            raise HTTPException(404, f"no run {request_id!r}")
-        if client_session_id(user.user_id, records[0].session_id) is None and not user.admin:
-            raise HTTPException(404, f"no run {request_id!r}")
-    return json_response(run_view(request_id, records, run, pending, user))
+    return json_response(run_view(view, records, run))
 
 
-def run_view(
-    request_id: str,
-    records: list[AuditRecord],
-    run: Run | None,
-    pending: list[dict[str, Any]],
-    user: Principal,
-) -> dict[str, Any]:
-    """The console's view of a run: from its audit records, and from memory while the
-    process holds it (status, usage, cost, approvals)."""
-    result = run.result if run is not None else None
+def run_view(view: RunView, records: list[AuditRecord], run: Run | None) -> dict[str, Any]:
+    """The console's view of a run: the run backend's view of it (status, result, approvals
+    waiting), its audit records per step, and from memory while this process holds it (the
+    approvals as they were asked and answered)."""
+    request_id, pending = view.request_id, view.pending_approvals
+    result = view.result
     approvals = _answered_approvals(run) if run is not None else []
     if not approvals and result:
         approvals = list(result["approvals"])
@@ -418,18 +408,11 @@ def run_view(
     first = records[0] if records else None
     output = next((r for r in reversed(records) if r.role == Role.OUTPUT), None)
     user_message = next((r.content for r in records if r.role == Role.USER), None)
-    status: str
-    if run is not None:
-        session = run.session_id
-        status = run.status
-        created: float | None = run.created
-    else:
-        assert first is not None
-        session = client_session_id(user.user_id, first.session_id) or first.session_id
-        status = (
-            "incomplete" if output is None else ("completed" if output.status == "ok" else "failed")
-        )
-        created = _started_ns(first) / 1e9
+    created = (
+        view.created
+        if view.created is not None
+        else (_started_ns(first) / 1e9 if first is not None else None)
+    )
     duration = (
         result["duration_ms"]
         if result
@@ -437,16 +420,16 @@ def run_view(
     )
     return {
         "request_id": request_id,
-        "session_id": session,
-        "status": status,
-        "source": "memory" if run is not None else "store",
+        "session_id": view.session_id,
+        "status": view.status,
+        "source": view.source,
         "created": created,
         "duration_ms": duration,
         "model": first.model_name if first else None,
         "system_prompt_sha256": first.system_prompt_sha256 if first else None,
         "user_message": user_message,
         "output": result["output"] if result else (output.content if output else None),
-        "error": (run.error if run is not None else None) or (result or {}).get("error"),
+        "error": view.error or (result or {}).get("error"),
         "usage": result["usage"] if result else None,
         "cost": result["cost"] if result else None,
         "steps": steps,
@@ -460,19 +443,19 @@ def run_view(
 def _answered_approvals(run: Run) -> list[dict[str, Any]]:
     """The run's approvals as its events tell them: the tool and arguments that were shown,
     and the answer with the reason the person gave."""
-    asked: dict[str, dict[str, Any]] = {}
+    asked: dict[str, ApprovalRequiredEvent] = {}
     answered: list[dict[str, Any]] = []
-    for _, wire in run.events:
-        if wire.get("kind") == "approval_required":
-            asked[wire["approval_id"]] = wire
-        elif wire.get("kind") == "approval_resolved" and wire["approval_id"] in asked:
-            shown = asked[wire["approval_id"]]
+    for event in _events(run):
+        if isinstance(event, ApprovalRequiredEvent):
+            asked[event.approval_id] = event
+        elif isinstance(event, ApprovalResolvedEvent) and event.approval_id in asked:
+            shown = asked[event.approval_id]
             answered.append(
                 {
-                    "tool": shown["tool"],
-                    "arguments": shown["arguments"],
-                    "approved": wire["approved"],
-                    "reason": wire["reason"],
+                    "tool": shown.tool,
+                    "arguments": shown.arguments,
+                    "approved": event.approved,
+                    "reason": event.reason,
                 }
             )
     return answered

@@ -29,7 +29,9 @@ from starlette.responses import Response
 from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.models.base import Model
+from hermes_agent.runs.backend import RunBackend
 from hermes_agent.runs.principal import client_session_id, stored_session_id
+from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_console import ErrorAnswer
 from hermes_agent.server.routes_runs import json_response
@@ -133,21 +135,22 @@ async def replay_run(
     if limiter is None:
         limiter = anyio.CapacityLimiter(MAX_CONCURRENT_REPLAYS)
         request.app.state.replay_limiter = limiter
-    gate = manager.gate
-    gate.check_room(manager.in_flight(), manager.in_flight(user.user_id))
-    admission = await gate.take_quota(user)
+    backend: RunBackend = request.app.state.backend
+    # A replay is a run of its owner's: the same gate, counted in flight (with the queue's
+    # runs in queue mode) and against the day's quota, its model turns settled as it ends.
+    who = RunRequest(message=f"replay {request_id}", session_id=f"replay-{request_id}")
 
     def run_replay() -> ReplayReport:
         return replay(_FreshApprovalsOnly(agent), request_id, storage, execute_tools=execute_tools)
 
     try:
-        with manager.holding(user.user_id, f"replay-{request_id}"):
+        async with backend.admitted(user, who, f"replay-{request_id}") as tally:
             report = await anyio.to_thread.run_sync(run_replay, limiter=limiter)
+            if report.result is not None:
+                tally.tokens = report.result.usage.total_tokens
     except StorageError as exc:
-        await gate.give_back(admission)
         raise HTTPException(422, str(exc)) from None
     except HermesAgentError as exc:
-        await gate.give_back(admission)
         raise HTTPException(422, f"the replay failed: {exc}") from None
     answer = report_to_dict(report)
     answer["replay_request_id"] = await run_in_threadpool(

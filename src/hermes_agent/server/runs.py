@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import time
 import uuid
@@ -34,7 +35,7 @@ from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
-from hermes_agent.runs.gate import Gate, tokens_used
+from hermes_agent.runs.gate import Gate, Tally, admitted_here, tokens_used
 from hermes_agent.runs.gate import RunRejected as RunRejected
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.principal import client_session_id as client_session_id
@@ -270,7 +271,7 @@ class RunManager:
                 run.started = True
                 run.ready.set()
             wire = event.to_dict()
-            since = self.metrics.observe(wire, since)
+            since = self.metrics.observe(event, since)
             run.add(wire)
 
         try:
@@ -630,6 +631,21 @@ class InProcessBackend:
             )
         return rows
 
+    def admitted(
+        self, principal: Principal, request: RunRequest, what: str
+    ) -> contextlib.AbstractAsyncContextManager[Tally]:
+        manager, owner = self.manager, principal.user_id
+        if manager.agent is None:
+            raise RunRejected(503, "the service is shutting down; try again on another instance")
+
+        async def counts() -> tuple[int, int]:
+            return manager.in_flight(), manager.in_flight(owner)
+
+        return admitted_here(
+            manager.gate, principal, request, manager.agent, counts,
+            lambda: manager.holding(owner, what),
+        )  # fmt: skip
+
     async def approvals(self, principal: Principal) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         for run in self.manager.runs.values():
@@ -666,3 +682,42 @@ async def follow_run(
         if upcoming is not None:
             upcoming.cancel()
         run.detach()
+
+
+# -- an in-process engine for an agent ------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True)
+class InProcessService:
+    """What runs an agent's runs in this process: the manager, the one fork of the agent that
+    serves every run (its approver asks the run's owner), and the backend over both."""
+
+    manager: RunManager
+    agent: Agent
+    backend: InProcessBackend
+
+    def close(self) -> None:
+        """Close the serving fork (its tool pools; the audit trail is flushed)."""
+        self.agent.close()
+
+
+def serve_in_process(
+    agent: Agent,
+    settings: ServiceSettings,
+    *,
+    metrics: ServiceMetrics | None = None,
+    quotas: Quotas | None = None,
+) -> InProcessService:
+    """The in-process engine for ``agent`` under ``settings``: one fork of it serves every run
+    (so tool pools, rate limits and caches are shared); without a store of its own, sessions
+    and trails are kept in memory. ``quotas`` defaults to the settings' quotas counted in
+    memory."""
+    manager = RunManager(settings, metrics or ServiceMetrics(), ApprovalBook())
+    if quotas is not None:
+        manager.quotas = quotas
+    if agent.storage is None:
+        served = agent.fork(approver=manager.approver, storage="memory://")
+    else:
+        served = agent.fork(approver=manager.approver)
+    manager.agent = served
+    return InProcessService(manager, served, InProcessBackend(manager, served.storage))

@@ -68,6 +68,21 @@ class QuotaSettings(QuotaLimits):
         return any(q.runs_per_day is not None or q.tokens_per_day is not None for q in limits)
 
 
+class McpDoor(BaseModel):
+    """The agent's tools as an MCP server (streamable HTTP) inside the service, at ``path``:
+    one more front door, with the service's keys, limits, quotas and engine (in process or
+    queued). ``ask`` adds the agent itself as a tool; ``approve`` names the tools whose calls
+    it approves (nobody can be asked over MCP; the others are denied); ``toolsets`` narrows
+    what it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(default="/mcp", pattern=r"^/[A-Za-z0-9._~/-]*$")
+    ask: bool = True
+    approve: list[str] = Field(default_factory=list)
+    toolsets: list[str] | None = None
+
+
 class ServiceSettings(BaseModel):
     """The service's own settings (the agent's come from its config).
 
@@ -109,11 +124,6 @@ class ServiceSettings(BaseModel):
     """Per-user daily quotas (runs and tokens), kept where the API keys are."""
     channels: dict[str, Any] = Field(default_factory=dict)
     """Channels (webhook, WeCom bot, email): validated by ``hermes_agent.channels``."""
-    openai_client_tools: Literal["off", "alone", "with_agent_tools"] = "alone"
-    """When an OpenAI client sends its own ``tools`` (the facade then hands their calls back to
-    it): ``alone`` — the run sees only the client's tools; ``with_agent_tools`` — the agent's
-    own tools stay available beside them (and run server-side); ``off`` — client tools are
-    refused (400)."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """``Host`` names served besides loopback ones (``localhost``, ``127.0.0.1``, ``[::1]``)
     when the service listens on loopback or runs with ``auth: none`` — a reverse proxy's
@@ -140,6 +150,13 @@ class ServiceSettings(BaseModel):
     header_timeout_s: float = Field(default=10.0, gt=0)
     """Seconds a client has to send a request's headers (``hermes-agent serve``): a slow
     client (slowloris) is closed after it."""
+    mcp: McpDoor | None = None
+    """Serve the agent's tools over MCP inside the service too (``mcp: {path: /mcp}``)."""
+    openai_client_tools: Literal["off", "alone", "with_agent_tools"] = "alone"
+    """When an OpenAI client sends its own ``tools`` (the facade then hands their calls back to
+    it): ``alone`` — the run sees only the client's tools; ``with_agent_tools`` — the agent's
+    own tools stay available beside them (and run server-side); ``off`` — client tools are
+    refused (400)."""
     execution: Literal["in_process", "queue"] = "in_process"
     """Where runs run: in this process (``in_process``), or on the Celery workers of the
     config's ``queue:`` section (``queue``: ``POST /v1/runs`` answers ``202`` at once and the
