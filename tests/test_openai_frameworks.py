@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -246,3 +248,36 @@ def test_pydantic_ai_structured_output(facade: Facade, mode: str) -> None:
     assert retry["role"] == "user" and "temperature" in retry["content"]
     if mode == "native":
         assert '"temperature"' in facade.system(0)  # the client's schema itself
+
+
+# -- the service docs -------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "service.md"
+
+
+def test_the_service_docs_client_tool_examples_run(
+    facade: Facade, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = DOCS.read_text(encoding="utf-8")
+    section = page.split("## Client tools, structured output and the Responses API", 1)[1]
+    blocks = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], re.S)
+    assert len(blocks) == 3
+    facade.model.push(
+        text(hermes_call("get_weather", city="Paris")),
+        text("It is 21 C and sunny in Paris."),
+        text(hermes_call("get_weather", city="Paris")),
+        text("Paris: 21 C, sunny."),
+        text('{"city": "Paris", "temperature": 21}'),
+    )
+    base = facade.url.removesuffix("/v1")
+    for number, block in enumerate(blocks, start=1):
+        code = block.replace("http://127.0.0.1:8000", base)
+        exec(compile(code, f"service.md (client tools block {number})", "exec"), {"key": "k"})
+    assert capsys.readouterr().out.splitlines() == [
+        'tool_calls get_weather {"city": "Paris"}',
+        "It is 21 C and sunny in Paris.",
+        "Paris: 21 C, sunny.",
+        "city='Paris' temperature=21",
+    ]
+    ran = facade.model.requests[3]["messages"][-1]  # what openai-agents' tool returned
+    assert ran["role"] == "tool" and "21 C, sunny in Paris" in ran["content"]

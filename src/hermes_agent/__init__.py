@@ -53,6 +53,7 @@ from hermes_agent.loading import ToolsFileError, build_agent, load_tools_file
 from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettings
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
+from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
 from hermes_agent.pipeline.hooks import Hook, HookContext
 from hermes_agent.pipeline.journal import CallKey, RunJournal, current_call
 from hermes_agent.pipeline.status import Status
@@ -101,6 +102,7 @@ __all__ = [
     "Agent",
     "AgentConfig",
     "CallKey",
+    "ClientTurn",
     "Completion",
     "ConfigError",
     "Event",
@@ -160,6 +162,8 @@ __all__ = [
     "__version__",
     "build_agent",
     "build_model",
+    "client_tool",
+    "client_turn",
     "current_call",
     "load_config",
     "load_tools_file",
