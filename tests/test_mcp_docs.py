@@ -94,3 +94,20 @@ def start_server(command: str, folder: Path, port: int) -> subprocess.Popen[byte
             assert process.poll() is None, "the server on the page exited"
             assert time.monotonic() < deadline, "the server on the page did not start"
             time.sleep(0.1)
+
+
+def test_the_service_mcp_section_is_a_valid_service_setting() -> None:
+    """The page's ``service.mcp`` block is what ``ServiceSettings`` reads (its behaviour is
+    tests/test_run_matrix.py's MCP row, in both engines)."""
+    import re
+
+    import yaml
+
+    from hermes_agent.server import ServiceSettings
+
+    text = PAGE.read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "mcp:" in b)
+    settings = ServiceSettings.model_validate(yaml.safe_load(block)["service"])
+    assert settings.mcp is not None
+    assert (settings.mcp.path, settings.mcp.ask) == ("/mcp", True)
+    assert settings.mcp.approve == ["delete_file"] and settings.mcp.toolsets == ["default"]
