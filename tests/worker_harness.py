@@ -147,7 +147,7 @@ queue:
         index = len(self.workers)
         env = {
             **os.environ,
-            "EFFECTS_DB": psycopg_url(self.db_url),
+            "EFFECTS_DB": self.effects_dsn(),
             "STEP_SLEEP": str(self.step_sleep),
             "HOME": str(self.root),
         }
@@ -175,6 +175,10 @@ queue:
         )
         self.workers.append(process)
         return process
+
+    def effects_dsn(self) -> str:
+        """Where the ``step`` tool writes its effects (the workers' database)."""
+        return psycopg_url(self.db_url)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

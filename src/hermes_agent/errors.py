@@ -7,8 +7,10 @@
     ├── MissingDependencyError   an optional extra is not installed (names the pip command)
     ├── ModelError               the model endpoint failed after the SDK's retries (status 502)
     ├── OutputValidationError    the answer never matched the requested ``output_type`` (422)
-    └── StorageError             the store cannot be opened, migrated, read or written
-        └── SessionIdError       a session id no store can hold; raised before a run starts
+    ├── StorageError             the store cannot be opened, migrated, read or written
+    │   └── SessionIdError       a session id no store can hold; raised before a run starts
+    └── StoreUnavailable         a durable run's store stayed away past its retries: the
+                                 attempt ends without an ending and the run resumes later
 
 ``ToolsFileError`` lives in ``hermes_agent.loading`` and the storage errors in
 ``hermes_agent.storage.base``, beside the code that raises them; all are importable from
@@ -58,3 +60,31 @@ class OutputValidationError(HermesAgentError):
         super().__init__(message)
         self.result = result
         self.problems = problems
+
+
+class StoreUnavailable(HermesAgentError):
+    """The durable store of a queued run could not be reached or written, retries included
+    (a database restarted, its connections reset or stalled), or this attempt can no longer
+    show that it holds the run's lease (a missed heartbeat).
+
+    Never a run's answer: the pipeline lets it through every stage, the worker ends the
+    attempt without writing an ending, gives the delivery back to the broker, and the run
+    resumes from its journal once the store is back (docs/scale-out.md, "Store outages").
+    """
+
+
+def is_store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the store failing (a lost, refused, reset or timed-out database
+    connection, a database error raised through SQLAlchemy, a broker or Redis connection
+    error) rather than a defect of the code that called it."""
+    if isinstance(exc, StoreUnavailable):
+        return True
+    import sqlalchemy.exc  # the store's layer; a core dependency
+
+    if isinstance(exc, sqlalchemy.exc.DBAPIError | sqlalchemy.exc.TimeoutError):
+        return True
+    try:
+        import redis.exceptions
+    except ImportError:  # pragma: no cover - the worker extra is not installed
+        return False
+    return isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError)

@@ -24,14 +24,19 @@ system the tool changes::
     def charge(customer: str, cents: int) -> str:
         key = current_call()
         return payments.charge(customer, cents, idempotency_key=key.id if key else None)
+
+A durable run's journal also has a fencing token (``FencedJournal``): it grows with each
+attempt, and ``current_call().fencing_token`` hands it to the tool, so that the system the tool
+changes can refuse a write from an attempt older than the newest it has seen (a process that
+froze mid-call and woke after its run was taken over).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from hermes_agent.models.base import Model, ModelProfile, ModelSettings
 from hermes_agent.types import Message, ModelResponse, StreamChunk
@@ -45,6 +50,11 @@ class CallKey:
     step: int
     index: int
     """The call's position in the model's turn."""
+    fencing_token: int | None = field(default=None, compare=False)
+    """The fencing token of the attempt making the call (a durable run; ``None`` otherwise):
+    higher in every later attempt. A tool passes it to the system it changes, which refuses
+    a write carrying a lower token than one it has seen for the same run (docs/scale-out.md,
+    "What is fenced")."""
 
     @property
     def id(self) -> str:
@@ -126,6 +136,15 @@ class RunJournal(Protocol):
         """Whether this attempt still owns the run. One that lost it (another worker took the
         run over) leaves the trail to the new owner: its unfinished step is not recorded."""
         ...
+
+
+@runtime_checkable
+class FencedJournal(Protocol):
+    """A journal whose run is held by one attempt at a time (the queue's): each attempt has
+    a fencing token, which the ToolExecutor hands to tools in ``current_call()``."""
+
+    @property
+    def fencing_token(self) -> int: ...
 
 
 class JournaledModel:

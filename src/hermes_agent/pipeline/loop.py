@@ -14,9 +14,11 @@
     └
     5 OutputRenderer    the answer, or an honest account of why there is none
 
-Each stage runs between its ``pre_`` and ``post_`` hooks. A dry run stops after the ToolSelector
-and returns the planned calls; no tool runs. No stage calls another; everything they share lives
-in the RunContext.
+Each stage runs between its ``pre_`` and ``post_`` hooks. A stage that fails is the run's
+failure, with its message — except a durable run's store failing (``StoreUnavailable``), which
+goes through every stage untouched: it is never an answer, and the attempt ends there. A dry
+run stops after the ToolSelector and returns the planned calls; no tool runs. No stage calls
+another; everything they share lives in the RunContext.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import inspect
 import time
 from typing import Any, Protocol
 
+from hermes_agent.errors import StoreUnavailable, is_store_error
 from hermes_agent.pipeline.client_tools import hand_over
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.hooks import HookContext, Hooks, call_hook, hook_name
@@ -95,7 +98,15 @@ async def _run_stage(ctx: RunContext, hooks: Hooks, stage: str, runner: Stage) -
             outcome = runner.run(ctx)
             if inspect.isawaitable(outcome):
                 await outcome
+        except StoreUnavailable:
+            raise  # a durable run's store failed: never an answer; the attempt ends
         except Exception as exc:  # a defect must end the run with a message, not a traceback
+            if ctx.journal is not None and is_store_error(exc):
+                # A durable run's store (its session, say) failed under this stage: that is
+                # no answer either, and the run resumes from its journal.
+                raise StoreUnavailable(
+                    f"{runner.name}: the store failed: {type(exc).__name__}"
+                ) from exc
             message = f"{runner.name} failed unexpectedly: {type(exc).__name__}: {exc}"
             ctx.fail(Status.TOOL_ERROR, message)
             ctx.output = ctx.output or f"The request could not be completed: {message}"
@@ -109,6 +120,8 @@ async def _hooks(ctx: RunContext, hooks: Hooks, point: str, stage_name: str) -> 
     for hook in hooks.at(point):
         try:
             await call_hook(hook, HookContext(ctx, point))
+        except StoreUnavailable:
+            raise
         except Exception as exc:
             message = f"hook {hook_name(hook)} ({point}) failed: {type(exc).__name__}: {exc}"
             ctx.fail(Status.TOOL_ERROR, message)

@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from hermes_agent.errors import ModelError
+from hermes_agent.errors import ModelError, StoreUnavailable
 from hermes_agent.events import (
     ScratchPadDeltaEvent,
     TextDeltaEvent,
@@ -78,6 +78,8 @@ class ThoughtGenerator:
                 response = await _streamed(ctx, settings)
             else:
                 response = await ctx.model.complete(ctx.messages, ctx.tool_specs, settings)
+        except StoreUnavailable:
+            raise  # the journal could not keep the turn: not the model's failure
         except Exception as exc:  # ModelError, or anything a custom model lets escape
             message = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
             ctx.fail(Status.MODEL_ERROR, message)

@@ -40,7 +40,12 @@ from typing import Any
 
 from hermes_agent.events import ToolOutcomeView, ToolResultsEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
-from hermes_agent.pipeline.journal import CallKey, reset_current_call, set_current_call
+from hermes_agent.pipeline.journal import (
+    CallKey,
+    FencedJournal,
+    reset_current_call,
+    set_current_call,
+)
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tool_selector import rate_limited, recheck
 from hermes_agent.protocol.chatml import to_json
@@ -116,14 +121,24 @@ class ToolExecutor:
             async with gate:
                 return await _execute(ctx, plan)
 
-        return list(await asyncio.gather(*(bounded(plan) for plan in ctx.planned)))
+        tasks = [asyncio.ensure_future(bounded(plan)) for plan in ctx.planned]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            # A call that could not go on (its journal lost the run or its store): the
+            # attempt ends here, and its other calls with it — none starts after this.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
 
 async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, ToolCallRecord]:
     tool, call = plan.tool, plan.call
     timeout = tool.timeout if tool.timeout is not None else ctx.limits.default_timeout
     started = time.perf_counter()
-    key = CallKey(ctx.request_id, ctx.step, plan.position)
+    fencing = ctx.journal.fencing_token if isinstance(ctx.journal, FencedJournal) else None
+    key = CallKey(ctx.request_id, ctx.step, plan.position, fencing)
     journaled = None
     if ctx.journal is not None:  # a durable run: this call may have run in an earlier attempt
         journaled = await ctx.journal.call_started(key, tool.name, plan.arguments, tool.idempotent)

@@ -190,7 +190,15 @@ class QueueService:
         )
         request_id: str | None = None
         try:
-            request_id = await asyncio.to_thread(self.store.add, stored, payload, owner=owner)
+            # run_timeout_s means here what it means in process: the run ends timed_out once
+            # it has run that long (counted from its first start, across its attempts).
+            request_id = await asyncio.to_thread(
+                self.store.add,
+                stored,
+                payload,
+                owner=owner,
+                run_timeout_s=self.settings.run_timeout_s,
+            )
             await asyncio.to_thread(self.client.send, request_id)
         except Exception as exc:
             where = "store" if request_id is None else "broker"

@@ -12,6 +12,8 @@ Celery settings chosen for long agent runs (docs/scale-out.md explains each):
 
 Delivery is only half of it: a run's own lease (``worker.store``) decides who runs it, and each
 worker's sweeper re-enqueues a run whose worker died, whatever the broker does with the message.
+A delivery that met an unavailable store (``StoreUnavailable``) is not acknowledged as done:
+it goes back to the broker as a retry after a pause.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hermes_agent.config import HermesConfig, QueueConfig
-from hermes_agent.errors import ConfigError, MissingDependencyError
+from hermes_agent.errors import ConfigError, MissingDependencyError, StoreUnavailable
 
 logger = logging.getLogger("hermes_agent.worker")
 
@@ -61,6 +63,13 @@ def make_celery(queue: QueueConfig) -> Any:
         worker_cancel_long_running_tasks_on_connection_loss=False,
     )
     return app
+
+
+def store_retry_pause(queue: QueueConfig, retries: int) -> float:
+    """Seconds before a delivery that met an unavailable store is tried again: from a tenth
+    of a lease, doubling, up to one lease (by then an attempt that could not release its
+    lease has let it lapse, and the claim takes the run over)."""
+    return float(min(queue.lease_ttl, queue.lease_ttl / 10 * 2**retries))
 
 
 def enqueue(app: Any, queue: QueueConfig, request_id: str) -> None:
@@ -160,10 +169,24 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
                 logger.exception("could not note the delivery of run %s", request.args[0])
 
     @app.task(  # type: ignore[untyped-decorator]
-        name=RUN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+        name=RUN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True, bind=True
     )
-    def run(request_id: str) -> str:
-        return worker_process().runner.execute(request_id)
+    def run(task: Any, request_id: str) -> str:
+        try:
+            return worker_process().runner.execute(request_id)
+        except StoreUnavailable as exc:
+            # The store was away (for the claim, or mid-run): this delivery goes back to the
+            # broker, to be tried again after a pause, instead of being acknowledged as done.
+            # (Should the broker not take it either, the sweeper sends the run again.)
+            retries = int(task.request.retries or 0)
+            pause = store_retry_pause(config.queue, retries)  # type: ignore[arg-type]
+            logger.warning(
+                "run %s: the store is unavailable (%s); delivered again in %.1f s",
+                request_id,
+                exc,
+                pause,
+            )
+            raise task.retry(countdown=pause, max_retries=None) from None
 
     return app
 

@@ -46,13 +46,16 @@ class QueueClient:
         *,
         session_id: str | None = None,
         owner: str = "",
+        run_timeout_s: float | None = None,
         **options: Any,
     ) -> RunHandle:
+        """Queue a run; ``run_timeout_s``: it ends ``timed_out`` once it has run that long
+        (counted from when a worker first starts it, across its attempts)."""
         session_id = session_id or uuid.uuid4().hex
         from hermes_agent.tracing import outgoing_context  # the submitter's trace, if any
 
         payload = request_payload(message, trace_context=outgoing_context(), **options)
-        request_id = self.store.add(session_id, payload, owner=owner)
+        request_id = self.store.add(session_id, payload, owner=owner, run_timeout_s=run_timeout_s)
         try:
             self.send(request_id)
         except Exception as exc:  # nothing will run it: do not leave it queued
@@ -156,11 +159,13 @@ def submit(
     tool_choice: ToolChoice | None = None,
     toolsets: Iterable[str] | None = None,
     output_format: str | None = None,
+    run_timeout_s: float | None = None,
 ) -> RunHandle:
     """Queue ``message`` for the workers (``hermes-agent worker``) and return at once with a
     handle: ``handle.result(timeout)`` waits for the ``RunResult``. Needs the agent's config's
     ``queue:`` section (or ``agent.queue``) and the workers' SQL store as its ``storage``; the
-    workers run the turn with their own agent (the same config). See docs/scale-out.md."""
+    workers run the turn with their own agent (the same config). ``run_timeout_s``: the run
+    ends ``timed_out`` once it has run that long. See docs/scale-out.md."""
     if agent.queue is None:
         raise HermesAgentError(
             "submit() needs a queue: add a queue: section (broker: redis://... or "
@@ -180,4 +185,5 @@ def submit(
         tool_choice=tool_choice,
         toolsets=list(toolsets) if toolsets is not None else None,
         output_format=output_format,
+        run_timeout_s=run_timeout_s,
     )

@@ -4,13 +4,15 @@ Keys: ``turn/<n>`` for the n-th model request of the run, ``call/<step>/<index>`
 call. A call is written ``started`` (with its arguments) before the tool runs and ``done``
 (with its outcome) after; a model turn is written ``done`` as soon as it arrives. Every write
 checks the run's fencing token in the same transaction, so a worker whose lease passed to
-another writes nothing more (``LeaseLost``) and the run stops there.
+another writes nothing more (``LeaseLost``) and the run stops there; a store that fails is
+tried again for a while, then the attempt ends (``StoreUnavailable``; ``worker.attempt``).
+Right before a tool call starts, the attempt checks that its lease is still its own
+(``Attempt.check_lease``). The session turn is kept back and saved with the run's ending.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hermes_agent.pipeline.journal import CallKey, JournaledCall
@@ -22,26 +24,46 @@ from hermes_agent.types import (
     ToolCall,
     Usage,
 )
-from hermes_agent.worker.store import LeaseLost, RunStore
+from hermes_agent.worker.attempt import Attempt
+from hermes_agent.worker.store import RunStore
 
 
 class StoreJournal:
-    """The journal of one attempt of one run (``token`` is this attempt's fencing token)."""
+    """The journal of one attempt of one run (``attempt.token`` is its fencing token)."""
 
-    def __init__(self, store: RunStore, request_id: str, token: int) -> None:
-        self.store = store
-        self.request_id = request_id
-        self.token = token
+    def __init__(
+        self, store: RunStore, request_id: str, token: int, attempt: Attempt | None = None
+    ) -> None:
+        self.attempt = attempt or Attempt(store, request_id, token, lease_ttl=30.0)
+        attempt = self.attempt
+        self.store: RunStore = attempt.store
+        self.request_id = attempt.request_id
+        self.token = attempt.token
         self.latest_turn = -1
         """The latest model request of this attempt (approvals are keyed by it)."""
-        self._entries = store.journal_entries(request_id)  # what earlier attempts left
-        self.lost = False
-        """This attempt lost the run (its lease passed on, or the run was cancelled)."""
+        # What earlier attempts left.
+        self._entries = attempt.write(
+            f"the journal of run {self.request_id}", self.store.journal_entries, self.request_id
+        )
         self.replayed_turns = 0
         self.replayed_calls = 0
         self.interrupted_calls = 0
 
+    @property
+    def fencing_token(self) -> int:
+        """This attempt's fencing token (``current_call().fencing_token`` in its tools)."""
+        return self.token
+
+    @property
+    def lost(self) -> bool:
+        return self.attempt.lost
+
+    @lost.setter
+    def lost(self, value: bool) -> None:
+        self.attempt.lost = value
+
     async def recorded_turn(self, turn: int) -> ModelResponse | None:
+        self.attempt.alive()  # an attempt that gave up asks the model nothing more
         self.latest_turn = turn
         found = self._entries.get(f"turn/{turn}")
         if found is None:
@@ -89,6 +111,9 @@ class StoreJournal:
             "started",
             {"tool": tool, "arguments": arguments},
         )
+        # The fence on the tool itself: the write above proved the lease at that moment; the
+        # local deadline covers a process that froze or a store that stalled since.
+        self.attempt.check_lease(f"tool call {name} ({tool})")
         return None
 
     async def call_finished(
@@ -104,21 +129,20 @@ class StoreJournal:
         )
 
     async def save_turn(self, session_id: str, messages: Sequence[Message]) -> None:
-        self._write(self.store.save_turn, self.request_id, self.token, session_id, messages)
+        """Kept back: the worker saves the turn with the run's ending (``RunStore.finish``),
+        so a run that fails, times out or is cancelled adds nothing to its session."""
+        self.attempt.alive()
+        self.attempt.turn = list(messages)
 
     def holds(self) -> bool:
-        return not self.lost
+        return self.attempt.holds()
 
-    def _write(self, write: Callable[..., None], *args: Any) -> None:
-        """A fenced write; an attempt that lost the run stops here, whatever stage it is in
-        (a cancellation, which no stage turns into a result)."""
-        if self.lost:
-            raise asyncio.CancelledError
-        try:
-            write(*args)
-        except LeaseLost:
-            self.lost = True
-            raise asyncio.CancelledError from None
+    def _write(self, write: Any, *args: Any) -> None:
+        """A fenced write (``Attempt.write``): an attempt that lost the run stops here,
+        whatever stage it is in (a cancellation, which no stage turns into a result); one
+        whose store stayed away raises ``StoreUnavailable``, which no stage turns into one
+        either."""
+        self.attempt.write(f"the journal of run {self.request_id}", write, *args)
 
 
 def response_to_json(response: ModelResponse) -> dict[str, Any]:

@@ -11,10 +11,15 @@
        │  model turns and tool calls of earlier attempts come from the journal
        │  a call that needs an undecided approval: recorded, the run is set aside
        ▼  (``waiting_approval``) and the worker is free; the answer re-enqueues it
-    finish: ``completed`` with the result, or ``failed``; hand the session to its next run
+    finish, in one fenced transaction: the status (``completed``, or ``failed`` when the run
+       itself failed; ``timed_out`` past its ``run_timeout_s``), the session turn (completed
+       runs only), the trail's one ending and the last event; hand the session to its next run
 
 Everything a run does is fenced by the lease token of this attempt, so a copy of the run that
-lost its lease writes nothing more.
+lost its lease writes nothing more, and starts no tool call once a heartbeat is overdue
+(``worker.attempt``). A store that stays away past the retries of a write ends the attempt
+with no ending (``StoreUnavailable``): the delivery goes back to the broker and the run
+resumes from its journal.
 """
 
 from __future__ import annotations
@@ -32,17 +37,24 @@ from typing import Any
 from hermes_agent.agent import Agent
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import Role
-from hermes_agent.errors import HermesAgentError, OutputValidationError
+from hermes_agent.errors import (
+    HermesAgentError,
+    OutputValidationError,
+    StoreUnavailable,
+    is_store_error,
+)
 from hermes_agent.events import Event, ResultEvent
-from hermes_agent.runs.events import ApprovalRequiredEvent, RunStoppedEvent
+from hermes_agent.runs.events import ApprovalRequiredEvent
 from hermes_agent.runs.request import QueuedRequest
-from hermes_agent.runs.status import STOP_CODES
+from hermes_agent.runs.status import RunStatus, ending_status
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tracing import attach_incoming, detach
 from hermes_agent.types import ToolCall
+from hermes_agent.worker.attempt import Attempt, retry_budget, transient, with_retries
 from hermes_agent.worker.journal import StoreJournal
-from hermes_agent.worker.store import Claim, LeaseLost, RunStore
+from hermes_agent.worker.store import Claim, RunStore
 from hermes_agent.worker.store import request_payload as request_payload  # re-exported
+from hermes_agent.worker.trail import AttemptTrail
 
 logger = logging.getLogger("hermes_agent.worker")
 
@@ -50,8 +62,6 @@ Enqueue = Callable[[str], None]
 
 WORKER_EVENTS = frozenset({"approval_required", "approval_resolved", "run_stopped"})
 """Events written beside the pipeline's (by the worker, or with an approval's answer)."""
-
-"""The status code of a ``stopped`` record (409 and 500 as the service writes them)."""
 
 
 class QueueApprover:
@@ -103,6 +113,12 @@ class RunWorker:
         self.enqueue = enqueue
         self.name = name
         self.lease_ttl = lease_ttl
+        # The agent's trail goes through the attempt running each run (``worker.trail``).
+        self.trail: AttemptTrail | None = None
+        if agent.audit_sink is not None:
+            inner = agent.audit_sink
+            self.trail = inner if isinstance(inner, AttemptTrail) else AttemptTrail(inner)
+            agent.audit_sink = self.trail
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="hermes-worker-loop", daemon=True
@@ -113,13 +129,13 @@ class RunWorker:
 
     def execute(self, request_id: str) -> str:
         """Handle one delivery of ``request_id``; returns what became of it (for the logs and
-        for Celery's task result): ``completed``, ``failed``, ``waiting_approval``,
-        ``cancelled``, ``lease_lost`` or the claim's outcome when it did not run."""
+        for Celery's task result): ``completed``, ``failed``, ``timed_out``,
+        ``waiting_approval``, ``cancelled``, ``lease_lost`` or the claim's outcome when it
+        did not run. ``StoreUnavailable`` when the store stayed away (the claim, or the
+        attempt, could not go on): the caller gives the delivery back to the broker."""
         claim = self._claim(request_id)
-        if claim.outcome == "dead":
-            found = self.store.get(request_id)
-            logger.error("run %s: %s", request_id, found.error if found else "dead")
-            self._stopped(request_id, "dead", found.error if found else None)
+        if claim.outcome == "dead":  # its ending was written with the dead letter
+            logger.error("run %s: dead-lettered", request_id)
         if claim.outcome != "claimed":
             logger.info("run %s: %s, not run by %s", request_id, claim.outcome, self.name)
             return claim.outcome
@@ -132,11 +148,19 @@ class RunWorker:
     def _claim(self, request_id: str) -> Claim:
         """Claim the run; while another worker holds it, wait at most one lease: a heartbeat
         from the holder means it is alive (this copy stops at once), an expired lease means
-        it died (this worker takes over)."""
+        it died (this worker takes over). A store that fails is tried again for a while
+        (``StoreUnavailable`` after that)."""
         deadline = time.monotonic() + self.lease_ttl + 1.0
         first_beat: int | None = None
         while True:
-            claim = self.store.claim(request_id, self.name, self.lease_ttl)
+            claim = with_retries(
+                self.store.claim,
+                request_id,
+                self.name,
+                self.lease_ttl,
+                budget=retry_budget(self.lease_ttl),
+                what=f"the claim of run {request_id}",
+            )
             if claim.outcome != "busy":
                 return claim
             if first_beat is None:
@@ -148,174 +172,237 @@ class RunWorker:
     def _run(self, claim: Claim) -> str:
         assert claim.run is not None
         run, token = claim.run, claim.token
-        lost = threading.Event()
+        attempt = Attempt(
+            self.store, run.request_id, token, self.lease_ttl, session_id=run.session_id
+        )
         stop_beating = threading.Event()
         holder: list[asyncio.Task[Any]] = []
-        journal = StoreJournal(self.store, run.request_id, token)
 
         def beat() -> None:
             while not stop_beating.wait(self.lease_ttl / 3):
+                sent = time.monotonic()
                 try:
                     alive = self.store.heartbeat(run.request_id, token, self.lease_ttl)
                 except Exception:  # the store is away: keep trying until the lease runs out
-                    logger.exception("run %s: heartbeat failed", run.request_id)
+                    logger.warning("run %s: heartbeat failed", run.request_id, exc_info=True)
                     continue
                 if not alive:
-                    journal.lost = True
-                    lost.set()
+                    attempt.lost = True
                     if holder:
                         self._loop.call_soon_threadsafe(holder[0].cancel)
                     return
+                attempt.beat(sent)
 
         async def drive() -> str:
             current = asyncio.current_task()
             assert current is not None
             holder.append(current)
-            if lost.is_set():
+            if attempt.lost:
                 raise asyncio.CancelledError
-            return await self._drive(claim, journal, lost)
+            return await self._drive(claim, attempt)
 
         beating = threading.Thread(target=beat, name=f"lease-{run.request_id}", daemon=True)
         beating.start()
+        if self.trail is not None:
+            self.trail.hold(attempt)
         try:
             # All runs of this process share one event loop (model clients are bound to the
             # loop they first ran on); this thread waits for its run.
             return asyncio.run_coroutine_threadsafe(drive(), self._loop).result()
+        except StoreUnavailable:
+            self._abandon(attempt)
+            raise
         finally:
+            if self.trail is not None:
+                self.trail.release(attempt)
             stop_beating.set()
             beating.join(timeout=5)
+
+    def _abandon(self, attempt: Attempt) -> None:
+        """An attempt that gave up on its store writes no ending: the run goes back to
+        ``queued`` if the store takes that (fenced: a no-op once another attempt holds it), or
+        else its lease lapses; either way its journal lets the next attempt resume it."""
+        cause = attempt.broken.__cause__ if attempt.broken is not None else None
+        if cause is not None and not transient(cause):
+            return  # a write the store refuses for good: let the lease lapse (it counts)
+        try:
+            with_retries(
+                self.store.release,
+                attempt.request_id,
+                attempt.token,
+                budget=retry_budget(self.lease_ttl),
+                what=f"the release of run {attempt.request_id}",
+            )
+        except Exception:
+            logger.warning("run %s: not released; its lease lapses", attempt.request_id)
 
     def close(self) -> None:
         """Stop the run loop (runs still on it are abandoned: their leases expire)."""
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
 
-    async def _drive(self, claim: Claim, journal: StoreJournal, lost: threading.Event) -> str:
+    async def _drive(self, claim: Claim, attempt: Attempt) -> str:
         assert claim.run is not None
         run, token = claim.run, claim.token
         rid = run.request_id
-        approver = QueueApprover(self.store, rid, token, journal)
-        if claim.resumed:
-            self._record_resumed(claim, journal)
-
-        # A resumed run goes through its turn again and emits the same events in the same
-        # order up to where the earlier attempt stopped (the journal makes it replay what that
-        # attempt did): those are in the store already, and are not written twice.
-        told = sum(1 for _, wire in self.store.events(rid) if wire["kind"] not in WORKER_EVENTS)
-        emitted = 0
-
-        def listener(event: Event) -> None:
-            nonlocal emitted
-            emitted += 1
-            if emitted > told and journal.holds():  # a lapsed attempt says nothing more
-                self.store.add_event(rid, event.to_dict())
-
         request = QueuedRequest.model_validate(run.request)
+        timeout: asyncio.Timeout | None = None
+        limit: tuple[int, float] | None = None
+        approver: QueueApprover | None = None
         # The submitter's trace continues here (the run's spans join it).
         joined = attach_incoming(self.agent, request.trace_context)
         try:
-            result = await self.agent.arun(
-                request.message,
-                session_id=run.session_id,
-                tool_choice=request.tool_choice,  # type: ignore[arg-type]
-                toolsets=request.toolsets,
-                output_format=request.output_format,
-                channel=request.channel,
-                output_type=request.output_schema,
-                listener=listener,
-                request_id=rid,
-                journal=journal,
-                approver=approver,
+            journal = StoreJournal(self.store, rid, token, attempt)
+            approver = QueueApprover(self.store, rid, token, journal)
+            limit = attempt.write(
+                f"the deadline of run {rid}",
+                self.store.start_deadline,
+                rid,
+                token,
+                time.time_ns(),
             )
-        except OutputValidationError as exc:
-            result = exc.result
-        except asyncio.CancelledError:
-            if approver.suspended is not None:
-                asked = approver.suspended
-                required = ApprovalRequiredEvent(
-                    approval_id=asked["approval_id"],
-                    request_id=rid,
-                    tool=asked["tool"],
-                    arguments=asked["arguments"],
-                    created=datetime.now(UTC).isoformat(),
-                    expires=None,  # it waits until answered or its run cancelled
-                ).to_dict()
-                try:
-                    self.store.park_for_approval(
+            if claim.resumed:
+                self._record_resumed(claim, journal)
+            # A resumed run goes through its turn again and emits the same events in the
+            # same order up to where the earlier attempt stopped (the journal makes it replay
+            # what that attempt did): those are in the store already, and are not written
+            # twice.
+            told = sum(
+                1
+                for _, wire in attempt.write(f"the events of run {rid}", self.store.events, rid)
+                if wire["kind"] not in WORKER_EVENTS
+            )
+            emitted = 0
+
+            def listener(event: Event) -> None:
+                nonlocal emitted
+                emitted += 1
+                if emitted > told and attempt.holds():  # a lapsed attempt says nothing more
+                    attempt.write(
+                        f"an event of run {rid}",
+                        self.store.add_fenced_event,
                         rid,
                         token,
-                        asked["approval_id"],
-                        asked["tool"],
-                        asked["arguments"],
-                        required,
+                        event.to_dict(),
                     )
-                except LeaseLost:
-                    return self._lost(rid)
-                return "waiting_approval"
-            if lost.is_set() or not journal.holds():
+
+            if limit is not None and limit[0] <= time.time_ns():
+                raise TimeoutError  # past its deadline already (it waited, or was resumed)
+            left = None if limit is None else (limit[0] - time.time_ns()) / 1e9
+            async with asyncio.timeout(left) as timeout:
+                result = await self.agent.arun(
+                    request.message,
+                    session_id=run.session_id,
+                    tool_choice=request.tool_choice,  # type: ignore[arg-type]
+                    toolsets=request.toolsets,
+                    output_format=request.output_format,
+                    channel=request.channel,
+                    output_type=request.output_schema,
+                    listener=listener,
+                    request_id=rid,
+                    journal=journal,
+                    approver=approver,
+                )
+        except OutputValidationError as exc:
+            result = exc.result
+        except TimeoutError:
+            if limit is None or (timeout is not None and not timeout.expired()):
+                return self._end(attempt, "failed", "the run failed unexpectedly: TimeoutError")
+            return self._end(
+                attempt,
+                "timed_out",
+                f"the run took longer than run_timeout_s ({limit[1]:g} s) and was stopped",
+            )
+        except asyncio.CancelledError:
+            if approver is not None and approver.suspended is not None:
+                return self._park(attempt, approver.suspended)
+            if attempt.lost or not attempt.holds():
                 return self._lost(rid)
             raise
-        except LeaseLost:
-            return self._lost(rid)
+        except StoreUnavailable:
+            raise  # the attempt ends without an ending (``_run``)
         except HermesAgentError as exc:
-            return self._fail(rid, token, str(exc))
+            return self._end(attempt, "failed", str(exc))
         except Exception as exc:
+            if is_store_error(exc):  # the store, under the agent (its session, its trail)
+                raise StoreUnavailable(f"run {rid}: the store failed: {exc!r}"[:500]) from exc
             logger.exception("run %s failed", rid)
-            return self._fail(
-                rid, token, f"the run failed unexpectedly: {type(exc).__name__}: {exc}"
+            return self._end(
+                attempt, "failed", f"the run failed unexpectedly: {type(exc).__name__}: {exc}"
             )
         finally:
             if joined is not None:
                 detach(joined)
+        attempt.alive()  # a run that gave up on its store mid-way has no ending to write
+        status = ending_status(result)
         wire = ResultEvent(result).to_dict()
         try:
-            self.store.finish(rid, token, "completed", result=wire["result"])
-        except LeaseLost:
+            attempt.write(
+                f"the ending of run {rid}",
+                self.store.finish,
+                rid,
+                token,
+                status,
+                result=wire["result"],
+                error=result.error if status != "completed" else None,
+                turn=attempt.turn,
+                output=attempt.output,
+                event=wire,
+            )
+        except asyncio.CancelledError:
             return self._lost(rid)
-        self.store.add_event(rid, wire)
-        return "completed"
+        return status
+
+    def _park(self, attempt: Attempt, asked: dict[str, Any]) -> str:
+        rid = attempt.request_id
+        required = ApprovalRequiredEvent(
+            approval_id=asked["approval_id"],
+            request_id=rid,
+            tool=asked["tool"],
+            arguments=asked["arguments"],
+            created=datetime.now(UTC).isoformat(),
+            expires=None,  # it waits until answered or its run cancelled
+        ).to_dict()
+        try:
+            attempt.write(
+                f"the approval of run {rid}",
+                self.store.park_for_approval,
+                rid,
+                attempt.token,
+                asked["approval_id"],
+                asked["tool"],
+                asked["arguments"],
+                required,
+            )
+        except asyncio.CancelledError:
+            return self._lost(rid)
+        return "waiting_approval"
 
     def _lost(self, request_id: str) -> str:
-        found = self.store.get(request_id)
+        try:
+            found = self.store.get(request_id)
+        except Exception:
+            found = None
         if found is not None and found.status == "cancelled":
-            self._stopped(request_id, "cancelled", found.error)
-            return "cancelled"
+            return "cancelled"  # its ending came with the cancellation
         logger.warning("run %s: this worker's lease passed to another; stopped", request_id)
         return "lease_lost"
 
-    def _fail(self, request_id: str, token: int, error: str) -> str:
+    def _end(self, attempt: Attempt, status: RunStatus, error: str) -> str:
+        """End the run without an answer (``failed``, ``timed_out``): its row, its trail's
+        ``stopped`` record and its ``run_stopped`` event, in one fenced transaction."""
         try:
-            self.store.finish(request_id, token, "failed", error=error)
-        except LeaseLost:
-            return self._lost(request_id)
-        self._stopped(request_id, "failed", error)
-        return "failed"
-
-    def _stopped(self, request_id: str, status: str, error: str | None) -> None:
-        """Tell followers (a ``run_stopped`` event) and the trail (a ``stopped`` record, as
-        the service writes for runs it stops) that the run ended without an answer."""
-        self.store.add_event(request_id, RunStoppedEvent(status, error).to_dict())
-        storage, sink = self.agent.storage, self.agent.audit_sink
-        if storage is None or sink is None:
-            return
-        try:
-            earlier = storage.records(request_id)
-            found = self.store.get(request_id)
-            session = found.session_id if found else (earlier[-1].session_id if earlier else "")
-            record = lifecycle_record(
-                earlier,
-                request_id=request_id,
-                session_id=session,
-                stage="Worker",
-                role=Role.STOPPED,
-                content={"status": status, "error": error},
-                status_code=STOP_CODES.get(status, 500),
-                model_name=self.agent.model.name,
-                redactor=self.agent.redactor,
+            attempt.write(
+                f"the ending of run {attempt.request_id}",
+                self.store.finish,
+                attempt.request_id,
+                attempt.token,
+                status,
+                error=error,
             )
-            sink.write([record])
-        except Exception:
-            logger.exception("run %s: could not record how it stopped", request_id)
+        except asyncio.CancelledError:
+            return self._lost(attempt.request_id)
+        return status
 
     def _record_resumed(self, claim: Claim, journal: StoreJournal) -> None:
         """One ``resumed`` record in the run's trail: which attempt, on which worker, from which

@@ -19,6 +19,7 @@ dead or failed run back to ``queued``; ``cancelled`` by its caller.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -39,6 +40,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    delete,
     func,
     insert,
     select,
@@ -46,10 +48,13 @@ from sqlalchemy import (
     update,
 )
 
+from hermes_agent.audit.recorder import lifecycle_record
+from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.request import QueuedRequest
+from hermes_agent.runs.status import STOP_CODES
 from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError, check_session_id
-from hermes_agent.storage.sql import SqlStorage, append_messages
+from hermes_agent.storage.sql import SqlStorage, append_messages, audit_table
 from hermes_agent.types import Message
 
 metadata = MetaData()
@@ -113,7 +118,12 @@ approvals_table = Table(
 
 _TABLES_LOCK = 0x48_52_55_4E  # "HRUN": serialises creating these tables across processes
 
-FINISHED = ("completed", "failed", "dead", "cancelled")
+FINISHED = ("completed", "failed", "dead", "cancelled", "timed_out")
+
+LIMITS_KEY = "limits"
+"""The journal entry holding the run's limits as submitted (``run_timeout_s``)."""
+DEADLINE_KEY = "deadline"
+"""The journal entry holding the run's deadline (ns since the epoch), set by its first claim."""
 # The one status vocabulary of a run, in process and on the queue.
 from hermes_agent.runs.status import RunStatus as RunStatus  # noqa: E402
 
@@ -202,8 +212,10 @@ class RunStore:
         *,
         owner: str = "",
         request_id: str | None = None,
+        run_timeout_s: float | None = None,
     ) -> str:
-        """Record a run to be queued; returns its request id."""
+        """Record a run to be queued; returns its request id. ``run_timeout_s``: the run
+        ends ``timed_out`` once that long has passed since a worker first started it."""
         check_session_id(session_id, self.storage.max_id_length)  # refused before it queues
         request_id = request_id or str(uuid.uuid4())
         now = _now()
@@ -224,6 +236,17 @@ class RunStore:
                     turn_saved=False,
                 )
             )
+            if run_timeout_s is not None:
+                conn.execute(
+                    insert(journal_table).values(
+                        request_id=request_id,
+                        key=LIMITS_KEY,
+                        state="done",
+                        payload=dumps({"run_timeout_s": float(run_timeout_s)}),
+                        token=0,
+                        updated_ns=now,
+                    )
+                )
         return request_id
 
     def get(self, request_id: str) -> QueuedRun | None:
@@ -302,6 +325,11 @@ class RunStore:
             taken_over = run.status == "running"  # its holder died (its lease expired)
             redeliveries = run.redeliveries + (1 if taken_over else 0)
             if redeliveries > self.max_redeliveries:
+                error = (
+                    f"{redeliveries} attempts of the run ended without an ending (its worker "
+                    f"died, froze or lost its store; max_redeliveries {self.max_redeliveries}); "
+                    "dead-lettered — `hermes-agent runs requeue` puts it back"
+                )
                 conn.execute(
                     update(runs_table)
                     .where(r.request_id == request_id)
@@ -310,11 +338,10 @@ class RunStore:
                         updated_ns=now,
                         lease_owner=None,
                         lease_expires_ns=None,
-                        error=f"the run was lost with its worker {redeliveries} times "
-                        f"(max_redeliveries {self.max_redeliveries}); dead-lettered — "
-                        "`hermes-agent runs requeue` puts it back",
+                        error=error,
                     )
                 )
+                _end(conn, run.request_id, run.session_id, "dead", error)
                 return Claim("dead", run=run)
             token = run.lease_token + 1
             conn.execute(
@@ -436,11 +463,25 @@ class RunStore:
         *,
         result: dict[str, Any] | None = None,
         error: str | None = None,
+        turn: Sequence[Message] | None = None,
+        output: AuditRecord | None = None,
+        event: dict[str, Any] | None = None,
     ) -> None:
-        """End this attempt: ``completed``/``failed`` (final) or ``waiting_approval``."""
+        """End the run (``completed``, ``failed``, ``timed_out``), in one fenced transaction
+        with everything its ending consists of: ``turn`` added to its session (once), the
+        trail's one ending — ``output`` (the answer's record) for a completed run, a
+        ``stopped`` record otherwise — numbered after every other record of the run, and
+        ``event``, its last event. So a run is final exactly when its trail has its ending
+        and its followers their last event, and a store that fails in between leaves none
+        of them (the attempt ends, and the run resumes)."""
         r = runs_table.c
         with self._tx() as conn:
             self._fence(conn, request_id, token)
+            row = conn.execute(
+                select(r.session_id, r.turn_saved).where(r.request_id == request_id)
+            ).one()
+            if turn and not row.turn_saved:
+                append_messages(conn, row.session_id, turn)
             conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id)
@@ -451,8 +492,64 @@ class RunStore:
                     lease_expires_ns=None,
                     result=dumps(result) if result is not None else None,
                     error=error,
+                    turn_saved=bool(turn) or row.turn_saved,
                 )
             )
+            if status == "completed" and output is not None:
+                _add_record(conn, output)
+            elif status != "completed":
+                _end(conn, request_id, row.session_id, status, error, add_event=event is None)
+            if event is not None:
+                _add_event(conn, request_id, event)
+
+    def write_records(self, request_id: str, token: int, records: Sequence[AuditRecord]) -> None:
+        """Add records of the run's trail, fenced by ``token`` (a copy of the run that lost
+        its lease adds nothing more to the trail)."""
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            if records:
+                conn.execute(insert(audit_table), [dataclasses.asdict(r) for r in records])
+
+    def add_fenced_event(self, request_id: str, token: int, wire: dict[str, Any]) -> int:
+        """Append an event of the run's pipeline, fenced by ``token``."""
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            return _add_event(conn, request_id, wire)
+
+    def start_deadline(self, request_id: str, token: int, now_ns: int) -> tuple[int, float] | None:
+        """The run's deadline (ns since the epoch) and its ``run_timeout_s``: set by its first
+        attempt from the ``run_timeout_s`` it was submitted with, the same for every later
+        attempt; ``None`` without one."""
+        j = journal_table.c
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            rows = dict(
+                conn.execute(
+                    select(j.key, j.payload).where(
+                        j.request_id == request_id, j.key.in_([LIMITS_KEY, DEADLINE_KEY])
+                    )
+                ).all()
+            )
+            if DEADLINE_KEY in rows:
+                found = json.loads(rows[DEADLINE_KEY])
+                return int(found["at_ns"]), float(found["run_timeout_s"])
+            if LIMITS_KEY not in rows:
+                return None
+            timeout = json.loads(rows[LIMITS_KEY]).get("run_timeout_s")
+            if timeout is None:
+                return None
+            at_ns = now_ns + int(float(timeout) * 1e9)
+            conn.execute(
+                insert(journal_table).values(
+                    request_id=request_id,
+                    key=DEADLINE_KEY,
+                    state="done",
+                    payload=dumps({"at_ns": at_ns, "run_timeout_s": float(timeout)}),
+                    token=token,
+                    updated_ns=now_ns,
+                )
+            )
+            return at_ns, float(timeout)
 
     def release(self, request_id: str, token: int) -> None:
         """Give the run back to the queue (a worker shutting down mid-run)."""
@@ -465,14 +562,12 @@ class RunStore:
             )
 
     def cancel(self, request_id: str, reason: str = "cancelled by the client") -> bool:
-        """Cancel a run that has not finished. A worker running it notices at its next
-        heartbeat and ends its log; otherwise (queued, parked, waiting for an approval) the
-        ``run_stopped`` event is written here."""
+        """Cancel a run that has not finished; its ending (the trail's ``stopped`` record and
+        the ``run_stopped`` event) is written here, in the same transaction. A worker running
+        it notices at its next heartbeat (or its next write, fenced out from now on)."""
         r = runs_table.c
         with self._tx() as conn:
-            before = conn.execute(
-                select(r.status).where(r.request_id == request_id).with_for_update()
-            ).scalar()
+            conn.execute(select(r.status).where(r.request_id == request_id).with_for_update())
             done = conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id, r.status.not_in(FINISHED))
@@ -484,9 +579,13 @@ class RunStore:
                     lease_expires_ns=None,
                 )
             )
-            if done.rowcount == 1 and before != "running":
-                stopped = RunStoppedEvent("cancelled", reason).to_dict()
-                _add_event(conn, request_id, stopped)
+            if done.rowcount == 1:
+                # The ending, written here whoever holds the run: its worker's writes are
+                # fenced out from now on, so nothing comes after it.
+                session = conn.execute(
+                    select(r.session_id).where(r.request_id == request_id)
+                ).scalar_one()
+                _end(conn, request_id, session, "cancelled", reason)
         return done.rowcount == 1
 
     def requeue(self, request_id: str) -> QueuedRun:
@@ -499,10 +598,10 @@ class RunStore:
             ).first()
             if row is None:
                 raise StorageError(f"no queued run {request_id!r}; see `hermes-agent runs list`")
-            if row.status not in ("dead", "failed", "cancelled"):
+            if row.status not in ("dead", "failed", "cancelled", "timed_out"):
                 raise StorageError(
-                    f"run {request_id} is {row.status}; only a dead, failed or cancelled run "
-                    "can be requeued"
+                    f"run {request_id} is {row.status}; only a dead, failed, cancelled or "
+                    "timed-out run can be requeued"
                 )
             newer = conn.execute(
                 select(func.count())
@@ -521,6 +620,12 @@ class RunStore:
                     f"{row.session_id!r} has started since, and this turn would come after it "
                     "with an answer to an older history; submit the message again instead"
                 )
+            # Its deadline starts again with its next attempt.
+            conn.execute(
+                delete(journal_table).where(
+                    journal_table.c.request_id == request_id, journal_table.c.key == DEADLINE_KEY
+                )
+            )
             conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id)
@@ -719,6 +824,49 @@ class RunStore:
             verdict = reason or ("approved" if approved else "denied")
             _add_event(conn, request_id, ApprovalResolvedEvent(key, approved, verdict).to_dict())
         return True
+
+
+def _add_record(conn: Connection, record: AuditRecord) -> None:
+    """Add the trail's ending, numbered after every record the trail holds."""
+    a = audit_table.c
+    latest = conn.execute(select(func.max(a.seq)).where(a.request_id == record.request_id)).scalar()
+    if latest is not None and record.seq <= latest:
+        record = dataclasses.replace(record, seq=int(latest) + 1)
+    conn.execute(insert(audit_table).values(**dataclasses.asdict(record)))
+
+
+def _end(
+    conn: Connection,
+    request_id: str,
+    session_id: str,
+    status: str,
+    error: str | None,
+    *,
+    add_event: bool = True,
+) -> None:
+    """The ending of a run that ended without an answer, inside the transaction that ends it:
+    a ``stopped`` record last in its trail and a ``run_stopped`` event last in its log."""
+    a = audit_table.c
+    last = conn.execute(
+        select(audit_table).where(a.request_id == request_id).order_by(a.seq.desc()).limit(1)
+    ).first()
+    earlier = []
+    if last is not None:
+        fields = {f.name for f in dataclasses.fields(AuditRecord)}
+        earlier.append(AuditRecord(**{k: v for k, v in last._mapping.items() if k in fields}))
+    record = lifecycle_record(
+        earlier,
+        request_id=request_id,
+        session_id=session_id,
+        stage="Worker",
+        role=Role.STOPPED,
+        content={"status": status, "error": error},
+        status_code=STOP_CODES.get(status, 500),
+        model_name="",
+    )
+    conn.execute(insert(audit_table).values(**dataclasses.asdict(record)))
+    if add_event:
+        _add_event(conn, request_id, RunStoppedEvent(status, error).to_dict())
 
 
 def _add_event(conn: Connection, request_id: str, wire: dict[str, Any]) -> int:
