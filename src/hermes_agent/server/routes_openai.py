@@ -71,7 +71,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Request
 from starlette.responses import JSONResponse, Response
 
+from hermes_agent.events import OutputEvent, TextDeltaEvent, ThoughtEvent, ToolCallStartedEvent
 from hermes_agent.runs.backend import RunBackend, RunView
+from hermes_agent.runs.events import ApprovalRequiredEvent, RunEvent, read_known
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.openai_runs import (
@@ -365,6 +367,19 @@ class AnswerText:
         self.end_turn()
         return sent
 
+    def follow(self, event: RunEvent | None) -> str:
+        """The content to send for one event of the run's ('' for none): its text deltas,
+        its calls and turns (which end what a turn says), its final answer."""
+        if isinstance(event, TextDeltaEvent):
+            return self.delta(event.text)
+        if isinstance(event, ToolCallStartedEvent):
+            self.tool_call()
+        elif isinstance(event, ThoughtEvent):
+            self.end_turn()
+        elif isinstance(event, OutputEvent):
+            return self.finish(event.output)
+        return ""
+
     def finish(self, output: str) -> str:
         """What is left to send of the final answer ``output``."""
         if self.sent.endswith(output):
@@ -416,20 +431,13 @@ async def completion_chunks(
                 yield KEEPALIVE_COMMENT
                 continue
             _, wire = item
-            kind = wire["kind"]
-            text = ""
-            if kind == "text_delta":
-                text = answer.delta(wire["text"])
-            elif kind == "tool_call_started":
-                answer.tool_call()
-            elif kind == "thought":
-                answer.end_turn()
-            elif kind == "approval_required":
+            event = read_known(wire)
+            if isinstance(event, ApprovalRequiredEvent):
                 pending = {k: v for k, v in wire.items() if k != "kind"}
                 note = answer.note(approval_notice(pending, streaming=True))
                 yield chunk({"content": note}, hermes={"approval_required": pending})
-            elif kind == "output":
-                text = answer.finish(str(wire["output"]))
+                continue
+            text = answer.follow(event)
             if text:
                 yield chunk({"content": text})
         run = await backend.view(run.request_id, principal)

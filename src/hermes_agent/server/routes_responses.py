@@ -31,6 +31,7 @@ from starlette.responses import Response
 
 from hermes_agent.pipeline.client_tools import MAX_CLIENT_TOOLS
 from hermes_agent.runs.backend import RunBackend, RunView
+from hermes_agent.runs.events import ApprovalRequiredEvent, read_known
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.openai_runs import (
@@ -399,18 +400,12 @@ async def response_events(
                 yield KEEPALIVE_COMMENT
                 continue
             _, wire = item
-            kind, text = wire["kind"], ""
-            if kind == "text_delta":
-                text = answer.delta(wire["text"])
-            elif kind == "tool_call_started":
-                answer.tool_call()
-            elif kind == "thought":
-                answer.end_turn()
-            elif kind == "approval_required":
+            read = read_known(wire)
+            if isinstance(read, ApprovalRequiredEvent):
                 pending = {k: v for k, v in wire.items() if k != "kind"}
                 text = answer.note(approval_notice(pending, streaming=True))
-            elif kind == "output":
-                text = answer.finish(str(wire["output"]))
+            else:
+                text = answer.follow(read)
             for frame in text_events(text) if text else []:
                 yield frame
     run = await backend.view(run.request_id, principal)
