@@ -182,7 +182,7 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
             row = conn.execute(
                 "SELECT e.pid FROM executions e LEFT JOIN effects f ON f.call_key = e.call_key "
                 "WHERE f.call_key IS NULL AND e.tag LIKE 'frozen%%' "
-                "AND e.at > clock_timestamp() - interval '0.15 second' LIMIT 1"
+                "AND e.at > clock_timestamp() - interval '0.08 second' LIMIT 1"
             ).fetchone()
             if row is not None and row[0] in pids:
                 victim = int(row[0])
@@ -191,7 +191,7 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
         os.kill(victim, signal.SIGSTOP)
         frozen_at = time.monotonic()
         try:
-            time.sleep(LEASE_TTL * 3)
+            time.sleep(LEASE_TTL * 5)
         finally:
             os.kill(victim, signal.SIGCONT)
         found = env.finish(f"worker {victim} frozen {time.monotonic() - frozen_at:.1f} s", ids)
