@@ -237,3 +237,25 @@ def test_the_server_refuses_ignored_tools_with_an_openai_error(chatml_server: st
     )
     assert answered.status_code == 200  # everything else passes through untouched
     assert answered.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_the_wrapper_has_the_server_load_its_model_with_repacking_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import llama_cpp
+    from llama_cpp.server.model import LlamaProxy
+
+    from hermes_agent.models.llamacpp import llama_server_loading
+
+    seen: list[bool] = []
+
+    def load(settings: object) -> str:
+        seen.append(llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts)
+        return "a model"
+
+    monkeypatch.setattr(LlamaProxy, "load_llama_from_model_settings", staticmethod(load))
+    with llama_server_loading():
+        assert LlamaProxy.load_llama_from_model_settings(None) == "a model"
+    assert seen == [False]
+    assert LlamaProxy.load_llama_from_model_settings is load  # put back as it was
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True

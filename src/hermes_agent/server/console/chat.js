@@ -3,8 +3,9 @@
 // their own box, never into the answer.
 
 import { api, stream } from "./api.js";
-import { alertBox, append, badge, field, fmtTime, h, pretty, replace, resultText, shortId, statusClass } from "./dom.js";
+import { alertBox, append, badge, field, fmtTime, h, pretty, replace, resultBadge, resultText, shortId, statusClass } from "./dom.js";
 import { approvalCard } from "./approvals.js";
+import { markdown } from "./markdown.js";
 
 function newSessionId() {
   const random = crypto.getRandomValues(new Uint32Array(2));
@@ -66,6 +67,7 @@ export async function renderChat(main, sessionId, signal) {
       current = newSessionId();
       history.replaceState(null, "", `#/chat/${encodeURIComponent(current)}`);
     }
+    follow(current);
     const session = current;
     transcript.querySelector(".empty")?.remove();
     transcript.appendChild(h("div", { class: "msg user" }, h("div", { class: "who" }, "you"), h("div", { class: "body" }, text)));
@@ -98,6 +100,16 @@ export async function renderChat(main, sessionId, signal) {
       message.focus();
     }
   });
+
+  // The picker shows the session the chat is in, also one that the first message started.
+  function follow(id) {
+    let option = [...picker.options].find((o) => o.value === id);
+    if (!option) {
+      option = h("option", { value: id }, `${id} (new)`);
+      picker.options.length ? picker.options[0].after(option) : picker.appendChild(option);
+    }
+    picker.value = id;
+  }
 
   // Loaded after every handler is in place: the form works while the session loads.
   try {
@@ -142,7 +154,7 @@ function storedMessage(item) {
   const calls = (item.tool_calls || []).map((c) => h("div", { class: "call-chip" }, h("code", {}, c.name), " ", h("span", { class: "mono small" }, JSON.stringify(c.arguments))));
   return h("div", { class: `msg ${item.role === "user" ? "user" : "assistant"}` },
     h("div", { class: "who" }, item.role === "user" ? "you" : item.role),
-    h("div", { class: "body" }, item.content), calls);
+    h("div", { class: "body" }, item.role === "user" ? item.content : markdown(item.content)), calls);
 }
 
 function assistantTurn(signal) {
@@ -259,9 +271,12 @@ function assistantTurn(signal) {
         calls.appendChild(approvalCard(data, { signal, followRun: false }));
         break;
       case "result":
-        answer.textContent = data.result.output;
+        // Streamed as plain text; the whole answer is then drawn as Markdown (as nodes, never
+        // parsed as HTML: see markdown.js).
+        replace(answer, markdown(data.result.output));
+        answer.dataset.markdown = "true";
         finish(
-          badge("done", "ok"), ` ${data.result.usage.total_tokens} tokens · `,
+          resultBadge(data.result.status), ` ${data.result.usage.total_tokens} tokens · `,
           h("a", { href: `#/runs/${encodeURIComponent(data.result.request_id)}` }, `run ${shortId(data.result.request_id)}`),
         );
         break;

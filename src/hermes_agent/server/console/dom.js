@@ -99,12 +99,13 @@ export function shortId(id) {
   return String(id || "").slice(0, 8);
 }
 
-/** The class of a status badge: ok (2xx), warn (4xx), err (5xx) or a run status. */
+/** The class of a status badge: ok (2xx), warn (4xx), err (5xx) or a run status. A run that
+ * did not finish with an answer (failed, timed out, cancelled, dead) is a failure: red. */
 export function statusClass(code) {
   if (typeof code === "number") return code >= 500 ? "err" : code >= 400 ? "warn" : "ok";
   return {
     completed: "ok", running: "live", waiting_approval: "wait", failed: "err",
-    cancelled: "warn", timed_out: "err", incomplete: "warn",
+    cancelled: "err", timed_out: "err", dead: "err", interrupted: "err", incomplete: "warn",
   }[code] || "";
 }
 
@@ -112,8 +113,21 @@ export function badge(text, cls, label) {
   return h("span", { class: `badge ${cls || ""}`, title: label || null }, text);
 }
 
-export function statusBadge(status) {
-  return badge(String(status).replace("_", " "), statusClass(status), `status: ${status}`);
+/** A run's status as a badge. ``code`` is the run's status code when known: a run that ended
+ * with a 4xx or 5xx is shown as failed whatever its status word says, never as a green
+ * "completed". */
+export function statusBadge(status, code) {
+  const failed = status === "completed" && typeof code === "number" && code >= 400;
+  const shown = failed ? "failed" : String(status);
+  const label = failed ? `status: ${status}, ${code}` : `status: ${status}`;
+  return badge(shown.replaceAll("_", " "), statusClass(shown), label);
+}
+
+/** The badge of a finished turn's result (the ``result`` event's RunResult status). */
+export function resultBadge(status) {
+  if (status >= 400) return badge(`failed ${status}`, "err", `status ${status}`);
+  if (status === 206) return badge("partial", "warn", "status 206: a partial answer");
+  return badge("done", "ok", `status ${status}`);
 }
 
 /** A labelled form control. */

@@ -76,7 +76,7 @@ function header(view, requestId, replayBox, signal) {
   const usage = view.usage;
   const facts = [
     ["Session", h("a", { href: `#/chat/${encodeURIComponent(view.session_id)}`, title: "open this session in the chat" }, view.session_id)],
-    ["Status", h("span", {}, statusBadge(view.status), view.error ? ` ${view.error}` : "")],
+    ["Status", h("span", {}, statusBadge(view.status, view.status_code), view.error ? ` ${view.error}` : "")],
     ["Started", fmtTime(view.created)],
     ["Duration", fmtMs(view.duration_ms)],
     ["Model", view.model ?? "—"],

@@ -116,7 +116,7 @@ export async function renderRuns(main, query, signal) {
               h("td", {}, fmtTime(run.created)),
               h("td", {}, h("a", { href: `#/runs/${encodeURIComponent(run.request_id)}`, class: "mono", title: run.request_id }, shortId(run.request_id))),
               h("td", {}, h("a", { href: `#/runs?session_id=${encodeURIComponent(run.session_id)}`, title: `runs of session ${run.session_id}` }, run.session_id)),
-              h("td", {}, statusBadge(run.status), run.status_code ? ` ${run.status_code}` : ""),
+              h("td", {}, statusBadge(run.status, run.status_code), run.status_code ? ` ${run.status_code}` : ""),
               h("td", { class: "num" }, run.steps ?? "—"),
               h("td", { class: "num" }, fmtMs(run.duration_ms)),
               h("td", {}, run.tools.length ? run.tools.map((t) => h("code", { class: "chip" }, t)) : h("span", { class: "muted" }, "none")),

@@ -1,0 +1,92 @@
+// Markdown from the model, drawn as DOM nodes: what it writes is never parsed as HTML. Every
+// piece of text becomes a text node, so a "<script>" in an answer is shown as those characters;
+// links are shown as their text and address, not followed (the console links only to itself).
+//
+// What is understood is what chat answers use: paragraphs, headings (#), bullet and numbered
+// lists, fenced code (```), block quotes (>), and inline **bold**, *italic* or _italic_,
+// `code` and [text](address). Anything else stays as the text it is.
+
+import { h } from "./dom.js";
+
+const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\s][^*\n]*\*|_[^_\s][^_\n]*_)|(\[[^\]\n]+\]\([^)\s]+\))/;
+const MAX_CHARS = 200_000; // past this, the answer is shown as plain text
+
+/** The inline pieces of one line of text, as nodes. */
+function inline(text) {
+  const nodes = [];
+  let rest = text;
+  while (rest) {
+    const found = INLINE.exec(rest);
+    if (!found) {
+      nodes.push(rest);
+      break;
+    }
+    if (found.index) nodes.push(rest.slice(0, found.index));
+    const [token] = found;
+    if (found[1]) nodes.push(h("code", {}, token.slice(1, -1)));
+    else if (found[2]) nodes.push(h("strong", {}, inline(token.slice(2, -2))));
+    else if (found[3]) nodes.push(h("em", {}, inline(token.slice(1, -1))));
+    else {
+      const split = token.indexOf("](");
+      nodes.push(h("span", { class: "md-link", title: token.slice(split + 2, -1) }, inline(token.slice(1, split)), " ", h("span", { class: "muted" }, `(${token.slice(split + 2, -1)})`)));
+    }
+    rest = rest.slice(found.index + token.length);
+  }
+  return nodes;
+}
+
+/** ``text`` (Markdown) as an array of block elements. */
+export function markdown(text) {
+  const source = String(text ?? "");
+  if (source.length > MAX_CHARS) return [h("p", {}, source)];
+  const lines = source.replace(/\r\n?/g, "\n").split("\n");
+  const blocks = [];
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    const fence = /^\s*(```|~~~)\s*([\w+-]*)\s*$/.exec(line);
+    if (fence) {
+      const body = [];
+      i += 1;
+      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
+      i += 1; // the closing fence (or the end of an unclosed block)
+      blocks.push(h("pre", { class: "code md-code", dataset: fence[2] ? { lang: fence[2] } : null }, h("code", {}, body.join("\n"))));
+      continue;
+    }
+    const heading = /^(#{1,6})\s+(.*)$/.exec(line);
+    if (heading) {
+      // Headings inside an answer sit below the page's own h1-h3.
+      blocks.push(h(`h${Math.min(6, heading[1].length + 3)}`, { class: "md-heading" }, inline(heading[2])));
+      i += 1;
+      continue;
+    }
+    const item = /^\s*([-*+]|\d{1,9}[.)])\s+(.*)$/.exec(line);
+    if (item) {
+      const ordered = /\d/.test(item[1]);
+      const items = [];
+      while (i < lines.length) {
+        const next = /^\s*([-*+]|\d{1,9}[.)])\s+(.*)$/.exec(lines[i]);
+        if (!next || /\d/.test(next[1]) !== ordered) break;
+        items.push(h("li", {}, inline(next[2])));
+        i += 1;
+      }
+      blocks.push(h(ordered ? "ol" : "ul", { class: "md-list" }, items));
+      continue;
+    }
+    if (/^\s*>/.test(line)) {
+      const quoted = [];
+      while (i < lines.length && /^\s*>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s*>\s?/, ""));
+      blocks.push(h("blockquote", {}, markdown(quoted.join("\n"))));
+      continue;
+    }
+    if (!line.trim()) {
+      i += 1;
+      continue;
+    }
+    const paragraph = [];
+    while (i < lines.length && lines[i].trim() && !/^\s*(```|~~~|#{1,6}\s|>|[-*+]\s|\d{1,9}[.)]\s)/.test(lines[i])) paragraph.push(lines[i++]);
+    if (!paragraph.length) paragraph.push(lines[i++]); // a line no other rule took
+    blocks.push(h("p", {}, paragraph.flatMap((part, n) => (n ? [h("br"), ...inline(part)] : inline(part)))));
+  }
+  return blocks;
+}

@@ -1,0 +1,206 @@
+"""The console's chat and badges in a real browser (Debian's Chromium through Playwright, the
+service on a real uvicorn): answers drawn as Markdown without ever running the model's markup,
+the session picker on the session the chat is in, a failed run shown as a failure, and the
+pages usable 400 pixels wide."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from hermes_agent import Agent, ScriptedModel
+from hermes_agent.server import ServiceSettings, create_app
+from hermes_agent.types import Message
+from server_harness import serve
+
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+CHROMIUM = os.environ.get("HERMES_CHROMIUM", "/usr/bin/chromium")
+pytestmark = pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"needs {CHROMIUM}")
+
+MARKDOWN_ANSWER = """\
+## Totals
+
+The **sum** is `40`, see _below_:
+
+- first <img src=x onerror="window.pwned=1">
+- second [docs](javascript:window.pwned=2)
+
+```python
+print("<b>not bold</b>")
+```
+"""
+
+
+def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
+    user = str(next(m.content for m in reversed(messages) if m.role == "user"))
+    if user == "broken":
+        return "<tool_call>{not json</tool_call>"  # never usable: the run fails (502)
+    if user == "markdown":
+        return MARKDOWN_ANSWER
+    return f"Hello, you said {user}."
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("console-render")
+    agent = Agent(model=ScriptedModel(script), storage=f"sqlite:///{folder / 'state.db'}")
+    settings = ServiceSettings(auth="none", approval_policy="wait")
+    with serve(create_app(agent=agent, settings=settings)) as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM)
+        yield chromium
+        chromium.close()
+
+
+def new_page(browser: Any, width: int = 1280) -> Any:
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.errors = errors
+    return page
+
+
+def close(page: Any) -> None:
+    errors = page.errors
+    page.context.close()
+    assert not errors, f"the page raised: {errors}"
+
+
+def send(page: Any, text: str) -> Any:
+    page.fill("textarea[name=message]", text)
+    page.keyboard.press("Enter")
+    turn = page.locator(".msg.assistant").last
+    expect(turn).not_to_have_attribute("aria-busy", "true")
+    return turn
+
+
+def test_the_answer_is_markdown_drawn_as_nodes(browser: Any, url: str) -> None:
+    page = new_page(browser)
+    page.goto(f"{url}/console/#/chat")
+    expect(page.locator("main[data-ready=chat]")).to_have_count(1)
+    turn = send(page, "markdown")
+    answer = turn.locator(".answer")
+    expect(answer.locator("h5.md-heading")).to_have_text("Totals")
+    expect(answer.locator("strong")).to_have_text("sum")
+    expect(answer.locator("p code")).to_have_text("40")
+    expect(answer.locator("em")).to_have_text("below")
+    expect(answer.locator("ul.md-list li")).to_have_count(2)
+    expect(answer.locator("pre.md-code")).to_have_attribute("data-lang", "python")
+    expect(answer.locator("pre.md-code")).to_have_text('print("<b>not bold</b>")')
+    # The model's markup is text: no element, no handler, no link that runs code.
+    expect(answer.locator("img, b, a, script")).to_have_count(0)
+    expect(answer.locator("li").first).to_contain_text('<img src=x onerror="window.pwned=1">')
+    expect(answer.locator(".md-link")).to_contain_text("docs (javascript:window.pwned=2)")
+    assert page.evaluate("window.pwned") is None
+    expect(turn.locator(".turn-footer .badge.ok")).to_have_text("done")
+
+    # The same answer read back from the session is drawn the same way.
+    page.reload()
+    stored = page.locator(".transcript .msg.assistant .body").last
+    expect(stored.locator("strong")).to_have_text("sum")
+    expect(stored.locator("img")).to_have_count(0)
+    close(page)
+
+
+def test_the_picker_follows_the_session_the_first_message_starts(browser: Any, url: str) -> None:
+    page = new_page(browser)
+    page.goto(f"{url}/console/#/chat")
+    expect(page.locator("main[data-ready=chat]")).to_have_count(1)
+    assert page.eval_on_selector("select[name=session]", "s => s.value") == ""
+    send(page, "hello")
+    session = page.evaluate("decodeURIComponent(location.hash.split('/')[2])")
+    assert session.startswith("chat-")
+    assert page.eval_on_selector("select[name=session]", "s => s.value") == session
+    # A new session from the button: the picker is on it too.
+    page.click("[data-action=new-session]")
+    expect(page.locator(".transcript")).to_contain_text("is new")
+    fresh = page.evaluate("decodeURIComponent(location.hash.split('/')[2])")
+    assert fresh != session
+    assert page.eval_on_selector("select[name=session]", "s => s.value") == fresh
+    close(page)
+
+
+def test_a_failed_run_is_a_failure_in_the_chat_and_the_runs_list(browser: Any, url: str) -> None:
+    page = new_page(browser)
+    page.goto(f"{url}/console/#/chat")
+    expect(page.locator("main[data-ready=chat]")).to_have_count(1)
+    turn = send(page, "broken")
+    expect(turn.locator(".turn-footer .badge.err")).to_have_text("failed 502")
+    expect(turn.locator(".turn-footer .badge.ok")).to_have_count(0)
+    page.goto(f"{url}/console/#/runs")
+    row = page.locator("tr.run-row").first
+    expect(row.locator(".badge")).to_have_text("failed")
+    expect(row.locator(".badge")).to_have_class("badge err")
+    close(page)
+
+
+def test_a_failed_status_word_is_never_a_green_badge(browser: Any, url: str) -> None:
+    page = new_page(browser)
+    page.goto(f"{url}/console/#/runs")
+    expect(page.locator("main[data-ready=runs]")).to_have_count(1)
+    shown = page.evaluate(
+        """async () => {
+          const { statusBadge } = await import('/console/dom.js');
+          const cases = [['completed', 200], ['completed', 502], ['failed'], ['timed_out'],
+                         ['cancelled'], ['dead'], ['incomplete']];
+          return cases.map(([status, code]) => {
+            const b = statusBadge(status, code);
+            return [b.textContent, b.className];
+          });
+        }"""
+    )
+    assert shown == [
+        ["completed", "badge ok"],
+        ["failed", "badge err"],
+        ["failed", "badge err"],
+        ["timed out", "badge err"],
+        ["cancelled", "badge err"],
+        ["dead", "badge err"],
+        ["incomplete", "badge warn"],
+    ]
+    close(page)
+
+
+@pytest.mark.parametrize(("route", "ready"), [("#/runs", "runs"), ("#/chat", "chat")])
+def test_at_400_pixels_nothing_runs_off_the_page(
+    browser: Any, url: str, route: str, ready: str
+) -> None:
+    page = new_page(browser, width=400)
+    page.goto(f"{url}/console/{route}")
+    expect(page.locator(f"main[data-ready={ready}]")).to_have_count(1)
+    if ready == "runs":
+        expect(page.locator("tr.run-row").first).to_be_visible()
+    sizes = page.evaluate(
+        """() => {
+          const header = document.querySelector('header.top');
+          const inside = [...header.querySelectorAll('*')].every(
+            (el) => el.getBoundingClientRect().right <= window.innerWidth + 0.5);
+          return {page: document.documentElement.scrollWidth, width: window.innerWidth,
+                  header: header.scrollWidth, headerBox: header.clientWidth, inside};
+        }"""
+    )
+    assert sizes["page"] <= sizes["width"], sizes  # no sideways scrolling of the page
+    assert sizes["header"] <= sizes["headerBox"] and sizes["inside"], sizes
+    if ready == "runs":
+        table = page.evaluate(
+            """() => {
+              const wrap = document.querySelector('.table-wrap');
+              return {overflow: getComputedStyle(wrap).overflowX, scroll: wrap.scrollWidth,
+                      box: wrap.clientWidth};
+            }"""
+        )
+        # The table is wider than the screen: it scrolls inside its box, every column kept.
+        assert table["overflow"] == "auto" and table["scroll"] > table["box"], table
+    close(page)
