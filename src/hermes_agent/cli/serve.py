@@ -135,7 +135,9 @@ def uvicorn_config(app: Any, settings: ServiceSettings, level: str = "info") -> 
     import uvicorn
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    return uvicorn.Config(
+    from hermes_agent.server.auth import KeyRedaction
+
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -149,6 +151,14 @@ def uvicorn_config(app: Any, settings: ServiceSettings, level: str = "info") -> 
         # own wait for connections gets a few seconds more, to deliver the last events.
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
     )
+    # uvicorn set its logging up just now; at debug level its WebSocket library logs the
+    # handshake's headers, the key a browser sends as a subprotocol among them.
+    redaction = KeyRedaction()
+    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access", "hermes_agent.server"):
+        for handler in logging.getLogger(name).handlers:
+            if not any(isinstance(f, KeyRedaction) for f in handler.filters):
+                handler.addFilter(redaction)
+    return config
 
 
 def with_header_timeout(protocol: type[Any], seconds: float) -> type[Any]:

@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import threading
@@ -288,6 +289,22 @@ def open_key_store(url: str) -> KeyStore:
     if url.startswith("memory:"):
         return MemoryKeyStore()
     return SqlKeyStore(url)
+
+
+_SECRET_IN_TEXT = re.compile(r"\b(hk_[0-9a-f]{16}|hst_[0-9a-f]{16})\.[A-Za-z0-9_-]+")
+
+
+class KeyRedaction(logging.Filter):
+    """A log filter that leaves a key's id and blanks its secret (``hk_<id>.***``, stream
+    tokens too) in every record it sees. Installed on the handlers of ``hermes-agent serve``:
+    a library that logs what a client sent at debug level (the WebSocket handshake's
+    ``Sec-WebSocket-Protocol: bearer, <key>``) writes no key."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if _SECRET_IN_TEXT.search(text):
+            record.msg, record.args = _SECRET_IN_TEXT.sub(r"\1.***", text), None
+        return True
 
 
 def key_id_of(key: str) -> str | None:
