@@ -44,7 +44,12 @@ from hermes_agent.errors import (
     is_store_error,
 )
 from hermes_agent.events import Event, ResultEvent
-from hermes_agent.runs.events import ApprovalRequiredEvent
+from hermes_agent.runs.events import (
+    ApprovalRequiredEvent,
+    ApprovalResolvedEvent,
+    RunStoppedEvent,
+    read_known,
+)
 from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.runs.status import RunStatus, ending_status
 from hermes_agent.tools.registry import Tool
@@ -60,7 +65,7 @@ logger = logging.getLogger("hermes_agent.worker")
 
 Enqueue = Callable[[str], None]
 
-WORKER_EVENTS = frozenset({"approval_required", "approval_resolved", "run_stopped"})
+WORKER_EVENTS = (ApprovalRequiredEvent, ApprovalResolvedEvent, RunStoppedEvent)
 """Events written beside the pipeline's (by the worker, or with an approval's answer)."""
 
 
@@ -270,7 +275,7 @@ class RunWorker:
             told = sum(
                 1
                 for _, wire in attempt.write(f"the events of run {rid}", self.store.events, rid)
-                if wire["kind"] not in WORKER_EVENTS
+                if not isinstance(read_known(wire), WORKER_EVENTS)
             )
             emitted = 0
 
