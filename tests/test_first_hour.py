@@ -7,6 +7,7 @@ for the context that says what to do."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -243,3 +244,35 @@ def test_a_prompt_past_the_context_says_what_to_do() -> None:
     assert "model.n_ctx in the config" in error
     assert "trained for up to 8,192" in error
     assert "Requested tokens" not in error
+
+
+# -- install commands that work from a checkout ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_INSTALL = re.compile(
+    r"pip install[^\n`]*?(?P<target>"
+    r'-e "\.\[[^\]]*\]"|"\.\[[^\]]*\]"'  # the checkout: -e ".[extras]" or ".[extras]"
+    r'|"hermes-agent-core[^"]*"|hermes-agent-core\S*)'  # the name, which no index holds
+)
+
+
+def test_every_documented_install_of_the_project_works_from_a_checkout() -> None:
+    import tomllib
+
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    found = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if page.name == "decisions.md":
+            continue  # the record of decisions quotes what was replaced
+        for match in PROJECT_INSTALL.finditer(page.read_text(encoding="utf-8")):
+            target = match["target"]
+            found.append((page.name, target))
+            # The distribution is on no package index: only the checkout installs it.
+            assert "hermes-agent-core" not in target, (page.name, match[0])
+            named = re.search(r"\[(.*)\]", target)
+            assert named is not None
+            assert set(named[1].split(",")) <= extras, (page.name, target)
+    pages = {name for name, _ in found}
+    assert {"README.md", "mcp.md", "scale-out.md", "observability.md"} <= pages

@@ -48,7 +48,7 @@ def free_port() -> int:
 
 def test_every_block_is_marked() -> None:
     unmarked = [(lang, body) for mark, lang, body in blocks() if not mark]
-    assert unmarked == [("text", 'pip install "hermes-agent-core[mcp]"\n')]
+    assert unmarked == [("text", 'pip install -e ".[mcp]"\n')]
     marks = {mark.split(":")[0] for mark, _, _ in blocks() if mark}
     assert marks == {"file", "run"}
 

@@ -45,7 +45,10 @@ def blocks() -> list[tuple[str, str, str]]:
 def test_every_block_is_marked() -> None:
     unmarked = [(lang, body) for mark, lang, body in blocks() if not mark]
     assert [lang for lang, _ in unmarked] == ["text", "text"]
-    assert unmarked[1][1] == 'pip install "hermes-agent-core[worker,local]"\n'
+    assert unmarked[1][1] == (
+        'pip install -e ".[worker,local]"\ncreatedb -h 127.0.0.1 -U postgres hermes\n'
+    )
+    assert PAGE_DB.endswith("@127.0.0.1:5432/hermes")  # the database createdb makes
     project = tomllib.loads((PAGE.parents[1] / "pyproject.toml").read_text())
     extras = project["project"]["optional-dependencies"]
     assert any(r.startswith("celery[redis]>=") for r in extras["worker"])
