@@ -59,7 +59,7 @@ _REBOUND = """async () => {
 
 
 class _Page(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_GET(self) -> None:
         body = b"<!doctype html><title>another site</title><p>hello"
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
@@ -135,3 +135,41 @@ def test_a_page_of_another_origin_cannot_drive_a_service_without_keys(
         finally:
             page.close()
         assert own == 200
+
+
+def test_the_console_follows_a_run_through_a_stream_token_not_its_key(
+    tmp_path: Path, browser: Any
+) -> None:
+    from hermes_agent.server.auth import MemoryKeyStore
+
+    keys = MemoryKeyStore()
+    key = keys.create("ana")
+    app = create_app(agent=make_agent("memory://"), settings=ServiceSettings(), keys=keys)
+    with serve(app) as service:
+        run = httpx.post(
+            f"{service}/v1/runs",
+            json={"message": "hello"},
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=30,
+        ).json()
+        page = browser.new_page()
+        sent: list[Any] = []
+        page.on("request", lambda request: sent.append(request))
+        try:
+            page.goto(f"{service}/console/")
+            kinds = page.evaluate(
+                """async ([key, id]) => {
+                    sessionStorage.setItem("hermes-console-key", key);
+                    const api = await import("/console/api.js");
+                    const kinds = [];
+                    await api.follow(id, {onEvent: (kind) => kinds.push(kind)});
+                    return kinds;
+                }""",
+                [key, run["request_id"]],
+            )
+        finally:
+            page.close()
+    assert kinds[-1] == "result"
+    events = [r for r in sent if "/events" in r.url]
+    assert events and all("stream_token=hst_" in r.url for r in events)
+    assert all(key not in r.url and "authorization" not in r.headers for r in events)

@@ -76,7 +76,9 @@ export async function text(path, { signal } = {}) {
  * EventSource cannot send). Calls onEvent(kind, data, id) per event; returns the last id seen.
  */
 export async function stream(path, { method = "GET", body, signal, lastEventId, onEvent }) {
-  const init = { method, headers: headers({ Accept: "text/event-stream" }), signal };
+  // A URL that carries a stream token needs no key (and is not sent one).
+  const accept = { Accept: "text/event-stream" };
+  const init = { method, headers: path.includes("stream_token=") ? accept : headers(accept), signal };
   if (lastEventId) init.headers["Last-Event-ID"] = String(lastEventId);
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
@@ -130,6 +132,18 @@ function parseFrame(frame) {
   return { id, event, data: parsed };
 }
 
+/**
+ * A run's event stream: with a key, through a short-lived stream token that opens this run's
+ * events only (POST /v1/runs/{id}/stream-token), asked for at each (re)connect; the key itself
+ * never goes in a URL.
+ */
+async function eventsUrl(requestId, signal) {
+  const run = `/v1/runs/${encodeURIComponent(requestId)}`;
+  if (!getKey()) return `${run}/events`;
+  const { token } = await api(`${run}/stream-token`, { method: "POST", signal });
+  return `${run}/events?stream_token=${encodeURIComponent(token)}`;
+}
+
 const FINAL = new Set(["result", "run_stopped"]);
 
 /**
@@ -141,7 +155,7 @@ export async function follow(requestId, { signal, onEvent, after = 0 }) {
   let over = false;
   while (!over && !signal?.aborted) {
     try {
-      last = await stream(`/v1/runs/${encodeURIComponent(requestId)}/events`, {
+      last = await stream(await eventsUrl(requestId, signal), {
         signal,
         lastEventId: last,
         onEvent: (kind, data, id) => {
