@@ -17,6 +17,12 @@ run can be limited to some toolsets.
 A parameter annotated with a pydantic model, a dataclass (or anything else JSON does not carry
 as such: ``datetime``, ``Enum``, ``tuple``...) gets an instance, not the dict the model wrote:
 ``Tool.convert`` turns the validated JSON arguments into what the annotations name.
+
+A pydantic model can also stand for all the arguments at once: given as ``parameters=Model``
+(its fields are the tool's arguments), or as the one parameter of a function named ``schema``
+(``def get_stock(schema: StockRequest)``, the Hermes function-calling convention). The model's
+fields are then the arguments the model writes, flat, and a function whose one parameter is
+annotated with the model gets an instance of it.
 """
 
 from __future__ import annotations
@@ -41,8 +47,10 @@ from hermes_agent.tools.schema import (
     arguments_model,
     convert_arguments,
     describe_function,
+    model_parameter,
     schema_from_function,
     schema_from_mapping,
+    schema_from_model,
 )
 from hermes_agent.tools.validation import argument_errors, make_fast_check, make_validator
 
@@ -111,11 +119,14 @@ class Tool:
     rate_limit: int | None = None
     max_concurrent: int | None = None
     idempotent: bool = False
+    parameters_model: type[BaseModel] | None = field(default=None, repr=False)
+    """The pydantic model ``parameters`` was made from, when it was (see the module doc)."""
     _validator: Draft202012Validator = field(init=False, repr=False)
     _fast_check: Callable[[Any], Any] | None = field(init=False, repr=False, default=None)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
     _adapters: dict[str, TypeAdapter[Any]] | None = field(init=False, repr=False, default=None)
     _is_async: bool = field(init=False, repr=False, default=False)
+    _wrapped: tuple[str, type[BaseModel]] | None = field(init=False, repr=False, default=None)
     _spec: dict[str, Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -145,7 +156,15 @@ class Tool:
                 f"tool {self.name!r}: an async function cannot run in {self.execution_mode} "
                 "mode; make it a plain function or use execution_mode: in_process"
             )
-        self._coercer = _coercion_model(self.function)
+        # A function that takes the whole model gets an instance; the model coerces.
+        self._wrapped = (
+            model_parameter(self.function, self.parameters_model)
+            if self.parameters_model is not None
+            else None
+        )
+        self._coercer = (
+            self._wrapped[1] if self._wrapped is not None else _coercion_model(self.function)
+        )
         self._adapters = None  # built on the first call: defining a tool stays cheap
         self._spec = openai_tool(self.name, self.description, self.parameters)
 
@@ -156,21 +175,34 @@ class Tool:
         *,
         name: str | None = None,
         description: str | None = None,
-        parameters: Mapping[str, Any] | None = None,
+        parameters: Mapping[str, Any] | type[BaseModel] | None = None,
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
         **settings: Any,
     ) -> Tool:
         """Build a tool from a function; name, description and schema default to what the
-        function's name, docstring and type hints say. ``settings`` are the other fields
-        (``execution_mode``, ``cache_ttl``, ...)."""
+        function's name, docstring and type hints say. ``parameters`` is a JSON Schema (or its
+        shorthand, see ``schema_from_mapping``) or a pydantic model whose fields are the
+        arguments. ``settings`` are the other fields (``execution_mode``, ``cache_ttl``, ...)."""
         summary, _ = describe_function(function)
-        schema = (
-            schema_from_mapping(parameters, function)
-            if parameters is not None
-            else schema_from_function(function)
-        )
+        model: type[BaseModel] | None = None
+        if isinstance(parameters, type) and issubclass(parameters, BaseModel):
+            model = parameters
+            schema = schema_from_model(model)
+        elif parameters is not None:
+            if not isinstance(parameters, Mapping):
+                raise ToolDefinitionError(
+                    f"tool {name or function.__name__!r}: parameters must be a JSON Schema dict "
+                    f"or a pydantic model class, got {type(parameters).__name__}"
+                )
+            schema = schema_from_mapping(parameters, function)
+        elif (wrapped := model_parameter(function)) is not None:
+            model = wrapped[1]  # def f(schema: Model): the model's fields, flat
+            schema = schema_from_model(model)
+        else:
+            schema = schema_from_function(function)
+        settings.setdefault("parameters_model", model)
         return cls(
             name=name or function.__name__,
             description=description if description is not None else summary,
@@ -217,6 +249,8 @@ class Tool:
         ``arguments`` come back as they are, at the cost of one check. The ``TypeAdapter``s are
         built on the first call and kept.
         """
+        if self._wrapped is not None:
+            return self._instance(arguments)
         adapters = self._adapters
         if adapters is None:
             adapters = self._adapters = argument_adapters(self.function)
@@ -229,10 +263,25 @@ class Tool:
         converting, else a wrapper that converts them first (what a subprocess worker runs,
         since only JSON crosses into it). A value the conversion refuses raises ``ValueError``.
         """
-        self.convert({})  # builds the adapters now, so a forked worker inherits them
-        if not self._adapters:
-            return self.function
+        if self._wrapped is None:
+            self.convert({})  # builds the adapters now, so a forked worker inherits them
+            if not self._adapters:
+                return self.function
         return self._call_with_json
+
+    def _instance(self, arguments: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """The arguments as the one model instance a wrapped function takes."""
+        assert self._wrapped is not None
+        name, model = self._wrapped
+        try:
+            return {name: model.model_validate_json(json.dumps(arguments))}, []
+        except ValidationError as exc:
+            return arguments, [
+                f"'{'.'.join(str(part) for part in error['loc']) or name}': {error['msg']}"
+                for error in exc.errors(include_url=False)
+            ]
+        except (TypeError, ValueError) as exc:  # not JSON data (a hook put an object there)
+            return arguments, [f"'{name}': {exc}"]
 
     def _call_with_json(self, **arguments: Any) -> Any:
         converted, problems = self.convert(arguments)
@@ -262,7 +311,8 @@ class Tool:
             )
         except ValidationError:
             return arguments, errors
-        if argument_errors(self._validator, coerced):
+        if set(arguments) - set(coerced) or argument_errors(self._validator, coerced):
+            # A model that ignores unknown fields must not make an invented argument vanish.
             return arguments, errors
         return coerced, []
 
@@ -273,7 +323,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    parameters: Mapping[str, Any] | None = None,
+    parameters: Mapping[str, Any] | type[BaseModel] | None = None,
     toolset: str = DEFAULT_TOOLSET,
     timeout: float | None = None,
     **settings: Any,

@@ -26,6 +26,7 @@ import inspect
 import json
 import threading
 import types
+import warnings
 import weakref
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -136,11 +137,15 @@ def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
     try:
-        model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-            f"{fn.__name__}_arguments",
-            __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
-            **fields,
-        )
+        with warnings.catch_warnings():
+            # A parameter may well be called ``schema`` or ``json``: on this private model it
+            # shadows nothing anyone calls.
+            warnings.filterwarnings("ignore", "Field name .* shadows an attribute", UserWarning)
+            model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+                f"{fn.__name__}_arguments",
+                __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
+                **fields,
+            )
     except PydanticSchemaGenerationError as exc:
         raise ToolDefinitionError(_unsupported_hints(fn, fields, exc)) from exc
     return model
@@ -322,6 +327,51 @@ def _schema_from_function(fn: Callable[..., Any]) -> dict[str, Any]:
         if descriptions.get(name):
             prop["description"] = descriptions[name]
     return strict_object(properties, schema.get("required", []))
+
+
+def schema_from_model(model: type[BaseModel]) -> dict[str, Any]:
+    """A pydantic model's fields as a tool's parameters: its JSON Schema (references inlined,
+    titles dropped), strict at the top level whatever the model's own config says."""
+    try:
+        raw = model.model_json_schema()
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"cannot build a JSON schema from {model.__qualname__}: {exc}. "
+            "Use JSON-compatible field types or pass parameters= as a JSON Schema dict."
+        ) from exc
+    schema = _clean(_inline_refs(raw, raw.get("$defs", {})))
+    return strict_object(schema.get("properties", {}), schema.get("required", []))
+
+
+WRAPPED_NAME = "schema"
+"""The parameter name that marks a function taking all its arguments as one pydantic model
+(``def get_stock(schema: StockRequest)``): the model's fields are the tool's arguments."""
+
+
+def model_parameter(
+    fn: Callable[..., Any], given: type[BaseModel] | None = None
+) -> tuple[str, type[BaseModel]] | None:
+    """``(name, model)`` when ``fn`` takes its arguments as one pydantic model: its only
+    parameter is annotated with ``given`` (the ``parameters=`` of the tool), or, without one,
+    is named ``schema`` and annotated with a pydantic model. ``None`` otherwise: the arguments
+    are the function's parameters, one by one."""
+    try:
+        params = [
+            p for p in inspect.signature(fn).parameters.values() if p.kind not in _SKIPPED_KINDS
+        ]
+        hints = get_type_hints(fn) if len(params) == 1 else {}
+    except Exception:  # no signature, unresolvable hints: the plain way
+        return None
+    if len(params) != 1:
+        return None
+    name = params[0].name
+    annotation: Any = hints.get(name)
+    if given is not None:
+        return (name, given) if annotation is given else None
+    if name == WRAPPED_NAME and isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        model: type[BaseModel] = annotation
+        return name, model
+    return None
 
 
 def strict_object(properties: Mapping[str, Any], required: list[str]) -> dict[str, Any]:

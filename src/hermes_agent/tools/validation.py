@@ -3,16 +3,23 @@
 jsonschema does the checking; this module only words its findings the way a model (or a person
 reading a trace) needs them: which argument, what was wrong, what is allowed. Each message names
 the argument so a small model can fix exactly that one.
+
+Formats are checked too, for the four a tool's arguments most often carry (``FORMATS``):
+``date-time`` (an ISO 8601 date and time; the offset may be left out, as Python's ``datetime``
+allows), ``date``, ``email`` and ``uri`` (absolute, with a scheme). Other formats are
+annotations only, as JSON Schema has it by default.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import fastjsonschema
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
 _TYPE_WORDS = {
@@ -24,20 +31,91 @@ _TYPE_WORDS = {
     "array": "an array",
     "null": "null",
 }
+_FORMAT_WORDS = {
+    "date-time": "a date and time in ISO 8601 (2024-06-15T15:20:00+08:00)",
+    "date": "a date as YYYY-MM-DD (2024-06-15)",
+    "email": "an email address (name@example.com)",
+    "uri": "an absolute URI with a scheme (https://example.com/page)",
+}
+
+
+_DATE_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}:\d{2})?"
+)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(\.[^@\s.]+)+")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:[^\s]+")
+
+
+def is_date_time(value: str) -> bool:
+    """An ISO 8601 date and time: ``2024-06-15T15:20:00Z``, ``2024-06-15T15:20:00+08:00``,
+    ``2024-06-15 15:20`` (no offset: a naive time, as ``datetime`` takes it)."""
+    if not _DATE_TIME.fullmatch(value):
+        return False
+    try:
+        dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:  # the 31st of February, hour 25
+        return False
+    return True
+
+
+def is_date(value: str) -> bool:
+    """A calendar date, ``YYYY-MM-DD``."""
+    if not _DATE.fullmatch(value):
+        return False
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def is_email(value: str) -> bool:
+    """``local@domain.tld``: one ``@``, a dotted domain, no spaces (what an address looks
+    like, not whether it exists)."""
+    return _EMAIL.fullmatch(value) is not None
+
+
+def is_uri(value: str) -> bool:
+    """An absolute URI: a scheme, a colon, and no spaces (``https://example.com/a``,
+    ``mailto:a@b.cn``)."""
+    return _URI.fullmatch(value) is not None
+
+
+FORMATS: dict[str, Callable[[str], bool]] = {
+    "date-time": is_date_time,
+    "date": is_date,
+    "email": is_email,
+    "uri": is_uri,
+}
+"""The formats argument validation checks, each a test of a string."""
+
+FORMAT_CHECKER = FormatChecker(formats=())
+for _name, _check in FORMATS.items():
+    # jsonschema hands a checker every instance; a format applies to strings only.
+    FORMAT_CHECKER.checks(_name)(
+        lambda value, check=_check: not isinstance(value, str) or check(value)
+    )
 
 
 def make_validator(schema: dict[str, Any]) -> Draft202012Validator:
     """A compiled validator for one tool (built once at registration, reused for every call)."""
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    return Draft202012Validator(schema, format_checker=FORMAT_CHECKER)
 
 
 def make_fast_check(schema: dict[str, Any]) -> Callable[[Any], Any] | None:
     """A yes/no check compiled to Python code (fastjsonschema), ~20× faster than jsonschema
     on the valid calls that are the common case; jsonschema still words the errors. ``None``
-    when the schema uses something the compiler does not support."""
+    when the schema uses something the compiler does not support.
+
+    The fast check gets the same format tests as jsonschema (``FORMATS``), so that what it
+    passes jsonschema passes too; a format only it knows (``ipv4``...) can make it refuse a
+    valid call, which then goes to jsonschema and passes there."""
     try:
-        return fastjsonschema.compile(schema, use_default=False, use_formats=False)  # type: ignore[no-any-return]
+        return fastjsonschema.compile(  # type: ignore[no-any-return]
+            schema, use_default=False, use_formats=True, formats=dict(FORMATS)
+        )
     except Exception:
         return None
 
@@ -78,6 +156,9 @@ def _describe(error: ValidationError) -> Iterable[str]:
         yield f"{where} must be one of: {options}"
     elif kind == "const":
         yield f"{where} must be {_short(error.validator_value)}"
+    elif kind == "format":
+        wanted = _FORMAT_WORDS.get(str(error.validator_value), f"a {error.validator_value}")
+        yield f"{where} must be {wanted}, got {_short(error.instance)}"
     elif kind == "type":
         expected = error.validator_value
         names = expected if isinstance(expected, list) else [expected]
