@@ -88,7 +88,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://service") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             counter = iter(range(args.runs))
             done = 0
 
