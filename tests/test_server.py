@@ -60,7 +60,8 @@ def test_a_run_round_trips_through_the_store_and_survives_a_restart(sql_url: str
         assert [m["role"] for m in shown["messages"]] == ["user", "assistant"]
         assert shown["runs"] == [request_id]
         trace = client.get(f"/v1/runs/{request_id}/trace").json()["records"]
-        assert trace[0]["stage"] == "InputParser" and trace[-1]["stage"] == "OutputRenderer"
+        assert [r["stage"] for r in trace[:2]] == ["RunManager", "InputParser"]
+        assert trace[-1]["stage"] == "OutputRenderer"
         assert {r["session_id"] for r in trace} == {"s1"}
         lines = client.get(f"/v1/runs/{request_id}/trace.jsonl").text.splitlines()
         assert len(lines) == len(trace)
@@ -337,4 +338,7 @@ def test_shutdown_cancels_runs_past_the_grace_period_and_flushes(tmp_path: Path)
     run = app.state.manager.runs[request_id]
     assert run.status == "cancelled" and "shut down" in run.error
     records = make_agent(sqlite(tmp_path)).storage.records(run.id)
-    assert records and records[0].stage == "InputParser"
+    assert [(r.stage, r.role) for r in records[:2]] == [
+        ("RunManager", "accepted"),  # the service's first record, before anything ran
+        ("InputParser", "user"),
+    ]

@@ -123,7 +123,8 @@ def test_runs_streams_a_dropped_client_sessions_traces_and_cancel(
         assert [s["id"] for s in client.get("/v1/sessions").json()["sessions"]] == ["s1"]
         trace = client.get(f"/v1/runs/{request_id}/trace").json()["records"]
         stages = [r["stage"] for r in trace]
-        assert stages[0] == "InputParser" and stages[-1] == "OutputRenderer"
+        # The service's first record (the run accepted), then the run's own stages.
+        assert stages[:2] == ["RunManager", "InputParser"] and stages[-1] == "OutputRenderer"
         assert "ToolExecutor" in stages
         assert {r["session_id"] for r in trace} == {"s1"}
         jsonl = client.get(f"/v1/runs/{request_id}/trace.jsonl")

@@ -278,10 +278,13 @@ JSON_ROLES = {Role.SELECTION.value, Role.TOOL_CALLS.value, Role.STOPPED.value}
 def check_trail(records: list[AuditRecord], request_id: str) -> str:
     """Assert that one run's trail is whole; returns how it ended (completed or cancelled)."""
     assert records, f"{request_id}: no records"
-    assert [r.seq for r in records] == list(range(len(records))), f"{request_id}: seq gaps"
+    # The service's first record (written before anything of the run), then the run's own.
+    assert (records[0].stage, records[0].role, records[0].seq) == ("RunManager", "accepted", -1)
+    own = records[1:]
+    assert [r.seq for r in own] == list(range(len(own))), f"{request_id}: seq gaps"
     assert {r.request_id for r in records} == {request_id}
     assert len({r.session_id for r in records}) == 1
-    assert (records[0].stage, records[0].role) == ("InputParser", Role.USER.value)
+    assert (own[0].stage, own[0].role) == ("InputParser", Role.USER.value)
     steps = [r.step for r in records]
     assert steps == sorted(steps), f"{request_id}: steps out of order"
     times = [r.timestamp_ns for r in records]
