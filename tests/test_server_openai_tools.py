@@ -226,9 +226,6 @@ def test_the_operator_setting_decides_on_the_agents_own_tools() -> None:
     off = ServiceSettings(openai_client_tools="off")
     with pytest.raises(OpenAIError, match="openai_client_tools: off"):
         plan_tools(off, [object()], None, False, "tools")  # type: ignore[list-item]
-    queued = ServiceSettings(execution="queue")
-    with pytest.raises(OpenAIError, match="execution: in_process"):
-        plan_tools(queued, [object()], None, False, "tools")  # type: ignore[list-item]
 
 
 # -- the Responses API ----------------------------------------------------------------------------

@@ -17,10 +17,10 @@ How a turn with client calls ends:
   it again), the agent's own valid calls run, and the model takes another turn — so a client
   never receives half of a turn that the model has to redo.
 
-The declaration travels with the run's task, not its request: the front door opens
-``client_turn(turn)`` around starting the run (an asyncio task copies the context it was
-created in), and the InputParser takes it up. A run started elsewhere (another process)
-does not see it, so only in-process runs can have client tools::
+The declaration is part of the run's request (``runs.request.RunRequest.client``, plain
+data, so it reaches the queue's workers too); the engine running the run opens
+``client_turn(turn)`` around ``agent.arun`` and the InputParser takes it up. In a program of
+your own::
 
     with client_turn(ClientTurn(tools=[client_tool("lookup", "Find a word", schema)])):
         result = await agent.arun("What does 'ubiquitous' mean?")

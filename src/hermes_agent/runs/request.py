@@ -2,9 +2,82 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
+from hermes_agent.types import ToolResult
+
+
+class ClientToolSpec(BaseModel):
+    """One tool the caller declares and runs itself: its OpenAI function declaration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+
+
+class ClientToolOutcome(BaseModel):
+    """What the caller's run of one handed-out call returned."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    name: str
+    content: Any = None
+    status_code: int = 200
+    error: str | None = None
+
+
+class ClientTools(BaseModel):
+    """The caller's own tools for a run (the OpenAI facade's client tools): declared, shown to
+    the model and checked, never run by the runtime — a turn that calls them ends the run with
+    the calls (``pipeline.client_tools``). ``results`` are the caller's runs of the calls the
+    previous run handed out: the run's input, in place of a user message. Plain data, so it
+    travels to the queue's workers like the rest of the request."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tools: list[ClientToolSpec] = Field(default_factory=list)
+    tool_choice: str | None = None
+    results: list[ClientToolOutcome] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, turn: ClientTurn) -> ClientTools:
+        """The request's form of a ``ClientTurn``."""
+        return cls(
+            tools=[
+                ClientToolSpec(name=t.name, description=t.description, parameters=t.parameters)
+                for t in turn.tools
+            ],
+            tool_choice=turn.tool_choice,
+            results=[
+                ClientToolOutcome(
+                    call_id=r.call_id,
+                    name=r.name,
+                    content=r.content,
+                    status_code=r.status_code,
+                    error=r.error,
+                )
+                for r in turn.results
+            ],
+        )
+
+    def turn(self) -> ClientTurn:
+        """The ``ClientTurn`` an engine declares around the run (``client_turn``); a schema
+        over the budgets is ``ToolDefinitionError``."""
+        return ClientTurn(
+            tools=tuple(client_tool(t.name, t.description, t.parameters) for t in self.tools),
+            tool_choice=self.tool_choice,
+            results=tuple(
+                ToolResult(r.call_id, r.name, r.content, r.status_code, r.error)
+                for r in self.results
+            ),
+        )
 
 
 class RunRequest(BaseModel):
@@ -27,6 +100,8 @@ class RunRequest(BaseModel):
     a run whose answer never matches (retries included) ends with status 422."""
     channel: str | None = None
     stream: bool = False
+    client: ClientTools | None = None
+    """The caller's own tools (the OpenAI facade's client tools), in either engine."""
 
 
 class QueuedRequest(RunRequest):
@@ -34,3 +109,11 @@ class QueuedRequest(RunRequest):
     plus the submitter's W3C trace context, so the worker's spans join the submitter's trace."""
 
     trace_context: dict[str, str] = Field(default_factory=dict)
+
+
+def declared_client(request: RunRequest) -> AbstractContextManager[object]:
+    """What an engine opens around ``agent.arun`` for ``request``: its client tools declared
+    for the run (``pipeline.client_tools.client_turn``), or nothing."""
+    if request.client is None:
+        return nullcontext()
+    return client_turn(request.client.turn())

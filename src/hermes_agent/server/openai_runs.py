@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +27,10 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
 from hermes_agent.audit.redaction import redact_messages
-from hermes_agent.pipeline.client_tools import ClientTurn, client_turn
+from hermes_agent.pipeline.client_tools import ClientTurn
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal, stored_session_id
-from hermes_agent.runs.request import RunRequest
+from hermes_agent.runs.request import ClientTools, RunRequest
 from hermes_agent.server.openai_tools import Conversation
 from hermes_agent.server.openai_wire import NO_RETRY, OpenAIError, refuse
 from hermes_agent.server.settings import ServiceSettings
@@ -67,20 +66,13 @@ def plan_tools(
 ) -> tuple[str | None, list[str] | None, ClientTurn | None, str | None]:
     """For a request's client ``tools`` and ``tool_choice`` (a mode or a tool's name): the run's
     tool_choice and toolsets, the client turn (``results`` is filled in by the caller), and the
-    client's tool_choice. A 400 when the operator does not serve client tools, or the runs do
-    not run in this process (the declaration does not travel to the queue's workers)."""
+    client's tool_choice. A 400 when the operator does not serve client tools."""
     if not tools and not results:
         return choice, None, None, None
     if settings.openai_client_tools == "off":
         raise refuse(
             "client-side tools are not served here (service.openai_client_tools: off): the "
             "agent runs its own tools server-side; send the request without them",
-            param,
-        )
-    if settings.execution != "in_process":
-        raise refuse(
-            "client-side tools need runs in this process (service.execution: in_process); this "
-            "service runs them on the queue's workers",
             param,
         )
     names = {tool.name for tool in tools}
@@ -129,6 +121,9 @@ async def start_run(
                     400, str(exc), param=session_param, code="invalid_session_id"
                 ) from None
             seeded = True
+    client = plan.client
+    if client is not None and plan.conversation.continues:
+        client = ClientTurn(client.tools, client.tool_choice, tuple(plan.conversation.results))
     run_request = RunRequest(
         message=plan.conversation.input_text(),
         session_id=session_id,
@@ -136,13 +131,10 @@ async def start_run(
         toolsets=plan.toolsets,
         output_schema=plan.output_schema,
         stream=stream,
+        client=ClientTools.of(client) if client is not None else None,
     )
-    client = plan.client
-    if client is not None and plan.conversation.continues:
-        client = ClientTurn(client.tools, client.tool_choice, tuple(plan.conversation.results))
     try:
-        with client_turn(client) if client is not None else nullcontext():
-            run = await backend.start(user, run_request)
+        run = await backend.start(user, run_request)
     except SessionIdError as exc:  # a session id the store cannot hold
         raise OpenAIError(400, str(exc), param=session_param, code="invalid_session_id") from None
     except BaseException:

@@ -187,6 +187,7 @@ class QueueService:
             output_format=body.output_format,
             channel=body.channel,
             output_schema=body.output_schema,
+            client=body.client,
         )
         request_id: str | None = None
         try:

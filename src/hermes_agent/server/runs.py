@@ -41,6 +41,7 @@ from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.principal import client_session_id as client_session_id
 from hermes_agent.runs.principal import stored_session_id as stored_session_id
 from hermes_agent.runs.request import RunRequest as RunRequest
+from hermes_agent.runs.request import declared_client
 from hermes_agent.runs.status import STOP_CODES as STOP_CODES
 from hermes_agent.runs.status import ending_status
 from hermes_agent.server.approvals import EXPIRED, ApprovalAnswered, ApprovalBook
@@ -277,19 +278,20 @@ class RunManager:
         try:
             async with asyncio.timeout(self.settings.run_timeout_s):
                 try:
-                    result = await agent.arun(
-                        request.message,
-                        session_id=stored_session_id(run.owner, run.session_id),
-                        tool_choice=request.tool_choice,  # type: ignore[arg-type]
-                        toolsets=request.toolsets,
-                        listener=listener,
-                        stream=True,
-                        dry_run=request.dry_run,
-                        output_format=request.output_format,
-                        channel=request.channel,
-                        output_type=request.output_schema,
-                        request_id=run.id,
-                    )
+                    with declared_client(request):  # the caller's own tools, if it brought any
+                        result = await agent.arun(
+                            request.message,
+                            session_id=stored_session_id(run.owner, run.session_id),
+                            tool_choice=request.tool_choice,  # type: ignore[arg-type]
+                            toolsets=request.toolsets,
+                            listener=listener,
+                            stream=True,
+                            dry_run=request.dry_run,
+                            output_format=request.output_format,
+                            channel=request.channel,
+                            output_type=request.output_schema,
+                            request_id=run.id,
+                        )
                 except OutputValidationError as exc:
                     # The run went through to its end; its answer never matched the schema.
                     result = exc.result

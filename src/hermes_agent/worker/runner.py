@@ -50,7 +50,7 @@ from hermes_agent.runs.events import (
     RunStoppedEvent,
     read_known,
 )
-from hermes_agent.runs.request import QueuedRequest
+from hermes_agent.runs.request import QueuedRequest, declared_client
 from hermes_agent.runs.status import RunStatus, ending_status
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tracing import attach_incoming, detach
@@ -295,19 +295,20 @@ class RunWorker:
                 raise TimeoutError  # past its deadline already (it waited, or was resumed)
             left = None if limit is None else (limit[0] - time.time_ns()) / 1e9
             async with asyncio.timeout(left) as timeout:
-                result = await self.agent.arun(
-                    request.message,
-                    session_id=run.session_id,
-                    tool_choice=request.tool_choice,  # type: ignore[arg-type]
-                    toolsets=request.toolsets,
-                    output_format=request.output_format,
-                    channel=request.channel,
-                    output_type=request.output_schema,
-                    listener=listener,
-                    request_id=rid,
-                    journal=journal,
-                    approver=approver,
-                )
+                with declared_client(request):  # the caller's own tools, if it brought any
+                    result = await self.agent.arun(
+                        request.message,
+                        session_id=run.session_id,
+                        tool_choice=request.tool_choice,  # type: ignore[arg-type]
+                        toolsets=request.toolsets,
+                        output_format=request.output_format,
+                        channel=request.channel,
+                        output_type=request.output_schema,
+                        listener=listener,
+                        request_id=rid,
+                        journal=journal,
+                        approver=approver,
+                    )
         except OutputValidationError as exc:
             result = exc.result
         except TimeoutError:

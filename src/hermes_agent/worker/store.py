@@ -51,7 +51,7 @@ from sqlalchemy import (
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
-from hermes_agent.runs.request import QueuedRequest
+from hermes_agent.runs.request import ClientTools, QueuedRequest
 from hermes_agent.runs.status import STOP_CODES
 from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError, check_session_id
 from hermes_agent.storage.sql import SqlStorage, append_messages, audit_table
@@ -914,6 +914,7 @@ def request_payload(
     channel: str | None = None,
     output_schema: dict[str, Any] | None = None,
     trace_context: Mapping[str, str] | None = None,
+    client: ClientTools | None = None,
 ) -> dict[str, Any]:
     """What a queued run keeps of its request: a ``QueuedRequest`` as JSON, with the
     submitter's trace context (given by the submitter, which knows whether it traces)."""
@@ -925,4 +926,5 @@ def request_payload(
         channel=channel,
         output_schema=output_schema,
         trace_context=dict(trace_context or {}),
+        client=client,
     ).model_dump(mode="json")

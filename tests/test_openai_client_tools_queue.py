@@ -1,0 +1,78 @@
+"""Client tools through the OpenAI facade with ``execution: queue``: the declaration is part of
+the run's request, so a real ``hermes-agent worker`` process runs the run, hands the client's
+call back (nothing runs on the worker) and goes on from the client's result — the same two
+turns as in process. The model is a scripted Hermes-mode endpoint the workers reach over HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import openai
+import pytest
+
+from hermes_agent.server import ServiceSettings, create_app
+from hermes_agent.server.auth import SqlKeyStore
+from openai_server import running_server, text
+from server_harness import serve
+from storage_backends import _url
+from test_server_openai_tools import MODEL, WEATHER, hermes_call, user
+from worker_harness import REDIS, Cluster, broker_up, psycopg_url
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_client_tools_are_handed_back_by_a_queued_run(tmp_path: Path) -> None:
+    if not broker_up(REDIS):
+        pytest.skip(f"no broker at {REDIS}")
+    with contextlib.ExitStack() as stack:
+        pg_url = stack.enter_context(contextlib.contextmanager(_url)("postgresql", tmp_path))
+        endpoint = stack.enter_context(running_server())
+        cluster = Cluster(tmp_path, pg_url, REDIS, endpoint.base_url)
+        config = cluster.write_config()
+        hermes = config.read_text(encoding="utf-8").replace("mode: native", "mode: hermes")
+        config.write_text(hermes, encoding="utf-8")
+        cluster.prepare_tables()
+        stack.callback(cluster.stop)
+        cluster.start_worker(concurrency=2)
+        cluster.wait_ready()
+        store = SqlKeyStore(pg_url)
+        try:
+            alice = store.create("alice")
+        finally:
+            store.close()
+        patch = stack.enter_context(pytest.MonkeyPatch.context())
+        patch.setenv("EFFECTS_DB", psycopg_url(pg_url))  # what the tools file reads here too
+        settings = ServiceSettings(execution="queue", auth="keys")
+        app = create_app(config, tools_files=[tmp_path / "tools.py"], settings=settings)
+        url = stack.enter_context(serve(app))
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=alice, max_retries=0, timeout=60)
+
+        endpoint.push(text("Checking." + hermes_call("get_weather", city="Oslo")))
+        messages: list[object] = [user("Weather in Oslo?")]
+        reply = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER])
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls", reply
+        (call,) = choice.message.tool_calls or []
+        assert (call.function.name, json.loads(call.function.arguments)) == (
+            "get_weather",
+            {"city": "Oslo"},
+        )
+        run = reply.hermes  # type: ignore[attr-defined]
+        assert run["tool_calls"] == []  # nothing ran on the worker
+        system = endpoint.requests[0]["messages"][0]["content"]
+        assert '"name": "get_weather"' in system and '"name": "step"' not in system
+
+        endpoint.push(text("It is 4 C in Oslo."))
+        messages += [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "4 C"},
+        ]
+        answer = client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER])
+        assert answer.choices[0].message.content == "It is 4 C in Oslo."
+        assert answer.choices[0].finish_reason == "stop"
+        assert '"data": "4 C"' in endpoint.requests[-1]["messages"][-1]["content"]
+        with cluster.effects_db() as conn:
+            ran = conn.execute("SELECT count(*) FROM executions").fetchone()
+        assert ran is not None and ran[0] == 0  # the agent's own tool never ran either
