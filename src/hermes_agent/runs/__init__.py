@@ -37,7 +37,7 @@ from hermes_agent.runs.principal import (
     stored_session_id,
 )
 from hermes_agent.runs.request import RunRequest
-from hermes_agent.runs.status import FINAL_STATUSES, STOP_CODES, RunStatus
+from hermes_agent.runs.status import FINAL_STATUSES, STOP_CODES, RunStatus, ending_status
 
 __all__ = [
     "END_EVENTS",
@@ -63,6 +63,7 @@ __all__ = [
     "StoredResultEvent",
     "UnknownEvent",
     "client_session_id",
+    "ending_status",
     "exposed_toolsets",
     "is_end",
     "mcp_local_user",
