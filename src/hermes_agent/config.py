@@ -162,6 +162,12 @@ class AgentConfig(_Strict):
     scratch_pad: bool = False
     explain: bool = False
     """Ask the model for a one-line reason with each turn (``Step.reason`` and the trail)."""
+    max_run_tokens: int | None = Field(default=None, gt=0)
+    """Tokens one run may use (prompt and completion, every model turn); see pipeline.budget."""
+    max_run_cost: float | None = Field(default=None, gt=0)
+    """What one run may cost at the model's prices (needs ``price_per_1k_*``)."""
+    run_timeout_s: float | None = Field(default=None, gt=0)
+    """Seconds one run may take, from its start; then it ends timed out (504)."""
 
 
 class ToolConfig(_Strict):
@@ -330,6 +336,45 @@ class HermesConfig(_Strict):
     with a ``service:`` section loads without the ``server`` extra."""
     source: str = Field(default="<config>", exclude=True)
     """Where the config came from (for error messages); set by the loader."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _point_hook_lists(cls, data: Any) -> Any:
+        """``pre_thought_hooks: [...]`` (at the top, or inside ``hooks:``) is
+        ``hooks: {pre_thought: [...]}``: hook configs written per hook point load as they
+        are."""
+        if not isinstance(data, dict):
+            return data
+        lists = {key: data[key] for key in data if _point_of(key) is not None}
+        hooks = data.get("hooks", {})
+        if not lists and not (isinstance(hooks, dict) and any(map(_point_of, hooks))):
+            return data
+        merged: dict[Any, Any] = {}
+        if isinstance(hooks, dict):
+            for key, specs in hooks.items():
+                merged.setdefault(_point_of(key) or key, []).extend(_as_list(specs))
+        for key, specs in lists.items():
+            merged.setdefault(_point_of(key), []).extend(_as_list(specs))
+        rest = {key: value for key, value in data.items() if key not in lists}
+        return {**rest, "hooks": merged}
+
+
+_HOOK_POINTS = frozenset(
+    f"{when}_{stage}"
+    for stage in ("input", "thought", "selection", "execution", "output")
+    for when in ("pre", "post")
+)
+
+
+def _point_of(key: object) -> str | None:
+    """The hook point a ``<point>_hooks`` key names (``None``: not such a key)."""
+    if isinstance(key, str) and key.endswith("_hooks") and key[: -len("_hooks")] in _HOOK_POINTS:
+        return key[: -len("_hooks")]
+    return None
+
+
+def _as_list(specs: Any) -> list[Any]:
+    return list(specs) if isinstance(specs, list) else [specs]
 
 
 def load_config(path: str | os.PathLike[str]) -> HermesConfig:
