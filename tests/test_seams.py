@@ -391,9 +391,11 @@ def test_a_hook_vetoes_a_call_with_only_the_hook_context() -> None:
 def test_the_hook_context_exposes_no_run_internals() -> None:
     public = {name for name in dir(HookContext) if not name.startswith("_")}
     assert public == {
-        "completion", "error", "last_results", "messages", "model", "output", "planned",
-        "point", "request_id", "results", "rewrite_result", "session_id", "status", "step",
-        "steps", "tool_calls", "tools", "usage", "user_message", "variables", "veto",
+        "answered_by", "call_id", "completion", "error", "finish", "history", "hook_name",
+        "inject_variable", "input_params", "last_results", "messages", "model", "note",
+        "output", "planned", "point", "request_id", "response", "results", "rewrite_result",
+        "session_id", "status", "step", "steps", "timestamp", "tool_calls", "tool_name",
+        "tools", "usage", "user_message", "variables", "veto",
     }  # fmt: skip
     seen: list[Any] = []
     agent = Agent(model=ScriptedModel(["hi"]))

@@ -19,29 +19,36 @@ one message at a time through the pipeline in ``pipeline/loop.py``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import enum
 import logging
 import os
-import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from hermes_agent.agent_support import (
+    acquire_elsewhere,
+    checked_variables,
+    not_a_model,
+    run_in_thread_loop,
+)
+from hermes_agent.agent_support import cost as priced
 from hermes_agent.audit.recorder import Recorder
 from hermes_agent.audit.records import AuditSink
 from hermes_agent.audit.redaction import Redactor, redact_messages
 from hermes_agent.config import HermesConfig, QueueConfig, load_config
-from hermes_agent.errors import ConfigError, HermesAgentError, OutputValidationError
+from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.memory.history import HistoryLoader, LoadedHistory
 from hermes_agent.memory.session import InMemorySessionStore, SessionStore
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
+from hermes_agent.pipeline.budget import RunBudget
 from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, RunContext
-from hermes_agent.pipeline.hooks import HOOK_POINTS, Hook, Hooks, load_hook
+from hermes_agent.pipeline.hook_classes import HookBase
+from hermes_agent.pipeline.hooks import Hook, Hooks, as_hook, config_hooks, config_renderers
 from hermes_agent.pipeline.journal import RunJournal, journaled
 from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
@@ -65,9 +72,6 @@ class _Keep(enum.Enum):
     """``Agent.fork``'s default: keep what the agent has."""
 
     KEEP = "keep"
-
-
-_loops = threading.local()
 
 
 ConfigWiring = Callable[["Agent", HermesConfig], None]
@@ -94,6 +98,8 @@ class Agent:
     ``tool_choice`` is ``"auto"``, ``"required"``, ``"none"`` or a tool name; it applies to the
     first model turn of each run. ``toolsets`` limits which tools the model sees. ``explain``
     asks the model for a one-line reason with each turn (``Step.reason``, and the trail).
+    ``max_run_tokens``, ``max_run_cost`` and ``run_timeout_s`` bound what one run may spend
+    (``pipeline.budget``; each may be set per run too).
     """
 
     def __init__(
@@ -130,12 +136,18 @@ class Agent:
         answer_price_per_1k_prompt: float | None = None,
         answer_price_per_1k_completion: float | None = None,
         explain: bool = False,
+        max_run_tokens: int | None = None,
+        max_run_cost: float | None = None,
+        run_timeout_s: float | None = None,
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
+        self.max_run_tokens = max_run_tokens
+        self.max_run_cost = max_run_cost
+        self.run_timeout_s = run_timeout_s
         for candidate in (model, answer_model):
             if candidate is not None and not isinstance(candidate, Model):
-                _not_a_model(candidate)
+                not_a_model(candidate)
         self._model = model
         self.answer_model = answer_model
         """Writes the final answer when set; ``model`` makes the tool calls."""
@@ -208,6 +220,9 @@ class Agent:
             "max_calls_per_turn": a.max_calls_per_turn,
             "history_window": a.history_window,
             "summary_max_chars": a.summary_max_chars,
+            "max_run_tokens": a.max_run_tokens,
+            "max_run_cost": a.max_run_cost,
+            "run_timeout_s": a.run_timeout_s,
         }
         options["output_format"] = config.output.format
         options["channels"] = config.output.channels
@@ -230,22 +245,10 @@ class Agent:
         if options.get("answer_model") is None and config.answer_model is not None:
             options["answer_model"] = build_model(config.answer_model)
         agent = cls(model, **options)
-        for point, specs in config.hooks.items():
-            if point not in HOOK_POINTS:
-                raise ConfigError(
-                    f"{config.source}: hooks.{point}: unknown hook point; "
-                    f"use one of: {', '.join(HOOK_POINTS)}"
-                )
-            for spec in specs:
-                hook = load_hook(spec.model_dump(by_alias=True), source=config.source, point=point)
-                if hook is not None:
-                    agent.add_hook(point, hook)
-        for name, spec in config.renderers.items():
-            renderer = load_hook(
-                spec.model_dump(by_alias=True), source=config.source, point=f"renderers.{name}"
-            )
-            if renderer is not None:
-                agent.add_renderer(name, renderer)
+        for point, hook in config_hooks(config):
+            agent.add_hook(point, hook)
+        for name, renderer in config_renderers(config):
+            agent.add_renderer(name, renderer)
         agent.queue = config.queue
         # Last: what instruments the agent from outside (tracing) sees what the hooks changed.
         for wiring in _CONFIG_WIRINGS:
@@ -419,10 +422,16 @@ class Agent:
             tool.configure(**settings)
         return self.registry.add(tool, replace=replace)
 
-    def add_hook(self, point: str, hook: Hook) -> Hook:
+    def add_hook(self, point: str | HookBase, hook: Hook | HookBase | None = None) -> Hook:
         """Run ``hook(ctx)`` at ``point`` (``pre_thought``, ``post_execution``, ...); see
-        ``hermes_agent.pipeline.hooks`` for what a hook may do."""
-        return self.hooks.add(point, hook)
+        ``hermes_agent.pipeline.hooks`` for what a hook may do. A hook class instance
+        (``PreThoughtHook``...) may be given alone: its class names the point. An object
+        with an ``execute(context)`` method is called through it."""
+        if isinstance(point, HookBase) and hook is None:
+            return self.hooks.add(point.point, point)
+        if not isinstance(point, str) or hook is None:
+            raise HermesAgentError("add_hook(point, hook), or add_hook(hook_instance)")
+        return self.hooks.add(point, as_hook(hook))
 
     def add_renderer(self, name: str, renderer: Renderer) -> None:
         """Register an output format: ``renderer(RenderInput) -> str``."""
@@ -447,12 +456,17 @@ class Agent:
         output_format: str | None = None,
         channel: str | None = None,
         output_type: OutputType | None = None,
+        variables: Mapping[str, Any] | None = None,
+        max_run_tokens: int | None = None,
+        max_run_cost: float | None = None,
+        run_timeout_s: float | None = None,
     ) -> RunResult:
         """Answer ``message`` (sync). Works with no event loop in sight; inside a running
         loop, prefer ``await agent.arun(...)``. ``dry_run=True`` stops after the ToolSelector
         and returns the planned calls (validated arguments, ``result=None``) without running
         any tool. ``output_type`` (a pydantic model or a JSON Schema dict) asks for a
-        structured answer: ``result.data`` is the validated instance (see ``arun``)."""
+        structured answer: ``result.data`` is the validated instance (see ``arun``).
+        ``variables`` and the budgets: see ``arun``."""
         coroutine = self.arun(
             message,
             session_id=session_id,
@@ -462,11 +476,15 @@ class Agent:
             output_format=output_format,
             channel=channel,
             output_type=output_type,
+            variables=variables,
+            max_run_tokens=max_run_tokens,
+            max_run_cost=max_run_cost,
+            run_timeout_s=run_timeout_s,
         )
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return _run_in_thread_loop(coroutine)
+            return run_in_thread_loop(coroutine)
         # Called from async code (a notebook, a web handler): run in a helper thread rather
         # than fail, so the sync facade works everywhere.
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -488,6 +506,10 @@ class Agent:
         request_id: str | None = None,
         journal: RunJournal | None = None,
         approver: Approver | None = None,
+        variables: Mapping[str, Any] | None = None,
+        max_run_tokens: int | None = None,
+        max_run_cost: float | None = None,
+        run_timeout_s: float | None = None,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
         delta when ``stream`` is true). ``output_format`` (text, markdown, json, table, or a
@@ -502,21 +524,38 @@ class Agent:
         (its ``result`` has status 422), after the turn was recorded. See
         ``pipeline.structured``.
 
+        ``variables`` (request data: ``{"lang": "zh", "operator_id": "op-7"}``) start the run's
+        ``ctx.variables``: hooks see them, ``{{ lang }}`` in the system prompt is filled from
+        them, the trail records them, and ``result.variables`` returns them (see
+        ``pipeline.variables`` for their bounds). ``max_run_tokens``, ``max_run_cost`` and
+        ``run_timeout_s`` replace the agent's budgets for this run (``pipeline.budget``).
+
         A durable run (the queue workers; ``hermes_agent.worker``) passes its ``request_id``,
         a ``journal`` (``pipeline.journal``: model turns and tool calls of an earlier attempt
         are taken from it, and the turn is saved through it) and the ``approver`` of that run.
         """
         spec = output_spec(output_type) if output_type is not None else None
+        given = checked_variables(variables)
+        budget = RunBudget(
+            max_run_tokens if max_run_tokens is not None else self.max_run_tokens,
+            max_run_cost if max_run_cost is not None else self.max_run_cost,
+            run_timeout_s if run_timeout_s is not None else self.run_timeout_s,
+            self._cost_of,
+        )
+        problem = budget.problem()
+        if problem is not None:
+            raise HermesAgentError(problem)
         session_id = session_id or uuid.uuid4().hex
         if self.storage is not None:  # refused now, before anything has happened
             check_session_id(session_id, self.storage.max_id_length)
         lock = self.sessions.lock(session_id)
         if not lock.acquire(blocking=False):
-            await _acquire_elsewhere(lock)
+            await acquire_elsewhere(lock)
         try:
             ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
             if request_id is not None:
                 ctx.request_id = request_id
+            ctx.variables, ctx.budget = given, budget
             if approver is not None:
                 ctx.approver = approver
             if journal is not None:
@@ -544,7 +583,7 @@ class Agent:
             # answer that never matched its schema) leaves the session as it was: its output
             # is an account of the failure, not an answer, and the next turn must not read it
             # as history. The trail keeps the whole failed turn.
-            failed = result.loop_status == "failed"
+            failed = result.loop_status in ("failed", "timed_out")
             if journal is not None and not dry_run:
                 saved = [] if failed else redact_messages(ctx.messages_to_save(), self.redactor)
                 await journal.save_turn(session_id, saved)  # failures fail the attempt
@@ -583,13 +622,23 @@ class Agent:
             ctx.session_id, stored, ctx.model, cached=ctx.journal is None
         )
 
+    def _cost_of(self, usage_by_model: Mapping[str, Usage]) -> float | None:
+        """What ``usage_by_model`` costs at each model's prices (``None``: no price set)."""
+        answer_name = self.answer_model.name if self.answer_model is not None else None
+        costs = [
+            priced(usage, self.answer_prices if name == answer_name else self.prices)
+            for name, usage in usage_by_model.items()
+        ]
+        known = [cost for cost in costs if cost is not None]
+        return round(sum(known), 8) if known else None
+
     def _costs(self, result: RunResult) -> None:
         """``result.cost`` and ``cost_by_model``: each model's usage at its own prices (the
         answer model's are ``answer_price_per_1k_*``); ``None`` when no price is set."""
         answer_name = self.answer_model.name if self.answer_model is not None else None
         for name, usage in result.usage_by_model.items():
             prices = self.answer_prices if name == answer_name else self.prices
-            cost = _cost(usage, prices)
+            cost = priced(usage, prices)
             if cost is not None:
                 result.cost_by_model[name] = cost
         if result.cost_by_model:
@@ -603,6 +652,7 @@ class Agent:
         tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
         output_type: OutputType | None = None,
+        variables: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[Event]:
         """Yield events as the run happens (see ``hermes_agent.events`` for every kind):
         ``TextDeltaEvent``, ``ToolCallStartedEvent``, ``ToolCallParsedEvent``,
@@ -618,6 +668,7 @@ class Agent:
                 listener=queue.put_nowait,
                 stream=True,
                 output_type=output_type,
+                variables=variables,
             )
         )
         task.add_done_callback(lambda _: queue.put_nowait(None))
@@ -754,60 +805,3 @@ class _Replaying:
             storage=storage,
             approver=approver,
         )
-
-
-def _not_a_model(candidate: object) -> None:
-    members = ("name", "profile", "complete", "stream", "render_prompt", "count_tokens")
-    missing = [name for name in members if not hasattr(candidate, name)]
-    raise HermesAgentError(
-        f"{type(candidate).__name__} is not a Model: it lacks {', '.join(missing)}; "
-        "subclass hermes_agent.ModelBase (it supplies profile, render_prompt and "
-        "count_tokens) and write complete and stream"
-    )
-
-
-def _cost(usage: Usage, prices: tuple[float | None, float | None]) -> float | None:
-    prompt_price, completion_price = prices
-    if prompt_price is None and completion_price is None:
-        return None
-    return round(
-        usage.prompt_tokens / 1000 * (prompt_price or 0.0)
-        + usage.completion_tokens / 1000 * (completion_price or 0.0),
-        8,
-    )
-
-
-async def _acquire_elsewhere(lock: threading.Lock) -> None:
-    """Wait for a session lock another run holds, without blocking the event loop.
-
-    If this run is cancelled while it waits, the lock is released as soon as the waiting thread
-    gets it — otherwise the session would stay locked for good.
-    """
-    waiter = asyncio.get_running_loop().run_in_executor(None, lock.acquire)
-    try:
-        await asyncio.shield(waiter)
-    except asyncio.CancelledError:
-        waiter.add_done_callback(lambda done: lock.release() if done.result() else None)
-        raise
-
-
-def _run_in_thread_loop(coroutine: Coroutine[Any, Any, RunResult]) -> RunResult:
-    """Run on this thread's own event loop, kept open between runs.
-
-    Starting a loop per run would cost more than the rest of a short run, and clients bound to
-    a loop (the OpenAI SDK's connection pool) stay usable across runs. ``asyncio.Runner`` is not
-    used: on the main thread it swaps the SIGINT handler around every run, and restoring it
-    formats the running task's repr — milliseconds per run on Python 3.11.
-    """
-    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _loops.loop = loop
-    task = loop.create_task(coroutine)
-    try:
-        return loop.run_until_complete(task)
-    except BaseException:
-        task.cancel()  # Ctrl-C: stop the run cleanly before re-raising
-        with contextlib.suppress(BaseException):
-            loop.run_until_complete(task)
-        raise

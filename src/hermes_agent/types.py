@@ -17,7 +17,14 @@ ToolChoice = ToolChoiceMode | str
 or the name of one tool that must be called."""
 TOOL_CHOICE_MODES: tuple[ToolChoiceMode, ...] = ("auto", "required", "none")
 LoopStatus = Literal[
-    "completed", "max_iterations", "dry_run_complete", "client_tool_calls", "failed"
+    "completed",
+    "max_iterations",
+    "dry_run_complete",
+    "client_tool_calls",
+    "failed",
+    "answered_by_hook",
+    "budget_exceeded",
+    "timed_out",
 ]
 """How a run's loop ended."""
 
@@ -195,7 +202,17 @@ class RunResult:
     """How the loop ended: ``completed`` (the model answered), ``max_iterations``,
     ``dry_run_complete`` (stopped after the ToolSelector; nothing ran),
     ``client_tool_calls`` (ended with calls of the caller's own tools for the caller to run;
-    ``pipeline.client_tools``) or ``failed``."""
+    ``pipeline.client_tools``), ``answered_by_hook`` (a hook gave the answer: ``answered_by``),
+    ``budget_exceeded`` (``max_run_tokens`` or ``max_run_cost`` spent: status 206,
+    ``stopped_by`` names it), ``timed_out`` (``run_timeout_s`` passed: status 504) or
+    ``failed``."""
+    answered_by: dict[str, Any] | None = None
+    """When a hook ended the run with its reply: ``{"hook", "point", "reason"}``."""
+    stopped_by: str | None = None
+    """The bound that stopped the loop before an answer: ``max_iterations``,
+    ``max_run_tokens``, ``max_run_cost`` or ``run_timeout_s``; ``None`` otherwise."""
+    variables: dict[str, Any] = field(default_factory=dict)
+    """The run's variables as its hooks left them (``Agent.run(variables=...)``)."""
     approvals: list[dict[str, Any]] = field(default_factory=list)
     """Each approval decision: tool, arguments, approved, reason."""
     rendered: Any = None

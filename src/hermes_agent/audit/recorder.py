@@ -137,6 +137,16 @@ class RunView(Protocol):
     @property
     def output(self) -> str: ...
 
+    @property
+    def variables(self) -> Mapping[str, Any]:
+        """The run's variables (``pipeline.variables``)."""
+        ...
+
+    @property
+    def hook_notes(self) -> Sequence[Mapping[str, Any]]:
+        """What hooks did to the run, in order (each becomes one ``hook`` record)."""
+        ...
+
 
 class Recorder:
     """The audit trail of one run.
@@ -158,6 +168,7 @@ class Recorder:
         self._rewrites = 0
         self._last_prompt = ""  # the whole prompt of the last request, as it was sent
         self._recorded: set[tuple[int, str]] = set()
+        self._notes = 0  # hook notes recorded so far
 
     def continue_after(self, earlier: Sequence[AuditRecord]) -> None:
         """Continue the trail of a run that an earlier attempt began (a durable run resumed):
@@ -167,13 +178,24 @@ class Recorder:
         if earlier:
             self._seq = max(record.seq for record in earlier) + 1
 
-    def record(self, ctx: RunView, stage: str, stage_name: str, started_ns: int) -> None:
-        """Record one stage that has just run (or failed in a hook)."""
+    def record(
+        self, ctx: RunView, stage: str, stage_name: str, started_ns: int, *, ran: bool = True
+    ) -> None:
+        """Record one stage that has just run (or failed in a hook); with ``ran=False`` (a
+        hook answered the run before it) only the user's message of the input stage and what
+        the hooks did."""
         latency_ms = (time.perf_counter_ns() - started_ns) / 1e6
         if self._recorded and (ctx.step, stage_name) in self._recorded:
             return  # an earlier attempt of this run recorded it
         try:
-            contents = self._prompt_records(ctx) if stage == "thought" else _contents(ctx, stage)
+            contents: list[tuple[Role, str]] = []
+            if ran or stage == "input":
+                contents = (
+                    self._prompt_records(ctx) if stage == "thought" else _contents(ctx, stage)
+                )
+            notes = ctx.hook_notes[self._notes :]
+            self._notes += len(notes)
+            contents += [(Role.HOOK, _json(dict(note))) for note in notes]
             for role, content in contents:
                 self._add(ctx, stage_name, role, content, latency_ms)
         except Exception as exc:  # a defect here must cost the trail a record, not the run
@@ -280,6 +302,8 @@ class Recorder:
 def _contents(ctx: RunView, stage: str) -> list[tuple[Role, str]]:
     if stage == "input":
         found = [(Role.USER, ctx.user_message)]
+        if ctx.variables:
+            found.append((Role.VARIABLES, _json(dict(ctx.variables))))
         if ctx.summary_call is not None:
             found.append((Role.SUMMARY_PROMPT, ctx.summary_call.prompt))
             found.append((Role.SUMMARY, ctx.summary_call.completion))

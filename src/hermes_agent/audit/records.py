@@ -42,6 +42,13 @@ class Role(StrEnum):
     metadata (execution time, cache hit, truncation, fallback) of each (ToolExecutor; JSON)."""
     OUTPUT = "output"
     """The final answer (OutputRenderer); one per request."""
+    VARIABLES = "variables"
+    """The run's variables as the InputParser saw them (JSON; only when there are any)."""
+    HOOK = "hook"
+    """What a hook did to the run (JSON: ``hook``, ``point``, ``step`` and one of
+    ``answered`` {reason, status}, ``rewrote_message`` {from}, ``rewrote_history``
+    {from_turns, to_turns}, ``changed_output`` {appended | prepended | replaced},
+    ``facts``); written with the stage it happened at."""
     ACCEPTED = "accepted"
     """A run the service admitted, written before anything of it runs, so its id resolves
     from the moment it is given out (JSON: ``status``, ``instance``); stage ``RunManager``,

@@ -17,6 +17,7 @@ from hermes_agent.audit.recorder import Recorder
 from hermes_agent.events import Event
 from hermes_agent.memory.history import LoadedHistory, SummaryCall
 from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.pipeline.budget import RunBudget
 from hermes_agent.pipeline.journal import RunJournal
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
@@ -110,7 +111,10 @@ class RunContext:
     renderer_name: str = "text"
     renderer: Renderer | None = None
     variables: dict[str, Any] = field(default_factory=dict)
-    """Values for ``{{ name }}`` placeholders in the system prompt (hooks fill them)."""
+    """The run's variables (``Agent.run(variables=...)``): hooks read and fill them, and they
+    fill ``{{ name }}`` placeholders in the system prompt."""
+    budget: RunBudget = field(default_factory=RunBudget)
+    """Tokens, cost and wall time this run may use (``pipeline.budget``)."""
     recorder: Recorder | None = None
     """The audit trail of this run (``None``: auditing off, and free)."""
     answer_model: Model | None = None
@@ -175,6 +179,18 @@ class RunContext:
     finished: bool = False
     """True once the model answered without calling a tool (or the run failed)."""
     loop_status: LoopStatus = "completed"
+    answered_by: dict[str, Any] | None = None
+    """The hook that ended the run with its reply (``answer_by_hook``)."""
+    stopped_by: str | None = None
+    """The bound that stopped the loop before an answer (``RunResult.stopped_by``)."""
+    hook_notes: list[dict[str, Any]] = field(default_factory=list)
+    """What hooks did to the run that the trail keeps (an answer, a rewritten message or
+    history, a changed output, facts they noted), in order; the recorder writes each once."""
+    history_loaded: bool = False
+    """The session's history is in ``history`` (loaded before the ``pre_input`` hooks, which
+    may rewrite it, or by the InputParser)."""
+    warnings: list[str] = field(default_factory=list)
+    """What the result's ``warnings`` say about the run itself (a budget overrun)."""
     started_ns: int = field(default_factory=time.perf_counter_ns)
 
     @property
@@ -282,6 +298,24 @@ class RunContext:
             if record.id == call_id:
                 record.result = content
 
+    def answer_by_hook(
+        self, hook: str, point: str, reply: str, status: int, reason: str | None
+    ) -> None:
+        """End the run with a hook's reply: a completed run whose answer is the hook's (the
+        model is not asked, or asked no more); the trail says which hook and why."""
+        self.output = reply
+        self.status = status
+        self.finished = True
+        self.loop_status = "answered_by_hook"
+        self.answered_by = {"hook": hook, "point": point, "reason": reason}
+        if not self.new_messages:  # answered before the InputParser laid out the turn
+            self.new_messages.append(Message("user", self.user_message))
+        self.note_hook(hook, point, answered={"reason": reason, "status": status})
+
+    def note_hook(self, hook: str, point: str, **what: Any) -> None:
+        """Keep what a hook did for the trail (one ``hook`` record per note)."""
+        self.hook_notes.append({"hook": hook, "point": point, "step": self.step, **what})
+
     def fail(self, status: int, error: str) -> None:
         self.status = status
         self.error = error
@@ -305,6 +339,10 @@ class RunContext:
             data=self.data,
             output_retries=self.output_retries,
             usage_by_model=self.usage_by_model,
+            answered_by=self.answered_by,
+            stopped_by=self.stopped_by,
+            variables=dict(self.variables),
+            warnings=list(self.warnings),
         )
 
 

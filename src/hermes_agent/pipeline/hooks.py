@@ -8,25 +8,40 @@ Ten hook points, ``pre_`` and ``post_`` for each stage::
     execution   ToolExecutor       pre_execution / post_execution
     output      OutputRenderer     pre_output / post_output
 
-A hook is any callable taking a ``HookContext`` (a function, or an object with ``__call__``);
-it may be ``async``. The hook context is a small view of the run, not the run itself: it shows
-what a hook may read and offers the operations a hook may perform —
+A hook is any callable taking a ``HookContext`` (a function, or an object with ``__call__``),
+or an object with an ``execute(context)`` method (the base classes of ``pipeline.hook_classes``,
+``PreThoughtHook``, ``PostExecutionHook``...); it may be ``async``. The hook context is a small
+view of the run, not the run itself: it shows what a hook may read and offers the operations a
+hook may perform —
 
-- read: ``request_id``, ``session_id``, ``user_message``, ``step``, ``point``, ``messages``
-  (the conversation as the model sees it, read-only), ``completion`` (the model's latest parsed
-  turn; its calls may be adjusted in ``pre_selection``, before they are validated), ``planned``
-  (the calls about to run), ``results`` (what the latest calls returned), ``tool_calls``,
-  ``status`` and ``error``; ``model``, ``steps`` and ``usage`` (who answers, and what each
-  model turn cost so far — what a tracer or a token budget reads);
-- ``ctx.variables["user_level"] = "expert"`` — fill ``{{ user_level }}`` in the system prompt;
+- read: ``request_id``, ``session_id``, ``user_message``, ``step``, ``point``, ``timestamp``,
+  ``messages`` (the conversation as the model sees it, read-only), ``history`` (the session's
+  turns the prompt carries), ``completion`` (the model's latest parsed turn; its calls may be
+  adjusted in ``pre_selection``, before they are validated), ``planned`` (the calls about to
+  run), ``results`` (what the latest calls returned), ``tool_calls``, ``status``, ``error``
+  and ``answered_by``; ``model``, ``steps`` and ``usage`` (who answers, and what each model
+  turn cost so far — what a tracer or a token budget reads); in a ``post_execution`` hook,
+  ``tool_name``, ``input_params`` and ``response`` of the call it follows;
+- ``ctx.variables["user_level"] = "expert"`` (or ``ctx.inject_variable(...)``) — fill
+  ``{{ user_level }}`` in the system prompt; the run's own variables are there from the start;
+- ``ctx.finish(reply, status=200, reason=...)`` in ``pre_input``, ``post_input`` or
+  ``pre_thought`` — end the run with this reply: the model is not asked (any more), the run
+  is completed with the hook's answer (``loop_status == "answered_by_hook"``), and the trail
+  records which hook and why;
+- ``ctx.user_message = ...`` and ``ctx.history = [...]`` in ``pre_input`` — rewrite the message
+  and the history this run's prompt carries (the session keeps what it holds; the trail keeps
+  the original message);
 - ``ctx.veto(plan, "reason")`` in ``pre_execution`` — refuse a planned call (403 to the model);
   or change ``plan.arguments`` to rewrite it (the new arguments are validated again, and
   approved again where the tool needs approval);
 - ``ctx.rewrite_result(call_id, content)`` in ``post_execution`` — change what a tool returned;
-- ``ctx.output = ...`` in ``post_output`` — change the answer.
+- ``ctx.output = ...`` in ``pre_output`` / ``post_output`` — change the answer (the trail
+  records what was appended, or the change);
+- ``ctx.note(contains_disclaimer=True)`` — add facts to the trail (a ``hook`` record).
 
 Hooks run in the order they were added. A hook that raises fails its stage with status 500 and a
-message naming the hook; the run then ends cleanly with that message as its output.
+message naming the hook; the run then ends cleanly with that message as its output. A
+``PostExecutionHook`` is called once per call of the step; any other hook once per hook point.
 
 In YAML::
 
@@ -40,16 +55,27 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from hermes_agent.errors import ConfigError
+from hermes_agent.config import HermesConfig
+from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.models.base import Model
 from hermes_agent.pipeline.context import PlannedCall, RunContext
+from hermes_agent.pipeline.hook_classes import HookBase, PostExecutionHook
+from hermes_agent.pipeline.status import Status
+from hermes_agent.pipeline.variables import variables_problem
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Completion, Message, Step, ToolCallRecord, ToolResult, Usage
 
 STAGES = ("input", "thought", "selection", "execution", "output")
 HOOK_POINTS = tuple(f"{when}_{stage}" for stage in STAGES for when in ("pre", "post"))
+ANSWERING_POINTS = ("pre_input", "post_input", "pre_thought")
+"""Where a hook may end the run with its reply (``HookContext.finish``)."""
+
+
+class HookError(HermesAgentError):
+    """A hook asked for something its hook point does not allow (it fails the hook: 500)."""
 
 
 class HookContext:
@@ -57,12 +83,26 @@ class HookContext:
 
     # The run is held under a mangled name: hooks are trusted code (a config file is code),
     # but nothing here should invite them to reach past the sanctioned operations.
-    __slots__ = ("__run", "point")
+    __slots__ = ("__call", "__result", "__run", "hook_name", "point", "timestamp")
 
-    def __init__(self, run: RunContext, point: str) -> None:
+    def __init__(
+        self,
+        run: RunContext,
+        point: str,
+        hook_name: str = "",
+        *,
+        call: ToolCallRecord | None = None,
+        result: ToolResult | None = None,
+    ) -> None:
         self.__run = run
         self.point = point
         """The hook point being run, e.g. ``"pre_execution"``."""
+        self.hook_name = hook_name
+        """The hook being run, as the trail names it."""
+        self.__call = call
+        self.__result = result
+        self.timestamp = datetime.now(UTC).isoformat(timespec="microseconds")
+        """When the hook was called (ISO 8601, UTC)."""
 
     # -- reading -------------------------------------------------------------------------
 
@@ -77,6 +117,36 @@ class HookContext:
     @property
     def user_message(self) -> str:
         return self.__run.user_message
+
+    @user_message.setter
+    def user_message(self, value: str) -> None:
+        self._only_in("pre_input", "rewrite the message")
+        if not isinstance(value, str):
+            raise TypeError(f"the message must be a string, got {type(value).__name__}")
+        run = self.__run
+        if value != run.user_message:
+            run.note_hook(self.hook_name, self.point, rewrote_message={"from": run.user_message})
+            run.user_message = value
+
+    @property
+    def history(self) -> Sequence[Message]:
+        """The session's turns this run's prompt carries (a summary of older ones first)."""
+        return tuple(self.__run.history)
+
+    @history.setter
+    def history(self, value: Sequence[Message]) -> None:
+        self._only_in("pre_input", "rewrite the history")
+        turns = list(value)
+        wrong = [type(m).__name__ for m in turns if not isinstance(m, Message)]
+        if wrong:
+            raise TypeError(f"the history must hold Message objects, got {', '.join(wrong)}")
+        run = self.__run
+        run.note_hook(
+            self.hook_name,
+            self.point,
+            rewrote_history={"from_turns": len(run.history), "to_turns": len(turns)},
+        )
+        run.history = turns
 
     @property
     def step(self) -> int:
@@ -140,12 +210,110 @@ class HookContext:
     def error(self) -> str | None:
         return self.__run.error
 
+    @property
+    def answered_by(self) -> dict[str, Any] | None:
+        """The hook that answered this run (``{"hook", "point", "reason"}``), if one did."""
+        answered = self.__run.answered_by
+        return dict(answered) if answered is not None else None
+
+    # -- the call a post-execution hook follows --------------------------------------------
+
+    @property
+    def tool_name(self) -> str:
+        """The tool of the call this ``post_execution`` hook follows."""
+        return self._call().name
+
+    @property
+    def input_params(self) -> dict[str, Any]:
+        """The arguments that call ran with (a copy)."""
+        return dict(self._call().arguments)
+
+    @property
+    def response(self) -> dict[str, Any]:
+        """What that call gave the model: ``{"status": "success" | "error", "data", "error"}``."""
+        result = self._result()
+        content = result.content
+        if isinstance(content, dict):
+            return dict(content)
+        return {
+            "status": "success" if result.error is None else "error",
+            "data": content,
+            "error": result.error,
+        }
+
+    @property
+    def call_id(self) -> str:
+        return self._call().id
+
+    def _call(self) -> ToolCallRecord:
+        if self.__call is not None:
+            return self.__call
+        calls = self._step_calls()
+        if len(calls) != 1:
+            raise HookError(
+                f"the {self.point} hook {self.hook_name} asked for the call it follows, and "
+                f"{'this step ran ' + str(len(calls)) + ' calls' if calls else 'there is none'}"
+                "; read ctx.results and ctx.tool_calls, or subclass PostExecutionHook to be "
+                "called once per call"
+            )
+        return calls[0]
+
+    def _result(self) -> ToolResult:
+        if self.__result is not None:
+            return self.__result
+        call = self._call()
+        return next(r for r in self.__run.last_results if r.call_id == call.id)
+
+    def _step_calls(self) -> list[ToolCallRecord]:
+        if self.point != "post_execution":
+            return []
+        run = self.__run
+        return run.tool_calls[len(run.tool_calls) - len(run.last_results) :]
+
+    def _only_in(self, point: str, what: str) -> None:
+        if self.point != point:
+            raise HookError(f"a hook can {what} only in {point}, not in {self.point}")
+
     # -- changing --------------------------------------------------------------------------
 
     @property
     def variables(self) -> dict[str, Any]:
-        """Values for ``{{ name }}`` placeholders in the system prompt; hooks fill them."""
+        """The run's variables (``Agent.run(variables=...)``, ``POST /v1/runs``): read them,
+        and set them to fill ``{{ name }}`` placeholders in the system prompt."""
         return self.__run.variables
+
+    def inject_variable(self, name: str, value: Any) -> None:
+        """Set one variable (``ctx.variables[name] = value``, checked like the run's own)."""
+        problem = variables_problem({name: value})
+        if problem is not None:
+            raise HookError(f"inject_variable({name!r}): {problem}")
+        self.__run.variables[name] = value
+
+    def finish(self, reply: str, *, status: int = 200, reason: str | None = None) -> None:
+        """End the run now with ``reply`` as its answer (in ``pre_input``, ``post_input`` or
+        ``pre_thought``, where the conversation's last turn is the user's or tool results):
+        the model is not asked any more, the run is completed with this answer and
+        ``status`` (a code below 500: 200, or 403 for a refusal...), and the trail records
+        this hook and ``reason``."""
+        if self.point not in ANSWERING_POINTS:
+            raise HookError(
+                f"a hook can finish the run in {', '.join(ANSWERING_POINTS)}, not in "
+                f"{self.point}"
+                + ("; set ctx.output to change the answer" if "output" in self.point else "")
+            )
+        if not isinstance(reply, str):
+            raise TypeError(f"the reply must be a string, got {type(reply).__name__}")
+        if status not in set(Status) or status >= 500:
+            raise HookError(
+                f"status {status!r}: a hook's answer takes a status below 500 "
+                f"({', '.join(str(int(s)) for s in Status if s < 500)})"
+            )
+        self.__run.answer_by_hook(self.hook_name, self.point, reply, int(status), reason)
+
+    def note(self, **facts: Any) -> None:
+        """Add facts to this run's audit trail, e.g. ``ctx.note(contains_disclaimer=True)``
+        (a ``hook`` record naming this hook; redacted like every record)."""
+        self.__run.note_hook(self.hook_name, self.point, facts=facts)
 
     @property
     def output(self) -> str:
@@ -176,11 +344,19 @@ class Hooks:
     def __init__(self) -> None:
         self._by_point: dict[str, list[Hook]] = {}
 
-    def add(self, point: str, hook: Hook) -> Hook:
+    def add(self, point: str, hook: Hook | HookBase) -> Hook:
         if point not in HOOK_POINTS:
             raise ConfigError(f"unknown hook point {point!r}; use one of: {', '.join(HOOK_POINTS)}")
+        if isinstance(hook, HookBase) and hook.point and hook.point != point:
+            raise ConfigError(
+                f"{type(hook).__qualname__} is a {hook.point} hook (by its base class); it "
+                f"cannot be added at {point}"
+            )
         if not callable(hook):
-            raise ConfigError(f"a {point} hook must be callable, got {type(hook).__name__}")
+            raise ConfigError(
+                f"a {point} hook must be callable or have an execute(context) method, got "
+                f"{type(hook).__name__}"
+            )
         self._by_point.setdefault(point, []).append(hook)
         return hook
 
@@ -203,9 +379,49 @@ def hook_name(hook: Hook) -> str:
     return str(name)
 
 
-def load_hook(spec: dict[str, Any], *, source: str, point: str) -> Callable[..., Any] | None:
-    """Instantiate a hook from its YAML spec (``module``, ``class``, ``enabled``, ``options``);
-    ``None`` when it is disabled."""
+def config_hooks(config: HermesConfig) -> list[tuple[str, Hook]]:
+    """The hooks a config names (``hooks:`` by point, and the ``<point>_hooks:`` lists),
+    instantiated in order; disabled ones left out."""
+    found: list[tuple[str, Hook]] = []
+    for point, specs in config.hooks.items():
+        if point not in HOOK_POINTS:
+            raise ConfigError(
+                f"{config.source}: hooks.{point}: unknown hook point; "
+                f"use one of: {', '.join(HOOK_POINTS)}"
+            )
+        for spec in specs:
+            hook = load_hook(spec.model_dump(by_alias=True), source=config.source, point=point)
+            if hook is not None:
+                found.append((point, hook))
+    return found
+
+
+def config_renderers(config: HermesConfig) -> list[tuple[str, Callable[..., Any]]]:
+    """The renderers a config names, instantiated; disabled ones left out."""
+    found: list[tuple[str, Callable[..., Any]]] = []
+    for name, spec in config.renderers.items():
+        renderer = load_hook(
+            spec.model_dump(by_alias=True),
+            source=config.source,
+            point=f"renderers.{name}",
+            hook_class=False,
+        )
+        if renderer is not None:
+            found.append((name, renderer))
+    return found
+
+
+def per_call(hook: Hook) -> bool:
+    """Whether ``hook`` is called once per tool call of a step (a ``PostExecutionHook``)."""
+    return isinstance(hook, PostExecutionHook)
+
+
+def load_hook(
+    spec: dict[str, Any], *, source: str, point: str, hook_class: bool = True
+) -> Callable[..., Any] | None:
+    """Instantiate a hook (or, with ``hook_class=False``, a renderer) from its YAML spec
+    (``module``, ``class``, ``enabled``, ``options``); ``None`` when it is disabled. A hook
+    class may define ``execute(self, context)`` instead of ``__call__``."""
     if not spec.get("enabled", True):
         return None
     module_name, class_name = spec.get("module"), spec.get("class")
@@ -230,17 +446,43 @@ def load_hook(spec: dict[str, Any], *, source: str, point: str) -> Callable[...,
             f"{where}: {module_name}.{class_name} is a {type(factory).__name__}, not a class; "
             "name a class whose instances are called as the hook (it defines __call__)"
         )
-    if "__call__" not in _own_members(factory):
+    members = _own_members(factory)
+    if "__call__" not in members and not (hook_class and "execute" in members):
         raise ConfigError(
-            f"{where}: class {module_name}.{class_name} does not define __call__; a hook or "
-            "renderer class must define __call__(self, ctx)"
+            f"{where}: class {module_name}.{class_name} does not define "
+            + (
+                "__call__ or execute; a hook class must define __call__(self, ctx) or "
+                "execute(self, context)"
+                if hook_class
+                else "__call__; a renderer class must define __call__(self, view)"
+            )
         )
     try:
         hook = factory(**spec.get("options", {}))
     except Exception as exc:
         raise ConfigError(f"{where}: creating {class_name} failed: {exc}") from exc
     if not callable(hook):
+        if hook_class and callable(getattr(hook, "execute", None)):
+            return _Executing(hook)
         raise ConfigError(f"{where}: {class_name} instances must be callable (define __call__)")
+    return hook  # type: ignore[no-any-return]
+
+
+class _Executing:
+    """A hook object written the ``execute(context)`` way, as a callable hook."""
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+        self.__qualname__ = type(hook).__qualname__
+
+    def __call__(self, ctx: HookContext) -> Any:
+        return self.hook.execute(ctx)
+
+
+def as_hook(hook: Any) -> Hook:
+    """A callable hook from a hook object (one with ``execute(context)`` is wrapped)."""
+    if not callable(hook) and callable(getattr(hook, "execute", None)):
+        return _Executing(hook)
     return hook  # type: ignore[no-any-return]
 
 

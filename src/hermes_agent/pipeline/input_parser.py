@@ -36,11 +36,7 @@ class InputParser:
             ctx.output = problem
             ctx.log_stage(self.name, Status.INVALID, error=problem)
             return ctx
-        if ctx.load_history is not None:
-            loaded = await ctx.load_history()
-            ctx.history = loaded.messages
-            ctx.summary_call = loaded.summary_call
-            ctx.count_usage(ctx.model.name, loaded.usage)
+        await load_history(ctx)
         ctx.system_prompt = _with_instructions(ctx)
         if ctx.system_prompt:
             ctx.messages.append(Message("system", ctx.system_prompt))
@@ -53,6 +49,18 @@ class InputParser:
         ctx.log_stage(self.name, Status.OK, history_messages=len(ctx.history))
         ctx.emit(InputEvent(status=int(Status.OK), request_id=ctx.request_id))
         return ctx
+
+
+async def load_history(ctx: RunContext) -> None:
+    """Put the session's history in ``ctx.history`` (once: before the ``pre_input`` hooks
+    when there are any, so that they may rewrite it)."""
+    if ctx.history_loaded or ctx.load_history is None:
+        return
+    loaded = await ctx.load_history()
+    ctx.history = loaded.messages
+    ctx.summary_call = loaded.summary_call
+    ctx.count_usage(ctx.model.name, loaded.usage)
+    ctx.history_loaded = True
 
 
 def _problem_with(message: object) -> str | None:

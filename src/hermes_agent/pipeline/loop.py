@@ -14,30 +14,37 @@
     └
     5 OutputRenderer    the answer, or an honest account of why there is none
 
-Each stage runs between its ``pre_`` and ``post_`` hooks. A stage that fails is the run's
-failure, with its message — except a durable run's store failing (``StoreUnavailable``), which
-goes through every stage untouched: it is never an answer, and the attempt ends there. A dry
-run stops after the ToolSelector and returns the planned calls; no tool runs. No stage calls
-another; everything they share lives in the RunContext.
+Each stage runs between its ``pre_`` and ``post_`` hooks; a hook may end the run with its own
+reply (``HookContext.finish``), and the stage and the ones after it up to the output do not
+run. The run's budgets (``pipeline.budget``) are checked before each model turn and before a
+turn's calls run; ``run_timeout_s`` is a deadline around everything before the output stage.
+A stage that fails is the run's failure, with its message — except a durable run's store
+failing (``StoreUnavailable``), which goes through every stage untouched: it is never an
+answer, and the attempt ends there. A dry run stops after the ToolSelector and returns the
+planned calls; no tool runs. No stage calls another; everything they share lives in the
+RunContext.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from hermes_agent.errors import StoreUnavailable, is_store_error
+from hermes_agent.pipeline.budget import note_overrun, spent, timed_out
 from hermes_agent.pipeline.client_tools import hand_over
 from hermes_agent.pipeline.context import RunContext
-from hermes_agent.pipeline.hooks import HookContext, Hooks, call_hook, hook_name
-from hermes_agent.pipeline.input_parser import InputParser
+from hermes_agent.pipeline.hooks import HookContext, Hooks, call_hook, hook_name, per_call
+from hermes_agent.pipeline.input_parser import InputParser, load_history
 from hermes_agent.pipeline.output_renderer import OutputRenderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.thought_generator import ThoughtGenerator
 from hermes_agent.pipeline.tool_executor import ToolExecutor
 from hermes_agent.pipeline.tool_selector import ToolSelector
-from hermes_agent.types import RunResult, ToolCallRecord
+from hermes_agent.types import RunResult, ToolCallRecord, ToolResult
 
 
 class Stage(Protocol):
@@ -57,16 +64,43 @@ _NO_HOOKS = Hooks()
 async def run_turn(ctx: RunContext, hooks: Hooks | None = None) -> RunResult:
     """Run one user message through the pipeline and return the result."""
     hooks = hooks or _NO_HOOKS
-    await _run_stage(ctx, hooks, "input", _input_parser)
+    limit = ctx.budget.timeout_s
+    if limit is None:
+        await _steps(ctx, hooks)
+    else:
+        elapsed = (time.perf_counter_ns() - ctx.started_ns) / 1e9
+        deadline = asyncio.timeout(max(0.0, limit - elapsed))
+        try:
+            async with deadline:
+                await _steps(ctx, hooks)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            timed_out(ctx)  # what was under way was cancelled; the output says so
+    await _run_stage(ctx, hooks, "output", _output_renderer)
+    return ctx.result()
+
+
+async def _steps(ctx: RunContext, hooks: Hooks) -> None:
+    """Everything before the output stage."""
+    # pre_input hooks may rewrite the history: it is loaded before them.
+    early = (lambda: load_history(ctx)) if hooks.at("pre_input") else None
+    await _run_stage(ctx, hooks, "input", _input_parser, prepare=early)
 
     while not ctx.finished and ctx.step < ctx.step_limit:
+        if spent(ctx):  # max_run_tokens / max_run_cost: no further model turn
+            break
         ctx.route()  # the tool model, or the answer model once the tools are done
         await _run_stage(ctx, hooks, "thought", _thought_generator)
         if ctx.finished:
+            if ctx.loop_status == "completed":
+                note_overrun(ctx)  # an answer that crossed a budget is kept, with a warning
             break
         if ctx.asks_again:  # no call to run: the next turn is another try at the answer
             ctx.step += 1
             continue
+        if spent(ctx):  # the turn used up the budget: its calls do not run
+            break
         await _run_stage(ctx, hooks, "selection", _tool_selector)
         if ctx.finished:
             break
@@ -85,50 +119,89 @@ async def run_turn(ctx: RunContext, hooks: Hooks | None = None) -> RunResult:
             ctx.output = f"I could not complete the request: {ctx.error}."
         ctx.step += 1
 
-    await _run_stage(ctx, hooks, "output", _output_renderer)
-    return ctx.result()
 
-
-async def _run_stage(ctx: RunContext, hooks: Hooks, stage: str, runner: Stage) -> None:
+async def _run_stage(
+    ctx: RunContext,
+    hooks: Hooks,
+    stage: str,
+    runner: Stage,
+    prepare: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     """One stage between its hooks, then its audit record. A failing hook fails the run with
-    500 — cleanly."""
+    500 — cleanly; a hook that answers the run skips the stage and its post hooks."""
     started = time.perf_counter_ns()
-    if await _hooks(ctx, hooks, f"pre_{stage}", runner.name):
-        try:
-            outcome = runner.run(ctx)
-            if inspect.isawaitable(outcome):
-                await outcome
-        except StoreUnavailable:
-            raise  # a durable run's store failed: never an answer; the attempt ends
-        except Exception as exc:  # a defect must end the run with a message, not a traceback
-            if ctx.journal is not None and is_store_error(exc):
-                # A durable run's store (its session, say) failed under this stage: that is
-                # no answer either, and the run resumes from its journal.
-                raise StoreUnavailable(
-                    f"{runner.name}: the store failed: {type(exc).__name__}"
-                ) from exc
-            message = f"{runner.name} failed unexpectedly: {type(exc).__name__}: {exc}"
-            ctx.fail(Status.TOOL_ERROR, message)
-            ctx.output = ctx.output or f"The request could not be completed: {message}"
-            ctx.log_stage(runner.name, Status.TOOL_ERROR, error=message)
+    ran = False
+    ready = prepare is None or await _guarded(ctx, runner.name, prepare)
+    if ready and await _hooks(ctx, hooks, f"pre_{stage}", runner.name):
+        ran = await _guarded(ctx, runner.name, lambda: runner.run(ctx))
         await _hooks(ctx, hooks, f"post_{stage}", runner.name)
     if ctx.recorder is not None:
-        ctx.recorder.record(ctx, stage, runner.name, started)
+        ctx.recorder.record(ctx, stage, runner.name, started, ran=ran)
+
+
+async def _guarded(ctx: RunContext, name: str, work: Callable[[], Any]) -> bool:
+    """Do a stage's work (sync or async); a defect fails the run with its message
+    (``False``)."""
+    try:
+        outcome = work()
+        if inspect.isawaitable(outcome):
+            await outcome
+    except StoreUnavailable:
+        raise  # a durable run's store failed: never an answer; the attempt ends
+    except Exception as exc:  # a defect must end the run with a message, not a traceback
+        if ctx.journal is not None and is_store_error(exc):
+            # A durable run's store (its session, say) failed under this stage: that is
+            # no answer either, and the run resumes from its journal.
+            raise StoreUnavailable(f"{name}: the store failed: {type(exc).__name__}") from exc
+        message = f"{name} failed unexpectedly: {type(exc).__name__}: {exc}"
+        ctx.fail(Status.TOOL_ERROR, message)
+        ctx.output = ctx.output or f"The request could not be completed: {message}"
+        ctx.log_stage(name, Status.TOOL_ERROR, error=message)
+        return False
+    return True
 
 
 async def _hooks(ctx: RunContext, hooks: Hooks, point: str, stage_name: str) -> bool:
+    """Run a point's hooks; ``False`` when one failed or answered the run (the stage is not
+    run)."""
     for hook in hooks.at(point):
+        name = hook_name(hook)
+        before = ctx.output
         try:
-            await call_hook(hook, HookContext(ctx, point))
+            if per_call(hook):
+                for call, result in _step_calls(ctx):
+                    await call_hook(hook, HookContext(ctx, point, name, call=call, result=result))
+            else:
+                await call_hook(hook, HookContext(ctx, point, name))
         except StoreUnavailable:
             raise
         except Exception as exc:
-            message = f"hook {hook_name(hook)} ({point}) failed: {type(exc).__name__}: {exc}"
+            message = f"hook {name} ({point}) failed: {type(exc).__name__}: {exc}"
             ctx.fail(Status.TOOL_ERROR, message)
             ctx.output = f"The request could not be completed: {message}"
             ctx.log_stage(stage_name, Status.TOOL_ERROR, error=message)
             return False
+        if ctx.output != before and point.endswith("_output"):
+            ctx.note_hook(name, point, changed_output=_change(before, ctx.output))
+        if ctx.answered_by is not None and not point.endswith("_output"):
+            return False
     return True
+
+
+def _step_calls(ctx: RunContext) -> list[tuple[ToolCallRecord, ToolResult]]:
+    """The calls of the step that just ran, with what each gave the model."""
+    records = ctx.tool_calls[len(ctx.tool_calls) - len(ctx.last_results) :]
+    return list(zip(records, ctx.last_results, strict=True))
+
+
+def _change(before: str, after: str) -> dict[str, str]:
+    """What a hook did to the answer, for the trail: what it appended or prepended, or the
+    answer it replaced (the output record holds the new one)."""
+    if before and after.startswith(before):
+        return {"appended": after[len(before) :]}
+    if before and after.endswith(before):
+        return {"prepended": after[: len(after) - len(before)]}
+    return {"replaced": before}
 
 
 def _plan_only(ctx: RunContext) -> None:

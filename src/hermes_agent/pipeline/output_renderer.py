@@ -1,10 +1,11 @@
 """Stage 5 — OutputRenderer: turn the end of the loop into the answer the caller gets.
 
 Three endings: the model answered in text (200; with ``output_type``, the validated value as
-JSON); the loop ran out of iterations (206, with an
-honest message that says so and shows the last tool results); or a stage failed (its status and
-message stand). An empty final answer after tool calls is not passed off as an answer: the
-output then reports the last tool results verbatim, with status 206.
+JSON), or a hook answered (its reply and status); the loop ran out of iterations or a run
+budget (206, with an honest message that says so and shows the last tool results); or a stage
+failed or the run timed out (its status and message stand). An empty final answer after tool
+calls is not passed off as an answer: the output then reports the last tool results verbatim,
+with status 206.
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ class OutputRenderer:
     def run(self, ctx: RunContext) -> RunContext:
         if ctx.loop_status in ("dry_run_complete", "client_tool_calls"):
             ctx.output = ctx.completion.content.strip()
+        elif ctx.loop_status == "budget_exceeded":  # pipeline.budget said which, and why
+            ctx.output += _last_results(ctx.tool_calls)
+        elif ctx.loop_status == "answered_by_hook":
+            pass  # the hook's reply is the answer (pipeline.hooks)
         elif ctx.error is None:
             if not ctx.finished:
                 ctx.loop_status = "max_iterations"
+                ctx.stopped_by = "max_iterations"
                 ctx.status = Status.PARTIAL
                 ctx.output = (
                     f"I stopped after {ctx.limits.max_iterations} steps "

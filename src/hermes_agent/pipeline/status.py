@@ -10,7 +10,8 @@ class Status(IntEnum):
     OK = 200
     """The stage (or run) did what was asked."""
     PARTIAL = 206
-    """Something came back, but not everything: max_iterations reached, some calls failed."""
+    """Something came back, but not everything: max_iterations reached, a run budget
+    (``max_run_tokens``, ``max_run_cost``) spent, some calls failed."""
     INVALID = 400
     """Invalid input: malformed tool call, arguments that fail the schema, empty message."""
     DENIED = 403
@@ -27,6 +28,8 @@ class Status(IntEnum):
     """A tool raised, or a hook failed."""
     MODEL_ERROR = 502
     """The model failed, or kept producing output that could not be used."""
+    RUN_TIMEOUT = 504
+    """The whole run ran past its ``run_timeout_s`` (a tool past its own timeout is 408)."""
 
 
 REFUSED: frozenset[Status] = frozenset(

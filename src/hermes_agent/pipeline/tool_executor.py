@@ -4,7 +4,9 @@ Calls of one turn run concurrently (bounded by ``max_concurrency``). An ``in_pro
 runs on one of the agent's tool threads so it never blocks the event loop; a ``subprocess`` tool
 runs in a pooled worker process that is killed on timeout. A tool that raises becomes a 500 result
 and one that runs past its timeout a 408 result — the model sees what happened and the run goes
-on. In-process code cannot be killed: a sync tool that hangs keeps its thread (at most
+on. Only the executor's own deadline is a 408: a tool that raises ``TimeoutError`` itself (its
+database timed out, ``socket.timeout``) failed, and its message is what the model reads (500).
+In-process code cannot be killed: a sync tool that hangs keeps its thread (at most
 ``max_concurrent`` per tool; the thread stops counting against the others), and an async tool
 that ignores cancellation is abandoned after a short grace. Hang-prone or untrusted tools belong
 in ``subprocess`` mode.
@@ -205,42 +207,58 @@ async def _run(
         return None, (Status.RATE_LIMITED, rate_limited(plan.call.id, tool).error or "")
     try:
         value = await _call(ctx, plan, arguments, timeout)
-    except TimeoutError:
+    except DeadlinePassed:
         return None, (Status.TIMEOUT, f"tool '{tool.name}' timed out after {timeout:g} s")
     except ToolProcessError as exc:
         return None, (Status.TOOL_ERROR, f"tool '{tool.name}' failed in its process: {exc}")
     except Exception as exc:  # a tool's failure is a result for the model, never a crash
+        said = str(exc)
         return None, (
             Status.TOOL_ERROR,
-            f"tool '{tool.name}' raised {type(exc).__name__}: {exc}",
+            f"tool '{tool.name}' raised {type(exc).__name__}" + (f": {said}" if said else ""),
         )
     ctx.runtime.remember(tool, plan.arguments, value)
     return value, None
+
+
+class DeadlinePassed(Exception):
+    """The executor's own deadline for a call passed (408). Kept apart from ``TimeoutError``,
+    which a tool may raise itself (its database timed out): that is the tool's failure."""
 
 
 async def _call(
     ctx: RunContext, plan: PlannedCall, arguments: dict[str, Any], timeout: float
 ) -> Any:
     """Call the tool with ``arguments`` (a private copy, converted to what its annotations
-    name) in its execution mode."""
+    name) in its execution mode; ``DeadlinePassed`` when it runs past ``timeout``."""
     tool = plan.tool
     if tool.execution_mode == "subprocess":
         # Only JSON crosses into the worker, which converts the arguments itself
         # (``Tool.json_function``). The pool enforces the timeout (and kills the process),
-        # and kills the worker at once when this run is cancelled.
-        return await ctx.runtime.pool(tool).acall(plan.arguments, timeout, ctx.executor)
+        # and kills the worker at once when this run is cancelled. The tool's own exceptions
+        # come back as ``ToolProcessError``, so a ``TimeoutError`` here is the pool's deadline.
+        try:
+            return await ctx.runtime.pool(tool).acall(plan.arguments, timeout, ctx.executor)
+        except TimeoutError as exc:
+            raise DeadlinePassed(str(exc)) from None
     if tool.execution_mode == "inline":
         return tool.function(**arguments)  # opted in: fast and pure, no thread hop
     if tool.is_async:
         return await _bounded_task(tool.function(**arguments), timeout)
     # The tool's thread sees this task's context (``current_call()`` among it).
     future = ctx.runtime.run_in_thread(tool, arguments, contextvars.copy_context())
+    deadline = asyncio.timeout(timeout)
     try:
-        async with asyncio.timeout(timeout):
+        async with deadline:
             return await _in_thread(future)
-    except (TimeoutError, asyncio.CancelledError):  # nobody waits for this call any more
+    except asyncio.CancelledError:  # nobody waits for this call any more
         ctx.runtime.write_off(future)
         raise
+    except TimeoutError:
+        if not deadline.expired():
+            raise  # the tool raised it: its own failure, with its own message
+        ctx.runtime.write_off(future)
+        raise DeadlinePassed from None
 
 
 CANCEL_GRACE = 0.5
@@ -263,12 +281,12 @@ async def _bounded_task(coroutine: Coroutine[Any, Any, Any], timeout: float) -> 
             # Whether it stopped within the grace or is abandoned now, the call timed out;
             # whatever it ends with comes too late to be its result.
             task.add_done_callback(_forget)
-            raise TimeoutError
+            raise DeadlinePassed
     except asyncio.CancelledError:
         task.cancel()  # the run itself was cancelled: do not leave the tool running
         task.add_done_callback(_forget)
         raise
-    return task.result()
+    return task.result()  # a TimeoutError the tool raised itself is its own failure
 
 
 def _forget(task: asyncio.Future[Any]) -> None:
