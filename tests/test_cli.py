@@ -219,12 +219,14 @@ def test_debug_prints_one_line_per_stage(hermes: Cli, scripted_config: Path) -> 
     assert stages == [
         "InputParser",
         "ThoughtGenerator",
+        "ToolCall",  # each call the model wrote, with its arguments
         "ToolSelector",
         "ToolExecutor",
         "ThoughtGenerator",
         "OutputRenderer",
     ]
     assert "[INFO] ThoughtGenerator: status=200, selected_tools=['calculator']" in lines
+    assert '[INFO] ToolCall: step=0, name=calculator, arguments={"expression": "17 * 23"}' in lines
     assert done.stdout.strip() == "17 * 23 = 391"
 
 

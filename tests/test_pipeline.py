@@ -474,12 +474,15 @@ def test_table_markdown_and_json_renderers() -> None:
     agent = orders_agent()
     table = agent.run("orders?", output_format="table").rendered
     assert table.format == "table"
-    assert table.content == (
-        "| id | item | total |\n|---|---|---|\n| 1 | tea | 4.5 |\n| 2 | cake\\|slice | 3 |"
+    assert table.content == (  # cells padded to their column's width (tests/test_tables.py)
+        "| id  | item        | total |\n"
+        "|-----|-------------|-------|\n"
+        "| 1   | tea         | 4.5   |\n"
+        "| 2   | cake\\|slice | 3     |"
     )
     assert table.metadata["source_tools"] == ["orders"] and table.metadata["rendered_at"] > 0
     markdown = agent.run("orders?", output_format="markdown").rendered.content
-    assert markdown.startswith("Two orders.\n\n| id | item | total |")
+    assert markdown.startswith("Two orders.\n\n| id  | item        | total |")
     document = json.loads(agent.run("orders?", channel="api").rendered.content)
     assert document["output"] == "Two orders." and document["status"] == 200
     assert document["tool_results"][0]["data"][0]["item"] == "tea"

@@ -50,6 +50,7 @@ from hermes_agent.events import (
     ToolResultsEvent,
 )
 from hermes_agent.loading import ToolsFileError, build_agent, load_tools_file
+from hermes_agent.messages import LanguageHook
 from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettings
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
@@ -57,6 +58,7 @@ from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_t
 from hermes_agent.pipeline.hooks import Hook, HookContext
 from hermes_agent.pipeline.journal import CallKey, RunJournal, current_call
 from hermes_agent.pipeline.status import Status
+from hermes_agent.pipeline.tables import TableRenderer
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.parser import StreamParser, parse_completion
 from hermes_agent.storage import (
@@ -112,6 +114,7 @@ __all__ = [
     "HookContext",
     "InMemoryStorage",
     "InputEvent",
+    "LanguageHook",
     "LlamaCpp",
     "LlamaCppConfig",
     "Message",
@@ -144,6 +147,7 @@ __all__ = [
     "StorageError",
     "StreamChunk",
     "StreamParser",
+    "TableRenderer",
     "TextDeltaEvent",
     "ThoughtDeltaEvent",
     "ThoughtEvent",

@@ -162,6 +162,12 @@ class AgentConfig(_Strict):
     scratch_pad: bool = False
     explain: bool = False
     """Ask the model for a one-line reason with each turn (``Step.reason`` and the trail)."""
+    toolsets: list[str] | None = None
+    """Only the tools of these toolsets are shown to the model (default: every tool)."""
+    language: Literal["en", "zh"] = "en"
+    """The language of the runtime's own messages to the end user: a run that stopped short
+    (206), a model that failed (502), a refused input, the "more rows" line under a table
+    (``hermes_agent.messages``). A run's ``lang`` variable chooses it per run."""
     max_run_tokens: int | None = Field(default=None, gt=0)
     """Tokens one run may use (prompt and completion, every model turn); see pipeline.budget."""
     max_run_cost: float | None = Field(default=None, gt=0)
@@ -203,11 +209,24 @@ class HookSpec(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class TableConfig(_Strict):
+    """How the ``table`` and ``markdown`` formats draw tool records (``pipeline.tables``)."""
+
+    columns: dict[str, str] = Field(default_factory=dict)
+    """Field name → column header (``flight_no: 航班号``); a nested field is ``dep.time``."""
+    only_mapped: bool = False
+    """Show only the fields ``columns`` names, in its order."""
+    max_rows: int = Field(default=50, ge=1)
+    """Rows shown; a last line says how many more there were."""
+    max_cell_chars: int = Field(default=80, ge=4)
+
+
 class OutputConfig(_Strict):
-    """How answers are rendered: a default format, and formats per channel."""
+    """How answers are rendered: a default format, formats per channel, and tables."""
 
     format: str = "text"
     channels: dict[str, str] = Field(default_factory=dict)
+    table: TableConfig = Field(default_factory=TableConfig)
 
 
 class StorageConfig(_Strict):

@@ -23,6 +23,9 @@ from typing import Any
 from hermes_agent.agent import Agent, add_config_wiring
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, ToolDefinitionError
+from hermes_agent.messages import LanguageHook
+from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS
+from hermes_agent.pipeline.tables import TableRenderer
 from hermes_agent.tools.registry import Tool
 
 __all__ = ["ToolsFileError", "build_agent", "load_tools_file"]
@@ -97,8 +100,31 @@ def _wire_tracing(agent: Agent, config: HermesConfig) -> None:
     )
 
 
+def _wire_presentation(agent: Agent, config: HermesConfig) -> None:
+    """The config's ``agent.toolsets`` (unless the agent was given its own), its tables
+    (``output.table``, for the built-in ``table`` and ``markdown`` formats a config renderer
+    has not replaced) and ``agent.language``: the runtime's messages in it, or in a run's
+    ``lang`` variable (``messages.LanguageHook``)."""
+    if config.agent.toolsets is not None and agent.toolsets is None:
+        agent.toolsets = list(config.agent.toolsets)
+    table = config.output.table
+    for name, with_answer in (("table", False), ("markdown", True)):
+        if agent.renderers.get(name) is BUILTIN_RENDERERS[name]:
+            renderer = TableRenderer(
+                columns=dict(table.columns),
+                max_rows=table.max_rows,
+                max_cell_chars=table.max_cell_chars,
+                only_mapped=table.only_mapped,
+                language=config.agent.language,
+                with_answer=with_answer,
+            )
+            agent.add_renderer(name, renderer)
+    agent.add_hook("post_output", LanguageHook(config.agent.language))
+
+
 # Every agent built from a config — Agent.from_config, Agent.from_settings, build_agent — gets
 # the config's tracing, though the agent itself knows nothing of tracing.
+add_config_wiring(_wire_presentation)
 add_config_wiring(_wire_tracing)
 
 
@@ -120,7 +146,10 @@ def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:
 
 def load_tools_file(path: str | os.PathLike[str]) -> list[Tool]:
     """The tools a Python file defines: every ``Tool`` at module level (made with
-    ``@hermes_agent.tool``), plus the functions or Tools listed in a ``TOOLS`` variable.
+    ``@hermes_agent.tool``), the tools registered on an ``Agent`` at module level (a file
+    written as a script: ``agent = Agent()`` and ``@agent.tool``), and the functions or Tools
+    listed in a ``TOOLS`` variable. Only the tools of such an agent are taken, not its model,
+    prompt or hooks.
 
     Raises ``ToolsFileError`` (a ``ConfigError``) when the file is missing, fails to import, or
     defines no tool.
@@ -148,6 +177,8 @@ def load_tools_file(path: str | os.PathLike[str]) -> list[Tool]:
     for value in vars(module).values():
         if isinstance(value, Tool):
             found[value.name] = value
+        elif isinstance(value, Agent):
+            found.update((made.name, made) for made in value.tools)
     for item in getattr(module, "TOOLS", []):
         try:
             made = item if isinstance(item, Tool) else Tool.from_function(item)
@@ -157,8 +188,8 @@ def load_tools_file(path: str | os.PathLike[str]) -> list[Tool]:
     if not found:
         raise ToolsFileError(
             path,
-            "no tools found; decorate functions with @hermes_agent.tool "
-            "or list them in TOOLS = [...]",
+            "no tools found; decorate functions with @hermes_agent.tool (or @agent.tool on "
+            "an agent = Agent() in the file) or list them in TOOLS = [...]",
         )
     return list(found.values())
 

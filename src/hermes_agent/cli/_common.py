@@ -40,8 +40,23 @@ NoDemoOption = Annotated[
     bool, typer.Option("--no-demo-tools", help="Do not add the built-in demo tools.")
 ]
 DebugOption = Annotated[
-    bool, typer.Option("--debug", help="Print one line per pipeline stage (or HERMES_DEBUG=1).")
+    bool,
+    typer.Option(
+        "--debug",
+        help="Print one line per pipeline stage and per tool call with its arguments "
+        "(or HERMES_DEBUG=1).",
+    ),
 ]
+ToolsetsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--toolsets",
+        help="Only the tools of these toolsets (repeatable, or comma-separated); "
+        "overrides agent.toolsets.",
+    ),
+]
+DEBUG_ARGUMENT_CHARS = 300
+"""How much of a call's arguments a ``--debug`` line shows."""
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -131,12 +146,18 @@ def resolve_id(
 
 
 def cli_agent(
-    config: Path | None, tool_files: list[Path] | None, no_demo: bool, *, storage: bool = True
+    config: Path | None,
+    tool_files: list[Path] | None,
+    no_demo: bool,
+    *,
+    storage: bool = True,
+    toolsets: list[str] | None = None,
 ) -> Agent:
     """The agent the command's options describe: ``build_agent`` plus the command line's
     defaults (the demo tools, approval at the terminal, and ``.hermes/state.db`` when the
     config names no storage). ``storage=False`` for commands that only need its tools (no
-    database is opened or created)."""
+    database is opened or created); ``toolsets`` (``--toolsets``) limits its tools. With
+    ``--debug``, each tool call the model writes is logged with its arguments."""
     try:
         settings = load_config(config) if config else None
         overrides: dict[str, Any] = {}
@@ -157,7 +178,41 @@ def cli_agent(
         fail(config_error(config, exc))
     if agent.approver is None:
         agent.approver = ask_approval
+    if toolsets:
+        chosen = toolset_names(toolsets)
+        unknown = sorted(set(chosen) - set(agent.registry.toolsets()))
+        if unknown:
+            agent.close()
+            known = ", ".join(sorted(agent.registry.toolsets())) or "(no tools)"
+            fail(f"--toolsets: no tools in {', '.join(unknown)}; the toolsets are: {known}")
+        agent.toolsets = chosen
+    if debug_enabled():
+        agent.add_hook("post_thought", DebugCalls(agent))
     return agent
+
+
+def toolset_names(given: list[str]) -> list[str]:
+    """``--toolsets a,b --toolsets c`` → ``[a, b, c]``."""
+    names = [name.strip() for item in given for name in item.split(",")]
+    return list(dict.fromkeys(name for name in names if name))
+
+
+class DebugCalls:
+    """A ``post_thought`` hook for ``--debug``: one line per tool call the model wrote, with
+    its arguments as written (before they are checked: what to read when arguments are
+    missing or invented), masked like the trail and cut at ``DEBUG_ARGUMENT_CHARS``."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.redactor = agent.redactor
+
+    def __call__(self, ctx: Any) -> None:
+        logger = logging.getLogger("hermes_agent")
+        for call in ctx.completion.tool_calls:
+            shown = json.dumps(call.arguments, ensure_ascii=False, default=str)
+            shown = self.redactor(" ".join(shown.split()))
+            if len(shown) > DEBUG_ARGUMENT_CHARS:
+                shown = shown[: DEBUG_ARGUMENT_CHARS - 1] + "…"
+            logger.info("ToolCall: step=%d, name=%s, arguments=%s", ctx.step, call.name, shown)
 
 
 def ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:

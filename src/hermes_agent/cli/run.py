@@ -24,6 +24,7 @@ from hermes_agent.cli._common import (
     ConfigOption,
     DebugOption,
     NoDemoOption,
+    ToolsetsOption,
     ToolsOption,
     cli_agent,
     err,
@@ -71,6 +72,7 @@ def run(
             help="JSON Schema file: the answer is JSON that validates against it.",
         ),
     ] = None,
+    toolsets: ToolsetsOption = None,
     no_demo_tools: NoDemoOption = False,
     debug: DebugOption = False,
 ) -> None:
@@ -79,7 +81,7 @@ def run(
     --output-schema the answer is the validated JSON (exit 1 when the model never gave one)."""
     setup_logging(debug)
     schema = _read_schema(output_schema) if output_schema is not None else None
-    agent = cli_agent(config, tools, no_demo_tools)
+    agent = cli_agent(config, tools, no_demo_tools, toolsets=toolsets)
     try:
         result = agent.run(
             question,
@@ -196,13 +198,14 @@ _COMMAND = re.compile(r"/[A-Za-z]+")
 def chat(
     config: ConfigOption = None,
     tools: ToolsOption = None,
+    toolsets: ToolsetsOption = None,
     no_demo_tools: NoDemoOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Talk with the agent; answers stream and tool calls show as they happen. /help lists the
     chat's commands; /exit, /quit or Ctrl-D leaves."""
     setup_logging(debug)
-    agent = cli_agent(config, tools, no_demo_tools)
+    agent = cli_agent(config, tools, no_demo_tools, toolsets=toolsets)
     try:
         _load_model(agent)
     except HermesAgentError as exc:

@@ -1,10 +1,12 @@
 """Renderers: the final answer in the format a channel needs.
 
 Built in: ``text`` (the answer as is), ``markdown`` (the answer, plus a table when a tool returned
-a list of records), ``json`` (answer, status and tool data as one JSON object) and ``table`` (a
-markdown table of the latest list-of-records tool data). A renderer is chosen per call
-(``output_format=`` or ``channel=``) or in the config; custom ones are added with
-``agent.add_renderer(name, function)`` — a function of ``RenderInput`` returning a string.
+records), ``json`` (answer, status and tool data as one JSON object) and ``table`` (a markdown
+table of the latest tool records; ``pipeline.tables`` says which data counts as records, and how
+columns are named, rows capped and CJK text aligned — the config's ``output.table``).
+A renderer is chosen per call (``output_format=`` or ``channel=``) or in the config; custom ones
+are added with ``agent.add_renderer(name, function)`` — a function of ``RenderInput`` returning
+a string.
 """
 
 from __future__ import annotations
@@ -15,7 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_agent.pipeline.tables import TableRenderer, markdown_table
 from hermes_agent.types import ToolCallRecord
+
+__all__ = [
+    "BUILTIN_RENDERERS",
+    "DEFAULT_CHANNELS",
+    "RenderInput",
+    "RenderedMessage",
+    "Renderer",
+    "markdown_table",
+    "rendered",
+]
 
 DEFAULT_CHANNELS = {"cli": "text", "terminal": "text", "web": "markdown", "api": "json"}
 
@@ -54,16 +67,8 @@ def render_text(view: RenderInput) -> str:
     return view.output
 
 
-def render_table(view: RenderInput) -> str:
-    records = view.latest_records()
-    return markdown_table(records) if records else view.output
-
-
-def render_markdown(view: RenderInput) -> str:
-    records = view.latest_records()
-    if not records:
-        return view.output
-    return f"{view.output}\n\n{markdown_table(records)}"
+render_table: Renderer = TableRenderer()
+render_markdown: Renderer = TableRenderer(with_answer=True)
 
 
 def render_json(view: RenderInput) -> str:
@@ -85,26 +90,6 @@ BUILTIN_RENDERERS: dict[str, Renderer] = {
     "json": render_json,
     "table": render_table,
 }
-
-
-def markdown_table(records: list[dict[str, Any]]) -> str:
-    """A markdown table from a list of dicts; columns in first-seen order."""
-    columns: list[str] = []
-    for row in records:
-        columns.extend(key for key in row if key not in columns)
-    lines = [
-        "| " + " | ".join(_cell(c) for c in columns) + " |",
-        "|" + "|".join("---" for _ in columns) + "|",
-    ]
-    lines.extend(
-        "| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |" for row in records
-    )
-    return "\n".join(lines)
-
-
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def rendered(view: RenderInput, name: str, renderer: Renderer) -> RenderedMessage:
