@@ -188,6 +188,7 @@ class QueueService:
             channel=body.channel,
             output_schema=body.output_schema,
             client=body.client,
+            variables=body.variables,
         )
         request_id: str | None = None
         try:

@@ -915,6 +915,7 @@ def request_payload(
     output_schema: dict[str, Any] | None = None,
     trace_context: Mapping[str, str] | None = None,
     client: ClientTools | None = None,
+    variables: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a queued run keeps of its request: a ``QueuedRequest`` as JSON, with the
     submitter's trace context (given by the submitter, which knows whether it traces)."""
@@ -927,4 +928,5 @@ def request_payload(
         output_schema=output_schema,
         trace_context=dict(trace_context or {}),
         client=client,
+        variables=variables,
     ).model_dump(mode="json")
