@@ -10,8 +10,9 @@ In order, and the same refusal (status and message) from every door:
 3. **what they may use** — a request's ``toolsets`` and ``tool_choice`` can only *narrow* what
    the agent exposes: a toolset the operator did not offer, or a tool outside the narrowed set,
    is 422 (and such a tool, called by the model, is 404 — it is simply not visible);
-4. **how big** — the message (413) and the output schema (422 naming the budget: its nesting,
-   its values, and what it would expand to once its ``$ref`` are inlined), checked before
+4. **how big** — the message (413), the run's variables (413 over their size, 422 for a bad
+   name, value or nesting) and the output schema (422 naming the budget: its nesting, its
+   values, and what it would expand to once its ``$ref`` are inlined), checked before
    anything is expanded;
 5. **how many at once** — runs in flight, of the service and of the user (429), counted by the
    backend the same way in both modes (queued and running runs);
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 from hermes_agent.agent import Agent
 from hermes_agent.events import ThoughtEvent
 from hermes_agent.pipeline.structured import schema_budget_problem
+from hermes_agent.pipeline.variables import MAX_VARIABLES_CHARS, VariablesTooLarge, check_variables
 from hermes_agent.runs.events import StoredResultEvent, UnknownEvent, read_event
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import RunRequest
@@ -57,6 +59,7 @@ class GateLimits:
     """The limits the gate holds every run to (the service's settings)."""
 
     max_message_chars: int = 32_000
+    max_variables_chars: int = MAX_VARIABLES_CHARS
     max_runs_in_flight: int = 64
     max_runs_in_flight_per_user: int = 8
     retry_after_s: int = 1
@@ -142,11 +145,25 @@ class Gate:
             if problem is not None:
                 self.counter.refused("output_schema_size")
                 raise RunRejected(422, problem)
+        if request.variables is not None:
+            self.check_variables(request.variables)
         if request.session_id is not None:
             check_session_id(  # SessionIdError (422) when the store cannot hold it
                 stored_session_id(principal.user_id, request.session_id), max_id_length
             )
         self.check_tools(request.toolsets, request.tool_choice, agent)
+
+    def check_variables(self, variables: Mapping[str, Any]) -> None:
+        """A run's variables, bounded (``pipeline.variables``): 413 when their JSON is over
+        ``max_variables_chars``, 422 for a bad name, value, nesting or count."""
+        try:
+            check_variables(variables, max_chars=self.limits.max_variables_chars)
+        except VariablesTooLarge as exc:
+            self.counter.refused("variables_size")
+            raise RunRejected(413, str(exc)) from None
+        except ValueError as exc:
+            self.counter.refused("variables")
+            raise RunRejected(422, str(exc)) from None
 
     def check_tools(
         self, toolsets: Iterable[str] | None, tool_choice: str | None, agent: Agent

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
 from hermes_agent.types import ToolResult
@@ -100,6 +100,10 @@ class RunRequest(BaseModel):
     a run whose answer never matches (retries included) ends with status 422."""
     channel: str | None = None
     stream: bool = False
+    variables: dict[str, JsonValue] | None = None
+    """Request data for this run (``{"lang": "zh", "tier": "gold"}``): its hooks see them as
+    ``ctx.variables``, ``{{ lang }}`` in the system prompt is filled from them and the trail
+    records them (``pipeline.variables``); the gate bounds them (413 too big, 422 otherwise)."""
     client: ClientTools | None = None
     """The caller's own tools (the OpenAI facade's client tools), in either engine."""
 

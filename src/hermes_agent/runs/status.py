@@ -56,10 +56,15 @@ def ending_status(result: RunResult) -> RunStatus:
     (fully, or partly: a ``206`` after ``max_iterations`` is an answer), ``failed`` when the run
     itself failed on the way — the model after its retries (``502``), a stage or a hook
     (``500``), input the pipeline refused (``400``), an answer that never matched the run's
-    output schema (``422``). The result's ``error`` says why.
+    output schema (``422``); ``timed_out`` when the run's own ``run_timeout_s`` (the agent's
+    budget, ``504``) stopped it. The result's ``error`` says why. A run a hook answered
+    (``answered_by_hook``, a refusal included) is ``completed``, and so is one stopped by its
+    token or cost budget (``budget_exceeded``, ``206``: like ``max_iterations``, it says so).
 
     The one mapping from a result to a run's ending, for the in-process engine and the queue's
     workers alike; it reads the same mark (``loop_status == "failed"``) that makes the agent
-    leave a failed run's turn out of the session, so a run is ``completed`` exactly when its
-    turn is in the session's history."""
+    leave a failed (or timed out) run's turn out of the session, so a run is ``completed``
+    exactly when its turn is in the session's history."""
+    if result.loop_status == "timed_out":
+        return "timed_out"
     return "failed" if result.loop_status == "failed" else "completed"

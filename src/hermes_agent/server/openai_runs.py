@@ -55,6 +55,9 @@ class FacadeRun:
     output_schema: dict[str, Any] | None = None
     new_session: str | None = None
     """The id a new session gets (default: a fresh one)."""
+    variables: dict[str, Any] | None = None
+    """The request's ``metadata``: the run's variables (``pipeline.variables``; the gate
+    refuses names that are not identifiers with a 422)."""
 
 
 def plan_tools(
@@ -132,6 +135,7 @@ async def start_run(
         output_schema=plan.output_schema,
         stream=stream,
         client=ClientTools.of(client) if client is not None else None,
+        variables=plan.variables,
     )
     try:
         run = await backend.start(user, run_request)

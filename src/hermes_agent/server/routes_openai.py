@@ -225,7 +225,10 @@ def plan_run(
         raise refuse("the session id is empty", param, "invalid_value")
     if session is not None:  # the service keeps the conversation: only the new input counts
         conversation.history = []
-    return FacadeRun(conversation, session, run_choice, toolsets, client, schema)
+    variables = dict(body.metadata) if body.metadata else None  # the run's variables
+    return FacadeRun(
+        conversation, session, run_choice, toolsets, client, schema, variables=variables
+    )
 
 
 # -- the answer -------------------------------------------------------------------------------
@@ -244,7 +247,7 @@ def _finish_reason(result: dict[str, Any]) -> str:
     status = result.get("loop_status")
     if status == "client_tool_calls":
         return "tool_calls"
-    return "length" if status == "max_iterations" else "stop"
+    return "length" if status in ("max_iterations", "budget_exceeded") else "stop"
 
 
 def extension(run: RunView) -> dict[str, Any]:

@@ -239,7 +239,17 @@ async def plan_response(
     text_format = body.text.format if body.text is not None else None
     schema = output_schema(text_format, "text.format")
     new = RESPONSE_PREFIX + uuid.uuid4().hex
-    return FacadeRun(conversation, None, run_choice, toolsets, client, schema, new_session=new)
+    variables = dict(body.metadata) if body.metadata else None  # the run's variables
+    return FacadeRun(
+        conversation,
+        None,
+        run_choice,
+        toolsets,
+        client,
+        schema,
+        new_session=new,
+        variables=variables,
+    )
 
 
 # -- the answer -------------------------------------------------------------------------------
@@ -297,7 +307,7 @@ def response_body(
         if said:
             output.append(_message_item(run, said))
         output += _call_items(result)
-        if result.get("loop_status") == "max_iterations":
+        if result.get("loop_status") in ("max_iterations", "budget_exceeded"):
             status, incomplete = "incomplete", {"reason": "max_output_tokens"}
     else:
         status = "in_progress"

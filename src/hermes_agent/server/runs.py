@@ -290,6 +290,7 @@ class RunManager:
                             output_format=request.output_format,
                             channel=request.channel,
                             output_type=request.output_schema,
+                            variables=request.variables,
                             request_id=run.id,
                         )
                 except OutputValidationError as exc:

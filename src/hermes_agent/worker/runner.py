@@ -304,6 +304,7 @@ class RunWorker:
                         output_format=request.output_format,
                         channel=request.channel,
                         output_type=request.output_schema,
+                        variables=request.variables,
                         listener=listener,
                         request_id=rid,
                         journal=journal,
