@@ -252,7 +252,7 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
             assert [row[0] for row in runs_of_call] == [f"{handle.request_id}/0/0"] * 2
             assert [row[0] for row in effects] == [f"{handle.request_id}/0/0"]
             refused = runner.invoke(cli, ["runs", "requeue", handle.request_id, "--config", config])
-            assert refused.exit_code != 0 and "only a dead, failed or cancelled run" in (
+            assert refused.exit_code != 0 and "is completed; only a dead, failed, cancelled" in (
                 refused.output
             )
         finally:

@@ -108,25 +108,14 @@ def list_runs(
     limit: Annotated[int, typer.Option("--limit", min=1)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines.")] = False,
 ) -> None:
-    """Queued runs, newest first."""
+    """Queued runs of every user, newest first (``--json``: one run per line, in the shape
+    ``GET /v1/runs/{id}`` answers, with its ``owner``)."""
     _, store = _store(config)
     found = store.runs(status=status, limit=limit)
-    if as_json:
+    if as_json:  # the one run shape (GET /v1/runs/{id}), with whose run it is
         for run in found:
-            out().print(
-                json.dumps(
-                    {
-                        "request_id": run.request_id,
-                        "session_id": run.session_id,
-                        "status": run.status,
-                        "claims": run.claims,
-                        "redeliveries": run.redeliveries,
-                        "error": run.error,
-                    },
-                    ensure_ascii=False,
-                ),
-                soft_wrap=True,
-            )
+            shown = {**run.view().to_dict(), "owner": run.owner}
+            out().print(json.dumps(shown, ensure_ascii=False), soft_wrap=True)
         return
     table = Table("request id", "session", "status", "claims", "redeliveries", "error")
     for run in found:

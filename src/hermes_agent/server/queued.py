@@ -278,20 +278,10 @@ class QueueService:
     async def summary(self, run: QueuedRun) -> RunView:
         """A queued run as every door shows it (settling its tokens once it has ended)."""
         await self.settle(run)
-        return RunView(
-            request_id=run.request_id,
-            session_id=self.client_session(run),
-            status=run.status,
-            source="queue",
-            created=run.created_ns / 1e9,
-            finished=run.updated_ns / 1e9 if run.finished else None,
-            result=self.result(run, run.result),
-            error=run.error,
-            pending_approvals=await self.pending(run),
-            attempts=run.claims,
-            redeliveries=run.redeliveries,
-            worker=run.lease_owner,
-        )
+        view = run.view(self.client_session(run))
+        view.result = self.result(run, run.result)
+        view.pending_approvals = await self.pending(run)
+        return view
 
     async def settle(self, run: QueuedRun) -> None:
         """Add a finished run's tokens — every model turn it took, however it ended — to its

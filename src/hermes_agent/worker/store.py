@@ -50,6 +50,7 @@ from sqlalchemy import (
 
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.runs.backend import RunView
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.request import ClientTools, QueuedRequest
 from hermes_agent.runs.status import STOP_CODES
@@ -156,6 +157,24 @@ class QueuedRun:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    def view(self, session_id: str | None = None) -> RunView:
+        """The run in the one shape every door shows (``runs.backend.RunView``), as the store
+        knows it: ``session_id`` as its owner named it (the stored one by default); the
+        approvals waiting are the service's to add."""
+        return RunView(
+            request_id=self.request_id,
+            session_id=session_id if session_id is not None else self.session_id,
+            status=self.status,
+            source="queue",
+            created=self.created_ns / 1e9,
+            finished=self.updated_ns / 1e9 if self.finished else None,
+            result=self.result,
+            error=self.error,
+            attempts=self.claims,
+            redeliveries=self.redeliveries,
+            worker=self.lease_owner,
+        )
 
 
 @dataclass(slots=True)
