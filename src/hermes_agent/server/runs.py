@@ -355,7 +355,11 @@ class RunManager:
         suspect = bool(run.warnings) or any(w.startswith("storage:") for w in result.warnings)
         if not suspect and dropped(agent) == run.dropped_before:
             return []
-        return await asyncio.to_thread(lost_records, agent, run.id, suspect, run.dropped_before)
+        try:
+            return await asyncio.to_thread(lost_records, agent, run.id, suspect, run.dropped_before)
+        except Exception as exc:  # looking must not fail a run that has had its effects
+            logger.exception("cannot check what the store kept of run %s", run.id)
+            return [f"audit: this run's trail could not be checked: {type(exc).__name__}"]
 
     async def _record_stop(self, run: Run, agent: Agent, code: int | None = None) -> None:
         """End the audit trail of a run that stopped without an output (cancelled, timed out,
