@@ -220,8 +220,15 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
             deadline = time.monotonic() + 30
             while handle.status() != "running" and time.monotonic() < deadline:
                 time.sleep(0.05)
-            time.sleep(0.3)  # inside the two-second tool
-            c.kill(doomed)
+
+            def started() -> int:  # the two-second tool records its start, then sleeps
+                with c.effects_db() as conn:
+                    row = conn.execute("SELECT count(*) FROM executions").fetchone()
+                return int(row[0]) if row else 0
+
+            while not started() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            c.kill(doomed)  # inside the tool
             c.start_worker(concurrency=1)  # its sweeper finds the run, which is dead
             c.wait_ready()
             deadline = time.monotonic() + 30
