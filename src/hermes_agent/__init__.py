@@ -55,7 +55,20 @@ from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettin
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
 from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
-from hermes_agent.pipeline.hooks import Hook, HookContext
+from hermes_agent.pipeline.hook_classes import (
+    HookBase,
+    PostExecutionHook,
+    PostInputHook,
+    PostOutputHook,
+    PostSelectionHook,
+    PostThoughtHook,
+    PreExecutionHook,
+    PreInputHook,
+    PreOutputHook,
+    PreSelectionHook,
+    PreThoughtHook,
+)
+from hermes_agent.pipeline.hooks import Hook, HookContext, HookError
 from hermes_agent.pipeline.journal import CallKey, RunJournal, current_call
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tables import TableRenderer
@@ -111,7 +124,9 @@ __all__ = [
     "HermesAgentError",
     "HermesConfig",
     "Hook",
+    "HookBase",
     "HookContext",
+    "HookError",
     "InMemoryStorage",
     "InputEvent",
     "LanguageHook",
@@ -131,6 +146,16 @@ __all__ = [
     "OutputEvent",
     "OutputValidationError",
     "ParseError",
+    "PostExecutionHook",
+    "PostInputHook",
+    "PostOutputHook",
+    "PostSelectionHook",
+    "PostThoughtHook",
+    "PreExecutionHook",
+    "PreInputHook",
+    "PreOutputHook",
+    "PreSelectionHook",
+    "PreThoughtHook",
     "QueueConfig",
     "ResultEvent",
     "RunJournal",

@@ -375,6 +375,7 @@ async def call_hook(hook: Hook, ctx: HookContext) -> None:
 
 
 def hook_name(hook: Hook) -> str:
+    """How messages and the trail name a hook: its qualified name."""
     name = getattr(hook, "__qualname__", None) or type(hook).__qualname__
     return str(name)
 
