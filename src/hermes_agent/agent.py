@@ -23,10 +23,13 @@ import copy
 import enum
 import logging
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from pydantic import BaseModel
 
 from hermes_agent.agent_support import (
     acquire_elsewhere,
@@ -334,6 +337,41 @@ class Agent:
             self._model = LlamaCpp()
         return self._model
 
+    def warmup(self) -> float:
+        """Get the model ready before the first request; the seconds it took.
+
+        The embedded model (and an embedded ``answer_model``) is loaded and completes one
+        token of a conversation with this agent's system prompt and tools, so that what every
+        request starts with — the system turn, the tool definitions, the tool-call grammar —
+        is evaluated and kept in llama.cpp's context: the first request then evaluates only its
+        own message. Other models have nothing to load (an endpoint is not called).
+        ``hermes-agent serve`` calls it before it reports ready (``/readyz``).
+
+            agent = Agent()
+            agent.warmup()       # at start-up, in the background if you like
+        """
+        from hermes_agent.models.llamacpp import LlamaCpp
+        from hermes_agent.protocol.prompts import EXPLAIN_PROMPT
+
+        started = time.monotonic()
+        tools = [tool.spec() for tool in self.registry.visible(self.toolsets)]
+        parts = [p for p in (self.system_prompt, EXPLAIN_PROMPT if self.explain else None) if p]
+        messages = [Message("system", "\n\n".join(parts))] if parts else []
+        messages.append(Message("user", "hello"))
+        choice = self.tool_choice if tools else "auto"
+        settings = ModelSettings(tool_choice=choice, scratch_pad=self.scratch_pad, max_tokens=1)
+        for model, offered in ((self.model, tools), (self.answer_model, [])):
+            if isinstance(model, LlamaCpp):
+                coroutine = model.complete(messages, offered, settings)
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    asyncio.run(coroutine)
+                    continue
+                with ThreadPoolExecutor(max_workers=1) as pool:  # called from async code
+                    pool.submit(asyncio.run, coroutine).result()
+        return time.monotonic() - started
+
     # -- tools --------------------------------------------------------------------------
 
     @overload
@@ -385,7 +423,7 @@ class Agent:
         self,
         name: str | None = None,
         description: str | None = None,
-        parameters: Mapping[str, Any] | None = None,
+        parameters: Mapping[str, Any] | type[BaseModel] | None = None,
         *,
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
@@ -394,8 +432,9 @@ class Agent:
     ) -> Callable[[F], F]:
         """Register a tool with an explicit name, description and parameters schema.
 
-        ``parameters`` is either a full JSON Schema object or the shorthand mapping
-        property → schema, where a property is required unless it has a ``default``.
+        ``parameters`` is either a full JSON Schema object, the shorthand mapping
+        property → schema, where a property is required unless it has a ``default``, or a
+        pydantic model whose fields are the arguments (see ``hermes_agent.tools.registry``).
         """
 
         def decorate(fn: F) -> F:

@@ -75,8 +75,18 @@ def serve(
         str,
         typer.Option("--log-level", help="debug | info | warning | error (info: access log)."),
     ] = "info",
+    warmup: Annotated[
+        bool,
+        typer.Option(
+            "--warmup/--no-warmup",
+            help="Load the model and evaluate the system prompt at start-up (/readyz is 503 "
+            "until then); --no-warmup leaves it to the first request.",
+        ),
+    ] = True,
 ) -> None:
-    """Serve the agent over HTTP, Server-Sent Events and WebSocket (docs/service.md)."""
+    """Serve the agent over HTTP, Server-Sent Events and WebSocket (docs/service.md). The
+    embedded model is loaded at start-up, in the background: /readyz answers 200 once the
+    first request will not wait for it."""
     require_server_extra("serve")
     import uvicorn
 
@@ -106,7 +116,7 @@ def serve(
     try:
         keys = open_key_store(url)
         key_file = local_key(keys) if settings_file is None and settings.auth == "keys" else None
-        app = create_app(settings_file, agent=agent, settings=settings, keys=keys)
+        app = create_app(settings_file, agent=agent, settings=settings, keys=keys, warmup=warmup)
     except HermesAgentError as exc:
         agent.close()
         fail(config_error(config, exc))

@@ -43,8 +43,8 @@ from hermes_agent.server import (
     routes_console,
     routes_data,
     routes_openai,
-    routes_responses,
     routes_replay,
+    routes_responses,
     routes_runs,
     stream_tokens,
     ws,
@@ -69,12 +69,14 @@ def create_app(
     tools_files: Sequence[str | os.PathLike[str]] = (),
     settings: ServiceSettings | None = None,
     keys: KeyStore | None = None,
+    warmup: bool = False,
 ) -> FastAPI:
     """The service app for the agent ``config`` describes (or ``agent``, which the app then
     uses but does not close). ``keys`` overrides where API keys are kept (see
-    ``ServiceSettings.keys_url``). Raises ``ConfigError`` for a bad config, tools file,
-    ``auth: none`` on a host that is not loopback, or ``execution: queue`` without a
-    ``queue:`` section and a SQL store."""
+    ``ServiceSettings.keys_url``). ``warmup=True`` (what ``hermes-agent serve`` does) runs
+    ``Agent.warmup`` in the background at start-up; ``/readyz`` is 503 until it is done.
+    Raises ``ConfigError`` for a bad config, tools file, ``auth: none`` on a host that is not
+    loopback, or ``execution: queue`` without a ``queue:`` section and a SQL store."""
     hermes_config = (
         config if isinstance(config, HermesConfig) or config is None else load_config(config)
     )
@@ -110,8 +112,11 @@ def create_app(
         assert hermes_config is not None
         queue = QueueService(hermes_config, served.storage, settings, manager)
 
+    warm = WarmState(needed=warmup)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        warming = asyncio.create_task(warm.run(served)) if warmup else None
         if settings.auth == "none":
             logger.warning(
                 "auth: none — every request is the user 'local'; use only on a trusted machine"
@@ -124,6 +129,8 @@ def create_app(
         try:
             yield
         finally:
+            if warming is not None:
+                warming.cancel()  # a load still going on is left to its thread
             await manager.shutdown(settings.shutdown_grace_s)
             if queue is not None:
                 queue.close()
@@ -138,6 +145,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.storage = served.storage
     app.state.store_probe = StoreProbe(served.storage)  # /readyz: can the store be written?
+    app.state.warm = warm  # /readyz: is the model loaded and its system prompt evaluated?
     app.state.keys = keys
     app.state.agent = served
     app.state.queue = queue
@@ -176,6 +184,28 @@ def create_app(
     app.include_router(routes_channels.router_for(settings, served, keys, hermes_config))
     app.include_router(routes_openai.fallback)  # last: any other /v1/... path
     return app
+
+
+class WarmState:
+    """Whether the served agent is warm (``Agent.warmup``): ``done`` at once when no warm-up
+    was asked for; ``error`` says why a warm-up failed (the model could not be loaded)."""
+
+    def __init__(self, *, needed: bool) -> None:
+        self.done = not needed
+        self.error: str | None = None
+        self.seconds: float | None = None
+
+    async def run(self, agent: Agent) -> None:
+        try:
+            self.seconds = await asyncio.to_thread(agent.warmup)
+            logger.info(
+                "warm: the model is loaded and the system prompt evaluated (%.1f s)", self.seconds
+            )
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+            logger.exception("warm-up failed: the model cannot answer")
+        finally:
+            self.done = True
 
 
 def _mcp_door(settings: ServiceSettings, served: Agent, backend: RunBackend, keys: KeyStore) -> Any:

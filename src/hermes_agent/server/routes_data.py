@@ -144,12 +144,14 @@ async def healthz() -> Response:
         503: {
             "model": StatusBody,
             "description": "A store is unreachable, the store cannot be written (a full disk), "
-            "or the service is shutting down",
+            "the model is still warming up (or failed to load), or the service is shutting "
+            "down",
         }
     },
 )
 def readyz(request: Request) -> Response:
-    """The store answers and can be written, and the key store answers; 503 otherwise."""
+    """The store answers and can be written, the key store answers, and the model is warm
+    (when the service was started to warm it up); 503 otherwise."""
     keys: KeyStore = request.app.state.keys
     manager: RunManager = request.app.state.manager
     probe: StoreProbe = request.app.state.store_probe
@@ -167,6 +169,13 @@ def readyz(request: Request) -> Response:
         return json_response(
             {"status": "unavailable", "error": "the store cannot be written (see the service log)"},
             503,
+        )
+    warm = request.app.state.warm
+    if not warm.done:  # the model is loading: the first request would wait for it
+        return json_response({"status": "warming up"}, 503)
+    if warm.error is not None:
+        return json_response(
+            {"status": "unavailable", "error": "the model could not be loaded (see the log)"}, 503
         )
     if not manager.accepting:
         return json_response({"status": "shutting down"}, 503)
