@@ -391,6 +391,9 @@ def run_view(view: RunView, records: list[AuditRecord], run: Run | None) -> dict
     approvals as they were asked and answered)."""
     request_id, pending = view.request_id, view.pending_approvals
     result = view.result
+    # The service's own record that it accepted the run comes before the pipeline's; the
+    # steps, the model and the prompt's hash are the pipeline's records.
+    records = [r for r in records if r.role != Role.ACCEPTED]
     approvals = _answered_approvals(run) if run is not None else []
     if not approvals and result:
         approvals = list(result["approvals"])
