@@ -552,3 +552,11 @@ def test_the_gate_bounds_variables_for_every_door() -> None:
 def test_usage_counts_toward_the_cost_budget_per_model() -> None:
     agent = agent_with("ok", price_per_1k_prompt=1.0, price_per_1k_completion=2.0)
     assert agent._cost_of({"scripted": Usage(1000, 1000)}) == 3.0
+
+
+def test_a_queued_run_keeps_its_variables_for_its_worker() -> None:
+    from hermes_agent.runs.request import QueuedRequest
+    from hermes_agent.worker.store import request_payload
+
+    payload = request_payload("hi", variables={"lang": "zh", "tier": ["gold", 2]})
+    assert QueuedRequest.model_validate(payload).variables == {"lang": "zh", "tier": ["gold", 2]}
