@@ -357,7 +357,7 @@ def test_email_over_smtp_has_plain_and_html_parts(smtp: Any) -> None:
     assert set(parts) == {"text/plain", "text/html"}
     plain = parts["text/plain"].get_payload(decode=True).decode()  # type: ignore[union-attr]
     html = parts["text/html"].get_payload(decode=True).decode()  # type: ignore[union-attr]
-    assert "One flight is late." in plain and "| HX101 | 95 | delayed |" in plain
+    assert "One flight is late." in plain and "| HX101  | 95        | delayed |" in plain
     assert "<table>" in html and "<td>HX101</td>" in html and "<p>One flight is late.</p>" in html
 
 
