@@ -60,9 +60,10 @@ def one_round(warm: bool, timeout: float) -> dict[str, Any]:
         command.append("--warmup" if warm else "--no-warmup")
         env = {**os.environ, "HOME": folder}
         env.pop("HERMES_DEBUG", None)
+        log = open(Path(folder) / "serve.log", "wb")  # noqa: SIM115 - closed in finally
         started = time.monotonic()
         server = subprocess.Popen(
-            command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=log
         )
         try:
             base = f"http://127.0.0.1:{port}"
@@ -92,6 +93,7 @@ def one_round(warm: bool, timeout: float) -> dict[str, Any]:
                 server.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 server.kill()
+            log.close()
 
 
 def main() -> None:
