@@ -344,9 +344,9 @@ def test_an_output_schema_that_would_explode_is_refused_before_it_is_expanded(
         # A schema with $defs used once each is fine.
         fine = {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}}, "required": ["n"],
                 "$defs": {"n": {"type": "integer"}}}  # fmt: skip
-        assert client.post(
-            "/v1/runs", json={"message": "hello", "output_schema": fine}
-        ).status_code in (200, 422)
+        # Admitted: it runs (and, its scripted answer not being JSON, ends 422 on its own).
+        ran = client.post("/v1/runs", json={"message": "hello", "output_schema": fine}).json()
+        assert ran["request_id"] and ran["status"] == 422 and "did not match" in ran["output"]
         assert client.get("/healthz").status_code == 200
 
 
@@ -481,3 +481,61 @@ def test_a_runs_events_read_back_as_their_types() -> None:
     for bad in ({"kind": "nope"}, {"kind": "thought"}, {"kind": "result", "result": "x"}, {}):
         with pytest.raises(UnknownEvent):
             read_event(bad)
+
+
+EVIL = {"type": "string", "pattern": "^(a+)+$"}
+"""A regular expression that backtracks exponentially (``"a" * 30 + "!"`` takes minutes)."""
+
+
+def test_regular_expressions_and_client_tools_are_the_gates_at_every_door(
+    tmp_path: Path,
+) -> None:
+    """A caller's schema with a regex is refused before anything compiles it (as an output
+    schema, a facade response_format, a client tool's parameters); client tools brought to
+    POST /v1/runs or the WebSocket pass the same checks the facade's do: the operator's
+    setting, names apart from the agent's tools, results only for declared tools and within
+    max_message_chars."""
+    weather = {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    with serve(_app(tmp_path, max_message_chars=200)) as base:
+        client = httpx.Client(base_url=base, timeout=30)
+        nested = {"type": "object", "properties": {"pattern": {"type": "object",
+                  "properties": {"x": {"anyOf": [{"type": "integer"}, EVIL]}}}}}  # fmt: skip
+        refused = client.post("/v1/runs", json={"message": "hi", "output_schema": nested})
+        assert refused.status_code == 422 and "'pattern'" in refused.json()["detail"]
+        named = {"type": "object", "properties": {"pattern": {"type": "string"}}}
+        ran = client.post("/v1/runs", json={"message": "hi", "output_schema": named}).json()
+        assert ran["request_id"], ran  # a property named pattern is no regex: admitted
+        facade = client.post(
+            "/v1/chat/completions",
+            json={
+                "model": "hermes-agent",
+                "messages": [{"role": "user", "content": "hi"}],
+                "response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "x", "schema": EVIL}},
+            },
+        )  # fmt: skip
+        assert facade.status_code == 422 and "regular expressions" in facade.text, facade.text
+        bad_tool = {"tools": [{"name": "t", "parameters": {"type": "object",
+                    "properties": {"s": EVIL}}}]}  # fmt: skip
+        cases: list[tuple[dict[str, Any], int, str]] = [
+            ({"client": bad_tool}, 422, "'pattern'"),
+            ({"client": {"tools": [{"name": "lookup"}]}}, 422, "the agent's own tools"),
+            ({"client": {"tools": [weather], "results": [
+                {"call_id": "c1", "name": "charge", "content": "ok"}]}}, 422, "charge"),
+            ({"client": {"tools": [weather], "results": [
+                {"call_id": "c1", "name": "get_weather", "content": "x" * 300}]}}, 413,
+             "max_message_chars"),
+        ]  # fmt: skip
+        for extra, status, words in cases:
+            reply = client.post("/v1/runs", json={"message": "hi", **extra})
+            assert reply.status_code == status and words in reply.json()["detail"], reply.text
+            with connect(base.replace("http://", "ws://") + "/v1/ws") as ws:
+                ws.send(json.dumps({"type": "run", "message": "hi", **extra}))
+                frame = json.loads(ws.recv(timeout=10))
+            assert (frame["status"], frame["detail"]) == (status, reply.json()["detail"])
+        assert CHARGED == []
+    with serve(_app(tmp_path, openai_client_tools="off")) as base:
+        reply = httpx.post(
+            f"{base}/v1/runs", json={"message": "hi", "client": {"tools": [weather]}}, timeout=30
+        )
+        assert reply.status_code == 422 and "openai_client_tools: off" in reply.json()["detail"]

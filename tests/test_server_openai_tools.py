@@ -221,7 +221,8 @@ def test_the_operator_setting_decides_on_the_agents_own_tools() -> None:
             refused = endpoint.requests[1]["messages"][-1]["content"]
             assert "the agent's own tools were called in the same turn" in refused
             clash = {"type": "function", "function": {"name": "lookup", "parameters": {}}}
-            with pytest.raises(openai.BadRequestError, match="names of the agent's own tools"):
+            # The run layer's refusal, the same from every door (422).
+            with pytest.raises(openai.UnprocessableEntityError, match="names of the agent's own"):
                 client.chat.completions.create(model=MODEL, messages=[user("x")], tools=[clash])
     off = ServiceSettings(openai_client_tools="off")
     with pytest.raises(OpenAIError, match="openai_client_tools: off"):

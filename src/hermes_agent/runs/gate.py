@@ -32,12 +32,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from hermes_agent.agent import Agent
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.events import ThoughtEvent
+from hermes_agent.pipeline.client_tools import MAX_CLIENT_TOOLS
 from hermes_agent.pipeline.structured import schema_budget_problem
 from hermes_agent.pipeline.variables import MAX_VARIABLES_CHARS, VariablesTooLarge, check_variables
+from hermes_agent.protocol.chatml import to_json
+from hermes_agent.runs.caller_schemas import regex_problem
 from hermes_agent.runs.events import StoredResultEvent, UnknownEvent, read_event
 from hermes_agent.runs.principal import Principal, stored_session_id
-from hermes_agent.runs.request import RunRequest
+from hermes_agent.runs.request import ClientTools, RunRequest
 from hermes_agent.storage.base import check_session_id
 from hermes_agent.types import TOOL_CHOICE_MODES
 
@@ -60,6 +64,9 @@ class GateLimits:
 
     max_message_chars: int = 32_000
     max_variables_chars: int = MAX_VARIABLES_CHARS
+    client_tools: bool = True
+    """Whether a request may bring tools of its own (``RunRequest.client``); the service's
+    ``openai_client_tools: off`` says no, for every door."""
     max_runs_in_flight: int = 64
     max_runs_in_flight_per_user: int = 8
     retry_after_s: int = 1
@@ -145,6 +152,12 @@ class Gate:
             if problem is not None:
                 self.counter.refused("output_schema_size")
                 raise RunRejected(422, problem)
+            problem = regex_problem(request.output_schema)
+            if problem is not None:
+                self.counter.refused("output_schema_regex")
+                raise RunRejected(422, problem)
+        if request.client is not None:
+            self.check_client(request.client, request, agent)
         if request.variables is not None:
             self.check_variables(request.variables)
         if request.session_id is not None:
@@ -152,6 +165,63 @@ class Gate:
                 stored_session_id(principal.user_id, request.session_id), max_id_length
             )
         self.check_tools(request.toolsets, request.tool_choice, agent)
+
+    def check_client(self, client: ClientTools, request: RunRequest, agent: Agent) -> None:
+        """The tools a request brings (``RunRequest.client``), whichever door it came through:
+        allowed by the operator, at most ``MAX_CLIENT_TOOLS``, each schema within the budgets
+        and free of regular expressions, named apart from the run's own tools; its results
+        (the caller's runs of the calls handed out) count against ``max_message_chars`` and
+        each answers a tool the request declares; ``tool_choice`` names a mode, a client tool
+        or a tool the run may use."""
+
+        def refuse(status: int, why: str, reason: str = "client_tools") -> RunRejected:
+            self.counter.refused(reason)
+            return RunRejected(status, why)
+
+        if not self.limits.client_tools:
+            raise refuse(
+                422,
+                "client tools are not served here (service.openai_client_tools: off): the agent "
+                "runs its own tools; send the request without them",
+            )
+        if len(client.tools) > MAX_CLIENT_TOOLS:
+            raise refuse(422, f"at most {MAX_CLIENT_TOOLS} client tools may be declared")
+        names = [tool.name for tool in client.tools]
+        if len(set(names)) != len(names):
+            raise refuse(422, "two client tools have the same name")
+        own = {tool.name for tool in agent.registry.visible(request.toolsets)}
+        clash = sorted(own.intersection(names))
+        if clash:
+            raise refuse(422, f"client tools {', '.join(clash)}: names of the agent's own tools")
+        for tool in client.tools:
+            if tool.parameters is not None:
+                problem = schema_budget_problem(tool.parameters) or regex_problem(
+                    tool.parameters, f"client tool {tool.name!r}'s schema"
+                )
+                if problem is not None:
+                    raise refuse(422, problem)
+        try:
+            client.turn()  # each declaration as the engine will build it
+        except HermesAgentError as exc:
+            raise refuse(422, str(exc)) from None
+        stray = sorted({r.name for r in client.results} - set(names))
+        if stray:
+            raise refuse(
+                422,
+                f"results for {', '.join(stray)}: not tools this request declares (a result "
+                "answers a call of one of the request's own client tools)",
+            )
+        size = len(request.message) + sum(len(to_json(r.model_dump())) for r in client.results)
+        if size > self.limits.max_message_chars:
+            raise refuse(
+                413,
+                f"the message and the client tools' results are {size} characters long; this "
+                f"service accepts at most {self.limits.max_message_chars} (max_message_chars)",
+                "message_size",
+            )
+        choice = client.tool_choice
+        if choice is not None and choice not in TOOL_CHOICE_MODES and choice not in names:
+            self.check_tools(request.toolsets, choice, agent)
 
     def check_variables(self, variables: Mapping[str, Any]) -> None:
         """A run's variables, bounded (``pipeline.variables``): 413 when their JSON is over

@@ -179,6 +179,7 @@ class ServiceSettings(BaseModel):
             max_runs_in_flight=self.max_runs_in_flight,
             max_runs_in_flight_per_user=self.max_runs_in_flight_per_user,
             retry_after_s=self.retry_after_s,
+            client_tools=self.openai_client_tools != "off",
         )
 
 
