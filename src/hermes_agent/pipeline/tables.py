@@ -29,12 +29,20 @@ import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hermes_agent.types import ToolCallRecord
 
-if TYPE_CHECKING:
-    from hermes_agent.pipeline.renderers import RenderInput
+
+class Rendered(Protocol):
+    """What a table renderer reads of ``pipeline.renderers.RenderInput`` (declared here so
+    that this module, which the renderers import, imports nothing of theirs)."""
+
+    @property
+    def output(self) -> str: ...
+
+    @property
+    def tool_calls(self) -> list[ToolCallRecord]: ...
 
 MORE_ROWS = {
     "en": "… {count} more rows not shown",
@@ -100,7 +108,7 @@ class TableRenderer:
     language: str = "en"
     with_answer: bool = False
 
-    def __call__(self, view: RenderInput) -> str:
+    def __call__(self, view: Rendered) -> str:
         records = latest_records(view.tool_calls)
         if records is None:
             return view.output
