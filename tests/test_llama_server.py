@@ -168,7 +168,8 @@ def _assert_round_trip(result: RunResult) -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 def test_hermes_mode_round_trip_with_the_servers_grammar(chatml_server: str, stream: bool) -> None:
-    agent = _agent(chatml_server, "hermes", "multiply", grammar=True)
+    agent = _guide_agent("hermes", chatml_server)  # grammar: true, as the guide says
+    agent.tool_choice = "multiply"
     result = _run(agent, "What is 17 * 23?", stream=stream)
     _assert_round_trip(result)
     assert result.steps[0].tool_choice_enforcement == "grammar"
@@ -176,7 +177,8 @@ def test_hermes_mode_round_trip_with_the_servers_grammar(chatml_server: str, str
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 def test_native_mode_round_trip(function_calling_server: str, stream: bool) -> None:
-    agent = _agent(function_calling_server, "native", "multiply")
+    agent = _guide_agent("native", function_calling_server)
+    agent.tool_choice = "multiply"
     result = _run(agent, "What is 17 * 23?", stream=stream)
     _assert_round_trip(result)
     assert result.steps[0].tool_choice_enforcement == "server"
@@ -196,18 +198,6 @@ def test_an_aborted_stream_falls_back_and_a_failure_is_a_502_with_the_servers_an
     assert result.error is not None and "answered HTTP 500" in result.error
     assert "internal_server_error" in result.error
     assert result.output != ""
-
-
-@pytest.mark.parametrize("mode", ["hermes", "native"])
-def test_the_guides_configs_make_a_round_trip(
-    chatml_server: str, function_calling_server: str, mode: str
-) -> None:
-    base_url = chatml_server if mode == "hermes" else function_calling_server
-    agent = _guide_agent(mode, base_url)
-    result = agent.run("What is 17 * 23?", tool_choice="multiply")
-    _assert_round_trip(result)
-    expected = "grammar" if mode == "hermes" else "server"
-    assert result.steps[0].tool_choice_enforcement == expected
 
 
 def test_native_mode_against_a_format_that_ignores_tools_fails_saying_so(
