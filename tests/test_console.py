@@ -609,6 +609,7 @@ def test_the_run_view_pairs_each_call_with_its_decision_and_result(tmp_path: Pat
         # The pipeline's records describe the run, not the service's record that accepted it.
         assert len(view["system_prompt_sha256"] or "") == 64 and view["model"], view
         assert view["status"] == "completed" and view["user_message"] == "mixed"
+        assert view["status_code"] == 200
         assert [step["step"] for step in view["steps"]] == list(range(len(view["steps"])))
         refused, ran = view["steps"][0]["calls"]
         assert (refused["name"], refused["refused"], refused["status_code"]) == (

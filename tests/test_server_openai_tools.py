@@ -360,3 +360,24 @@ def test_client_tools_with_the_embedded_model() -> None:
     arguments = json.loads(call.function.arguments)
     assert call.function.name == "add" and set(arguments) == {"a", "b"}
     assert all(isinstance(v, int) for v in arguments.values())  # valid by construction
+
+
+def test_a_run_the_facade_stopped_following_is_never_an_empty_finished_answer() -> None:
+    """When the facade stops waiting on a run that neither ended nor waits for an approval
+    (a queued run while the instance shuts down), the answer is a 503 naming the run."""
+    from hermes_agent.runs.backend import RunView
+    from hermes_agent.server.openai_runs import ending_error
+
+    running = RunView(request_id="r1", session_id="s", status="running", source="queue")
+    error = ending_error(running)
+    assert error is not None and error.status_code == 503 and "GET /v1/runs/r1" in error.message
+    waiting = RunView(
+        request_id="r2", session_id="s", status="waiting_approval", source="queue",
+        pending_approvals=[{"approval_id": "a"}],
+    )  # fmt: skip
+    assert ending_error(waiting) is None
+    done = RunView(
+        request_id="r3", session_id="s", status="completed", source="queue",
+        result={"output": "hi", "loop_status": "completed", "status": 200},
+    )  # fmt: skip
+    assert ending_error(done) is None

@@ -167,6 +167,23 @@ def run_error(run: RunView) -> OpenAIError | None:
     )
 
 
+def ending_error(run: RunView) -> OpenAIError | None:
+    """The error to answer for ``run`` as it stands when the facade stops waiting: a run
+    over without an answer (``run_error``), or one that neither ended nor waits for an
+    approval — the service stopped following it (it is shutting down): 503 naming the run,
+    never an empty answer that looks finished."""
+    if run.done:
+        return run_error(run)
+    if run.pending_approvals:
+        return None
+    return OpenAIError(
+        503,
+        f"run {run.request_id} did not finish while this instance followed it (it is shutting "
+        f"down); read it with GET /v1/runs/{run.request_id}",
+        code="run_unfinished",
+    )
+
+
 def token_counts(result: dict[str, Any] | None) -> tuple[int, int]:
     """(prompt, completion) tokens of a run's result."""
     usage = (result or {}).get("usage") or {}

@@ -153,6 +153,8 @@ class ConsoleRunView(_Open):
     request_id: str
     session_id: str
     status: str
+    status_code: int | None
+    """The result's own status (a failed run's 4xx/5xx), or the trail's last one."""
     source: Literal["memory", "queue", "store"]
     created: float | None
     duration_ms: float | None
@@ -425,6 +427,7 @@ def run_view(view: RunView, records: list[AuditRecord], run: Run | None) -> dict
         "request_id": request_id,
         "session_id": view.session_id,
         "status": view.status,
+        "status_code": (result or {}).get("status", view.status_code),
         "source": view.source,
         "created": created,
         "duration_ms": duration,

@@ -78,8 +78,8 @@ from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.openai_runs import (
     FacadeRun,
+    ending_error,
     plan_tools,
-    run_error,
     start_run,
     token_counts,
 )
@@ -444,7 +444,7 @@ async def completion_chunks(
             if text:
                 yield chunk({"content": text})
         run = await backend.view(run.request_id, principal)
-        error = run_error(run) if run.done else None
+        error = ending_error(run)
         if error is not None:
             yield _frame(error.body())
         else:
@@ -538,7 +538,7 @@ async def chat_completions(
         response.headers.update(headers)
         return response
     run = await backend.wait(run.request_id, user, started=True)
-    error = run_error(run) if run.done else None
+    error = ending_error(run)
     if error is not None:
         error.headers = {**(error.headers or {}), **headers}
         raise error

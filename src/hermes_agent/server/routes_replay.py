@@ -137,17 +137,16 @@ async def replay_run(
         request.app.state.replay_limiter = limiter
     backend: RunBackend = request.app.state.backend
     # A replay is a run of its owner's: the same gate, counted in flight (with the queue's
-    # runs in queue mode) and against the day's quota, its model turns settled as it ends.
+    # runs in queue mode) and against the day's runs.
     who = RunRequest(message=f"replay {request_id}", session_id=f"replay-{request_id}")
 
     def run_replay() -> ReplayReport:
         return replay(_FreshApprovalsOnly(agent), request_id, storage, execute_tools=execute_tools)
 
     try:
-        async with backend.admitted(user, who, f"replay-{request_id}") as tally:
+        # Its model is the recording: it counts as a run, and spends no tokens.
+        async with backend.admitted(user, who, f"replay-{request_id}"):
             report = await anyio.to_thread.run_sync(run_replay, limiter=limiter)
-            if report.result is not None:
-                tally.tokens = report.result.usage.total_tokens
     except StorageError as exc:
         raise HTTPException(422, str(exc)) from None
     except HermesAgentError as exc:

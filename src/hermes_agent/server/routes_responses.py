@@ -36,9 +36,9 @@ from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.openai_runs import (
     FacadeRun,
+    ending_error,
     load_session,
     plan_tools,
-    run_error,
     start_run,
     token_counts,
 )
@@ -419,7 +419,7 @@ async def response_events(
             for frame in text_events(text) if text else []:
                 yield frame
     run = await backend.view(run.request_id, principal)
-    error = run_error(run) if run.done else None
+    error = ending_error(run)
     if error is not None:
         failed = response_body(run, response_id, body, answer.sent)
         failed["status"] = "failed"
@@ -496,7 +496,7 @@ async def create_response(body: ResponsesRequest, request: Request, user: Curren
             settings.send_timeout_s,
         )
     run = await backend.wait(run.request_id, user, started=True)
-    error = run_error(run) if run.done else None
+    error = ending_error(run)
     if error is not None:
         raise error
     return Response(to_json(response_body(run, response_id, body)), media_type="application/json")
