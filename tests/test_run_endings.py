@@ -213,3 +213,15 @@ def test_a_full_disk_is_503_on_readyz_and_each_run_says_what_was_lost(tmp_path: 
             after = client.post("/v1/runs", json={"message": "after"})
             assert after.status_code == 200 and after.json()["warnings"] == []
         agent.close()
+
+
+def test_replicas_bound_alike_are_different_instances_by_default() -> None:
+    """Two replicas both bound to 0.0.0.0:8000 must not take each other's runs for their own
+    earlier life: the default instance name is the machine's host name and the port."""
+    import socket
+
+    from hermes_agent.server import ServiceSettings
+
+    bound = ServiceSettings(host="0.0.0.0", port=8000)
+    assert bound.instance == f"{socket.gethostname()}:8000"
+    assert ServiceSettings(instance_name="eu-1").instance == "eu-1"

@@ -17,6 +17,7 @@ or are given in code (``ServiceSettings(...)``); the command line's flags overri
 
 from __future__ import annotations
 
+import socket
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -164,13 +165,14 @@ class ServiceSettings(BaseModel):
     instance_name: str | None = Field(default=None, min_length=1, max_length=200)
     """This instance's name among those sharing a store (in process): each run's first record
     names it, and on start the instance ends as ``interrupted`` the runs its earlier life left
-    without an ending — its own only. Default ``<host>:<port>``; give each instance on one
-    store its own."""
+    without an ending — its own only. Default ``<machine's host name>:<port>`` (the bind
+    address would be the same ``0.0.0.0:8000`` for every replica); give each instance on one
+    store its own when several share a host name."""
 
     @property
     def instance(self) -> str:
-        """``instance_name``, or ``<host>:<port>``."""
-        return self.instance_name or f"{self.host}:{self.port}"
+        """``instance_name``, or ``<machine's host name>:<port>``."""
+        return self.instance_name or f"{socket.gethostname()}:{self.port}"
 
     def gate_limits(self) -> GateLimits:
         """The limits the run layer's gate holds every run to."""
