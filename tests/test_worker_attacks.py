@@ -150,9 +150,11 @@ class DecidingStore(RunStore):
     process answered at once): before the call is recorded there is nothing to answer, and
     once it is, the run is already set aside, so the answer re-enqueues it."""
 
-    def park_for_approval(self, request_id: str, token: int, key: str, *args: Any) -> None:
+    def park_for_approval(
+        self, request_id: str, token: int, key: str, *args: Any, **kwargs: Any
+    ) -> None:
         assert not self.decide(request_id, key, True, "too early")  # nothing pending yet
-        super().park_for_approval(request_id, token, key, *args)
+        super().park_for_approval(request_id, token, key, *args, **kwargs)
         assert self.decide(request_id, key, True, "quick")
         assert self.get(request_id).status == "queued"  # type: ignore[union-attr]
 

@@ -143,7 +143,7 @@ queue:
             )
             conn.execute("CREATE TABLE effects(call_key text PRIMARY KEY, tag text, n int)")
 
-    def start_worker(self, concurrency: int = 4) -> subprocess.Popen[bytes]:
+    def start_worker(self, concurrency: int = 4, pool: str = "threads") -> subprocess.Popen[bytes]:
         index = len(self.workers)
         env = {
             **os.environ,
@@ -164,6 +164,8 @@ queue:
                 str(self.root / "tools.py"),
                 "--concurrency",
                 str(concurrency),
+                "--pool",
+                pool,
                 "--name",
                 f"w{index}-{self.queue_name}@%h",
             ],

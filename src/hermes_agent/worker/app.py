@@ -125,6 +125,9 @@ class WorkerProcess:
 _process: WorkerProcess | None = None
 _process_guard = threading.Lock()
 _settings: tuple[HermesConfig, tuple[str, ...]] | None = None
+_main_store: Any = None
+"""Under the prefork pool: the main process's own small ``RunStore``, for noting deliveries
+(the agent, its loop and its sweeper live in each child, made after the fork)."""
 
 
 def worker_process() -> WorkerProcess:
@@ -146,7 +149,20 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
     _settings = (config, tuple(tools_files))
     app = make_celery(config.queue)
 
-    from celery.signals import task_received, worker_shutdown  # type: ignore[import-untyped]
+    from celery.signals import (  # type: ignore[import-untyped]
+        task_received,
+        worker_process_init,
+        worker_shutdown,
+    )
+
+    @worker_process_init.connect(weak=False)  # type: ignore[untyped-decorator]
+    def child_started(**_: Any) -> None:
+        # A prefork child: the main process's store connections are its parent's (never
+        # used here); the child builds its own agent, store, loop and sweeper now, before
+        # its first task, so that a child that replaces a dead one is ready at once.
+        if _main_store is not None:
+            _main_store.storage.engine.dispose(close=False)
+        worker_process()
 
     @worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
     def closing(**_: Any) -> None:
@@ -164,7 +180,8 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
         # that dies holding it leaves a trace the sweeper acts on.
         if request is not None and request.name == RUN_TASK and request.args:
             try:
-                worker_process().store.mark_delivered(str(request.args[0]))
+                store = _main_store if _main_store is not None else worker_process().store
+                store.mark_delivered(str(request.args[0]))
             except Exception:
                 logger.exception("could not note the delivery of run %s", request.args[0])
 
@@ -215,4 +232,16 @@ def run_worker(
         argv.append(f"--hostname={hostname}")
     if pool != "prefork":
         worker_process()  # build the agent before taking any task; fail fast on a bad config
+    else:
+        # The main process forks the children: it holds no agent, no run loop and no
+        # sweeper (threads do not survive a fork), only a store for noting deliveries, made
+        # before the fork so that every module the store needs is imported once, here.
+        global _main_store
+        from hermes_agent.config import StorageConfig
+        from hermes_agent.storage.sql import SqlStorage
+        from hermes_agent.worker.store import RunStore
+
+        assert config.queue is not None  # checked by worker_app
+        url = (config.storage or StorageConfig()).url
+        _main_store = RunStore(SqlStorage(url), max_redeliveries=config.queue.max_redeliveries)
     app.worker_main(argv)

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.errors import StoreUnavailable, is_store_error
 from hermes_agent.types import Message
-from hermes_agent.worker.store import LeaseLost, RunStore
+from hermes_agent.worker.store import Batch, LeaseLost, RunStore
 
 logger = logging.getLogger("hermes_agent.worker")
 
@@ -107,7 +107,34 @@ class Attempt:
     """The trail's ``output`` record, kept back until the run's ending is written with it."""
     turn: list[Message] | None = None
     """The session turn, kept back until the run's ending is written with it."""
+    last_seq: int = 0
+    """The number of the latest event of the run this attempt knows of: the attempt numbers
+    its own events after it (it holds the run, so nobody else adds one meanwhile but a
+    cancellation, which fences it out)."""
+    batch: Batch = field(default_factory=Batch)
+    """What the attempt has yet to write: the journal's entries, events and trail records
+    since its last fenced transaction (one per model turn; ``take``)."""
     _guard: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_event(self, wire: dict[str, Any]) -> None:
+        """Number an event of the run and keep it for the attempt's next transaction."""
+        with self._guard:
+            self.last_seq += 1
+            self.batch.events.append((self.last_seq, wire))
+
+    def add_records(self, records: list[AuditRecord]) -> None:
+        with self._guard:
+            self.batch.records.extend(records)
+
+    def add_entry(self, key: str, state: str, payload: Any) -> None:
+        with self._guard:
+            self.batch.entries[key] = (state, payload)
+
+    def take(self) -> Batch:
+        """What is pending, for one transaction (the attempt starts a new batch)."""
+        with self._guard:
+            taken, self.batch = self.batch, Batch()
+        return taken
 
     @property
     def budget(self) -> float:

@@ -1,17 +1,30 @@
 """A run's journal in the store (``pipeline.journal.RunJournal``), fenced by the worker's lease.
 
 Keys: ``turn/<n>`` for the n-th model request of the run, ``call/<step>/<index>`` for a tool
-call. A call is written ``started`` (with its arguments) before the tool runs and ``done``
-(with its outcome) after; a model turn is written ``done`` as soon as it arrives. Every write
-checks the run's fencing token in the same transaction, so a worker whose lease passed to
-another writes nothing more (``LeaseLost``) and the run stops there; a store that fails is
-tried again for a while, then the attempt ends (``StoreUnavailable``; ``worker.attempt``).
-Right before a tool call starts, the attempt checks that its lease is still its own
-(``Attempt.check_lease``). The session turn is kept back and saved with the run's ending.
+call. Writes go in batches, one fenced transaction per model turn (``RunStore.write_batch``):
+
+    model turn n arrives     ──▶ kept (``turn/n``), with the events and trail records so far
+    its calls about to start ──▶ their intents (``started``) join it, and the whole batch is
+                                 written at once, off the event loop, before any tool runs
+                                 (calls starting together share the transaction)
+    a call's outcome         ──▶ an idempotent call's rides with the next transaction (lost
+                                 with a crash, the call runs again: harmless); any other call's
+                                 is written at once (lost, the model would be told the call
+                                 was interrupted)
+    a turn with no calls     ──▶ rides with the next transaction: the run's approval or its
+                                 ending (``RunStore.finish``)
+
+Every transaction checks the run's fencing token, so a worker whose lease passed to another
+writes nothing more (``LeaseLost``) and the run stops there; a store that fails is tried again
+for a while, then the attempt ends (``StoreUnavailable``; ``worker.attempt``) and what it had
+not written is done again by the attempt that resumes the run. Right before a tool call
+starts, the attempt checks that its lease is still its own (``Attempt.check_lease``). The
+session turn is kept back and saved with the run's ending.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,10 +42,19 @@ from hermes_agent.worker.store import RunStore
 
 
 class StoreJournal:
-    """The journal of one attempt of one run (``attempt.token`` is its fencing token)."""
+    """The journal of one attempt of one run (``attempt.token`` is its fencing token).
+
+    ``entries``: what earlier attempts left, when the caller has read it already (``{}`` on a
+    run's first claim: nothing to read); ``None`` reads it here."""
 
     def __init__(
-        self, store: RunStore, request_id: str, token: int, attempt: Attempt | None = None
+        self,
+        store: RunStore,
+        request_id: str,
+        token: int,
+        attempt: Attempt | None = None,
+        *,
+        entries: dict[str, tuple[str, Any]] | None = None,
     ) -> None:
         self.attempt = attempt or Attempt(store, request_id, token, lease_ttl=30.0)
         attempt = self.attempt
@@ -41,10 +63,13 @@ class StoreJournal:
         self.token = attempt.token
         self.latest_turn = -1
         """The latest model request of this attempt (approvals are keyed by it)."""
-        # What earlier attempts left.
-        self._entries = attempt.write(
-            f"the journal of run {self.request_id}", self.store.journal_entries, self.request_id
-        )
+        if entries is None:
+            entries = attempt.write(
+                f"the journal of run {self.request_id}", self.store.journal_entries, self.request_id
+            )
+        self._entries = entries
+        self._idempotent: dict[str, bool] = {}
+        self._writing = asyncio.Lock()
         self.replayed_turns = 0
         self.replayed_calls = 0
         self.interrupted_calls = 0
@@ -72,14 +97,8 @@ class StoreJournal:
         return response_from_json(found[1])
 
     async def record_turn(self, turn: int, response: ModelResponse) -> None:
-        self._write(
-            self.store.write_journal,
-            self.request_id,
-            self.token,
-            f"turn/{turn}",
-            "done",
-            response_to_json(response),
-        )
+        self.attempt.alive()
+        self.attempt.add_entry(f"turn/{turn}", "done", response_to_json(response))
 
     def recorded_call(self, key: CallKey) -> bool:
         found = self._entries.get(f"call/{key.step}/{key.index}")
@@ -103,14 +122,9 @@ class StoreJournal:
             if not idempotent:
                 self.interrupted_calls += 1
                 return JournaledCall("interrupted", status_code=500)
-        self._write(
-            self.store.write_journal,
-            self.request_id,
-            self.token,
-            name,
-            "started",
-            {"tool": tool, "arguments": arguments},
-        )
+        self._idempotent[name] = idempotent
+        self.attempt.add_entry(name, "started", {"tool": tool, "arguments": arguments})
+        await self.commit(together=True)
         # The fence on the tool itself: the write above proved the lease at that moment; the
         # local deadline covers a process that froze or a store that stalled since.
         self.attempt.check_lease(f"tool call {name} ({tool})")
@@ -119,14 +133,12 @@ class StoreJournal:
     async def call_finished(
         self, key: CallKey, value: Any, status_code: int, error: str | None
     ) -> None:
-        self._write(
-            self.store.write_journal,
-            self.request_id,
-            self.token,
-            f"call/{key.step}/{key.index}",
-            "done",
-            {"value": value, "status_code": status_code, "error": error},
+        name = f"call/{key.step}/{key.index}"
+        self.attempt.add_entry(
+            name, "done", {"value": value, "status_code": status_code, "error": error}
         )
+        if not self._idempotent.get(name, False):
+            await self.commit()
 
     async def save_turn(self, session_id: str, messages: Sequence[Message]) -> None:
         """Kept back: the worker saves the turn with the run's ending (``RunStore.finish``),
@@ -137,12 +149,29 @@ class StoreJournal:
     def holds(self) -> bool:
         return self.attempt.holds()
 
-    def _write(self, write: Any, *args: Any) -> None:
-        """A fenced write (``Attempt.write``): an attempt that lost the run stops here,
-        whatever stage it is in (a cancellation, which no stage turns into a result); one
-        whose store stayed away raises ``StoreUnavailable``, which no stage turns into one
-        either."""
-        self.attempt.write(f"the journal of run {self.request_id}", write, *args)
+    async def commit(self, *, together: bool = False) -> None:
+        """Write the attempt's batch in one fenced transaction, in a thread (one slow write
+        stalls no other run of the worker). ``together``: first let the other calls of this
+        model turn that start at the same moment add their intents, so that they share it.
+
+        An attempt that lost the run stops here, whatever stage it is in (a cancellation,
+        which no stage turns into a result); one whose store stayed away raises
+        ``StoreUnavailable``, which no stage turns into one either."""
+        if together:
+            await asyncio.sleep(0)
+        async with self._writing:
+            self.attempt.alive()  # a batch before this one failed: nothing more is written
+            batch = self.attempt.take()
+            if not batch:
+                return
+            await asyncio.to_thread(
+                self.attempt.write,
+                f"the journal of run {self.request_id}",
+                self.store.write_batch,
+                self.request_id,
+                self.token,
+                batch,
+            )
 
 
 def response_to_json(response: ModelResponse) -> dict[str, Any]:

@@ -91,7 +91,7 @@ class QueueApprover:
 
     async def __call__(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
         key = self.key(call)
-        found = self.store.approval(self.request_id, key)
+        found = await asyncio.to_thread(self.store.approval, self.request_id, key)
         if found is not None and found[0] != "pending":
             status, reason = found
             return status == "approved", reason or status
@@ -99,6 +99,26 @@ class QueueApprover:
         self.suspended = {"approval_id": key, "tool": call.name, "arguments": call.arguments}
         # Leave the run here: its state is in the journal, and the answer resumes it.
         raise asyncio.CancelledError
+
+
+class _StoreSessions:
+    """The agent's sessions, as a durable run reads them: a read the store fails (wrapped in
+    the session store's ``StorageError``) is the store failing — ``StoreUnavailable``, so the
+    attempt ends and the run resumes — not a failure of the run."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def load(self, session_id: str) -> Any:
+        try:
+            return self._inner.load(session_id)
+        except Exception as exc:
+            if exc.__cause__ is not None and is_store_error(exc.__cause__):
+                raise StoreUnavailable(f"session {session_id[:80]!r}: the store failed") from exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 class RunWorker:
@@ -124,6 +144,8 @@ class RunWorker:
             inner = agent.audit_sink
             self.trail = inner if isinstance(inner, AttemptTrail) else AttemptTrail(inner)
             agent.audit_sink = self.trail
+        if not isinstance(agent.sessions, _StoreSessions):
+            agent.sessions = _StoreSessions(agent.sessions)  # type: ignore[assignment]
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="hermes-worker-loop", daemon=True
@@ -257,39 +279,17 @@ class RunWorker:
         # The submitter's trace continues here (the run's spans join it).
         joined = attach_incoming(self.agent, request.trace_context)
         try:
-            journal = StoreJournal(self.store, rid, token, attempt)
+            # Reads and writes of the store happen in a thread, never on the loop that every
+            # run of this worker shares.
+            journal, limit, told = await asyncio.to_thread(self._prepare, claim, attempt)
             approver = QueueApprover(self.store, rid, token, journal)
-            limit = attempt.write(
-                f"the deadline of run {rid}",
-                self.store.start_deadline,
-                rid,
-                token,
-                time.time_ns(),
-            )
-            if claim.resumed:
-                self._record_resumed(claim, journal)
-            # A resumed run goes through its turn again and emits the same events in the
-            # same order up to where the earlier attempt stopped (the journal makes it replay
-            # what that attempt did): those are in the store already, and are not written
-            # twice.
-            told = sum(
-                1
-                for _, wire in attempt.write(f"the events of run {rid}", self.store.events, rid)
-                if not isinstance(read_known(wire), WORKER_EVENTS)
-            )
             emitted = 0
 
             def listener(event: Event) -> None:
                 nonlocal emitted
                 emitted += 1
                 if emitted > told and attempt.holds():  # a lapsed attempt says nothing more
-                    attempt.write(
-                        f"an event of run {rid}",
-                        self.store.add_fenced_event,
-                        rid,
-                        token,
-                        event.to_dict(),
-                    )
+                    attempt.add_event(event.to_dict())  # written with the model turn
 
             if limit is not None and limit[0] <= time.time_ns():
                 raise TimeoutError  # past its deadline already (it waited, or was resumed)
@@ -314,28 +314,34 @@ class RunWorker:
             result = exc.result
         except TimeoutError:
             if limit is None or (timeout is not None and not timeout.expired()):
-                return self._end(attempt, "failed", "the run failed unexpectedly: TimeoutError")
-            return self._end(
+                return await asyncio.to_thread(
+                    self._end, attempt, "failed", "the run failed unexpectedly: TimeoutError"
+                )
+            return await asyncio.to_thread(
+                self._end,
                 attempt,
                 "timed_out",
                 f"the run took longer than run_timeout_s ({limit[1]:g} s) and was stopped",
             )
         except asyncio.CancelledError:
             if approver is not None and approver.suspended is not None:
-                return self._park(attempt, approver.suspended)
+                return await asyncio.to_thread(self._park, attempt, approver.suspended)
             if attempt.lost or not attempt.holds():
                 return self._lost(rid)
             raise
         except StoreUnavailable:
             raise  # the attempt ends without an ending (``_run``)
         except HermesAgentError as exc:
-            return self._end(attempt, "failed", str(exc))
+            return await asyncio.to_thread(self._end, attempt, "failed", str(exc))
         except Exception as exc:
             if is_store_error(exc):  # the store, under the agent (its session, its trail)
                 raise StoreUnavailable(f"run {rid}: the store failed: {exc!r}"[:500]) from exc
             logger.exception("run %s failed", rid)
-            return self._end(
-                attempt, "failed", f"the run failed unexpectedly: {type(exc).__name__}: {exc}"
+            return await asyncio.to_thread(
+                self._end,
+                attempt,
+                "failed",
+                f"the run failed unexpectedly: {type(exc).__name__}: {exc}",
             )
         finally:
             if joined is not None:
@@ -344,7 +350,8 @@ class RunWorker:
         status = ending_status(result)
         wire = ResultEvent(result).to_dict()
         try:
-            attempt.write(
+            await asyncio.to_thread(
+                attempt.write,
                 f"the ending of run {rid}",
                 self.store.finish,
                 rid,
@@ -355,10 +362,36 @@ class RunWorker:
                 turn=attempt.turn,
                 output=attempt.output,
                 event=wire,
+                batch=attempt.take(),
             )
         except asyncio.CancelledError:
-            return self._lost(rid)
+            return await asyncio.to_thread(self._lost, rid)
         return status
+
+    def _prepare(
+        self, claim: Claim, attempt: Attempt
+    ) -> tuple[StoreJournal, tuple[int, float] | None, int]:
+        """Before the run (in a thread): its deadline, and on a resume what earlier attempts
+        left — the journal, the events told already (``told``: the pipeline's, which the run
+        emits again in the same order as it replays) and the ``resumed`` record. A first
+        claim reads nothing back: there is nothing yet."""
+        assert claim.run is not None
+        rid, token = claim.run.request_id, claim.token
+        limit = None
+        if claim.timed:
+            limit = attempt.write(
+                f"the deadline of run {rid}", self.store.start_deadline, rid, token, time.time_ns()
+            )
+        if not claim.resumed and claim.last_seq is not None:
+            attempt.last_seq = claim.last_seq
+            return StoreJournal(self.store, rid, token, attempt, entries={}), limit, 0
+        journal = StoreJournal(self.store, rid, token, attempt)
+        events = attempt.write(f"the events of run {rid}", self.store.events, rid)
+        attempt.last_seq = max((seq for seq, _ in events), default=0)
+        told = sum(1 for _, wire in events if not isinstance(read_known(wire), WORKER_EVENTS))
+        if claim.resumed:
+            self._record_resumed(claim, journal)
+        return journal, limit, told
 
     def _park(self, attempt: Attempt, asked: dict[str, Any]) -> str:
         rid = attempt.request_id
@@ -380,6 +413,7 @@ class RunWorker:
                 asked["tool"],
                 asked["arguments"],
                 required,
+                batch=attempt.take(),
             )
         except asyncio.CancelledError:
             return self._lost(rid)
@@ -406,6 +440,7 @@ class RunWorker:
                 attempt.token,
                 status,
                 error=error,
+                batch=attempt.take(),
             )
         except asyncio.CancelledError:
             return self._lost(attempt.request_id)
@@ -441,7 +476,9 @@ class RunWorker:
             redactor=self.agent.redactor,
             step=from_step,
         )
-        sink.write([record])
+        # Written at once (fenced): the agent's recorder numbers the run's records after
+        # those in the store, this one included.
+        self.store.write_records(claim.run.request_id, claim.token, [record])
 
     def _hand_over(self, session_id: str) -> None:
         """The session's next run (parked while this one ran) goes to the queue now."""

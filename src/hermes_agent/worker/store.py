@@ -188,6 +188,26 @@ class Claim:
     heartbeat_ns: int | None = None
     """``busy``: the holder's latest heartbeat."""
     run: QueuedRun | None = None
+    last_seq: int | None = None
+    """``claimed``: the number of the run's latest event (the holder numbers the next ones);
+    ``None`` when the claim did not read it."""
+    timed: bool = True
+    """``claimed``: whether the run may have a deadline (``False``: none was submitted, so
+    the claim skips ``start_deadline``)."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """What one attempt has to write since its last fenced transaction: journal entries
+    (key → state, payload), events numbered by the lease holder, and trail records. Written
+    in one transaction (``RunStore.write_batch``, or with the run's ending or its approval)."""
+
+    entries: dict[str, tuple[str, Any]] = dataclasses.field(default_factory=dict)
+    events: list[tuple[int, dict[str, Any]]] = dataclasses.field(default_factory=list)
+    records: list[AuditRecord] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries or self.events or self.records)
 
 
 def _now() -> int:
@@ -309,6 +329,9 @@ class RunStore:
         - ``dead``: it was lost with its worker more than ``max_redeliveries`` times;
         - ``claimed``: it is this worker's, with a new fencing token.
         """
+        fast = self._claim_queued(request_id, worker, lease_ttl)
+        if fast is not None:
+            return fast
         now = _now()
         r = runs_table.c
         with self._tx() as conn:
@@ -380,6 +403,70 @@ class RunStore:
                 )
             )
         return Claim("claimed", token=token, resumed=run.claims > 0, run=run)
+
+    def _claim_queued(self, request_id: str, worker: str, lease_ttl: float) -> Claim | None:
+        """The common case in one statement: a ``queued`` run with nothing older unfinished
+        in its session becomes this worker's (its delivery noted by the same update), and the
+        statement returns the row, the number of its latest event and whether it was
+        submitted with a deadline. ``None``: any other case (the full claim decides)."""
+        now = _now()
+        r = runs_table.c
+        older = runs_table.alias("older")
+        o = older.c
+        e, j = events_table.c, journal_table.c
+        statement = (
+            update(runs_table)
+            .where(
+                r.request_id == request_id,
+                r.status == "queued",
+                ~select(o.request_id)
+                .where(
+                    o.session_id == r.session_id,
+                    o.status.not_in(FINISHED),
+                    (o.created_ns < r.created_ns)
+                    | and_(o.created_ns == r.created_ns, o.request_id < r.request_id),
+                )
+                .exists(),
+            )
+            .values(
+                status="running",
+                parked=False,
+                delivered_ns=None,
+                claims=r.claims + 1,
+                lease_token=r.lease_token + 1,
+                lease_owner=worker,
+                lease_expires_ns=now + int(lease_ttl * 1e9),
+                heartbeat_ns=now,
+                updated_ns=now,
+            )
+            .returning(
+                *runs_table.c,
+                select(func.coalesce(func.max(e.seq), 0))
+                .where(e.request_id == request_id)
+                .scalar_subquery()
+                .label("last_seq"),
+                select(func.count())
+                .select_from(journal_table)
+                .where(j.request_id == request_id, j.key.in_([LIMITS_KEY, DEADLINE_KEY]))
+                .scalar_subquery()
+                .label("limits"),
+            )
+        )
+        with self._tx() as conn:
+            row = conn.execute(statement).first()
+        if row is None:
+            return None
+        run = _run(row)
+        # The row as it was before this claim, as the full claim reports it.
+        run.status, run.claims, run.lease_token = "queued", run.claims - 1, run.lease_token - 1
+        return Claim(
+            "claimed",
+            token=run.lease_token + 1,
+            resumed=run.claims > 0,
+            run=run,
+            last_seq=int(row.last_seq),
+            timed=bool(row.limits),
+        )
 
     def mark_delivered(self, request_id: str) -> None:
         """A worker received a delivery of this queued run (it may wait for a free slot before
@@ -454,6 +541,13 @@ class RunStore:
                     .values(**values)
                 )
 
+    def write_batch(self, request_id: str, token: int, batch: Batch) -> None:
+        """Write ``batch`` in one transaction fenced by ``token`` (a model turn of the run:
+        its journal entries, events and trail records)."""
+        with self._tx() as conn:
+            self._fence(conn, request_id, token)
+            _write_batch(conn, request_id, token, batch)
+
     def save_turn(
         self, request_id: str, token: int, session_id: str, messages: Sequence[Message]
     ) -> None:
@@ -485,6 +579,7 @@ class RunStore:
         turn: Sequence[Message] | None = None,
         output: AuditRecord | None = None,
         event: dict[str, Any] | None = None,
+        batch: Batch | None = None,
     ) -> None:
         """End the run (``completed``, ``failed``, ``timed_out``), in one fenced transaction
         with everything its ending consists of: ``turn`` added to its session (once), the
@@ -495,10 +590,15 @@ class RunStore:
         of them (the attempt ends, and the run resumes)."""
         r = runs_table.c
         with self._tx() as conn:
-            self._fence(conn, request_id, token)
             row = conn.execute(
-                select(r.session_id, r.turn_saved).where(r.request_id == request_id)
-            ).one()
+                select(r.lease_token, r.status, r.session_id, r.turn_saved)
+                .where(r.request_id == request_id)
+                .with_for_update()
+            ).first()
+            if row is None or row.lease_token != token or row.status != "running":
+                raise LeaseLost(f"run {request_id}: the lease passed to another worker")
+            if batch:
+                _write_batch(conn, request_id, token, batch)
             if turn and not row.turn_saved:
                 append_messages(conn, row.session_id, turn)
             conn.execute(
@@ -519,7 +619,15 @@ class RunStore:
             elif status != "completed":
                 _end(conn, request_id, row.session_id, status, error, add_event=event is None)
             if event is not None:
-                _add_event(conn, request_id, event)
+                if batch is not None and batch.events:  # numbered after the holder's own
+                    seq = batch.events[-1][0] + 1
+                    conn.execute(
+                        insert(events_table).values(
+                            request_id=request_id, seq=seq, payload=dumps(event)
+                        )
+                    )
+                else:
+                    _add_event(conn, request_id, event)
 
     def write_records(self, request_id: str, token: int, records: Sequence[AuditRecord]) -> None:
         """Add records of the run's trail, fenced by ``token`` (a copy of the run that lost
@@ -764,6 +872,7 @@ class RunStore:
         tool: str,
         arguments: dict[str, Any],
         event: dict[str, Any] | None = None,
+        batch: Batch | None = None,
     ) -> None:
         """Record a call waiting for a decision, set the run aside (``waiting_approval``) and
         log ``event`` (the ``approval_required`` its followers see), in one fenced
@@ -773,6 +882,8 @@ class RunStore:
         now = _now()
         with self._tx() as conn:
             self._fence(conn, request_id, token)
+            if batch:  # the turn that asked, and what the attempt did before it
+                _write_batch(conn, request_id, token, batch)
             if (
                 conn.execute(
                     select(a.status).where(a.request_id == request_id, a.key == key)
@@ -843,6 +954,49 @@ class RunStore:
             verdict = reason or ("approved" if approved else "denied")
             _add_event(conn, request_id, ApprovalResolvedEvent(key, approved, verdict).to_dict())
         return True
+
+
+def _upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """Insert ``rows``, replacing those whose ``keys`` are there already, in one statement."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as upsert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
+    statement = upsert(table)
+    changed = {c: statement.excluded[c] for c in rows[0] if c not in keys}
+    conn.execute(statement.on_conflict_do_update(index_elements=keys, set_=changed), rows)
+
+
+def _write_batch(conn: Connection, request_id: str, token: int, batch: Batch) -> None:
+    """A batch's writes, inside the caller's fenced transaction: one statement per table."""
+    now = _now()
+    if batch.entries:
+        _upsert(
+            conn,
+            journal_table,
+            [
+                {
+                    "request_id": request_id,
+                    "key": key,
+                    "state": state,
+                    "payload": dumps(payload),
+                    "token": token,
+                    "updated_ns": now,
+                }
+                for key, (state, payload) in batch.entries.items()
+            ],
+            ["request_id", "key"],
+        )
+    if batch.events:
+        conn.execute(
+            insert(events_table),
+            [
+                {"request_id": request_id, "seq": seq, "payload": dumps(wire)}
+                for seq, wire in batch.events
+            ],
+        )
+    if batch.records:
+        conn.execute(insert(audit_table), [dataclasses.asdict(r) for r in batch.records])
 
 
 def _add_record(conn: Connection, record: AuditRecord) -> None:

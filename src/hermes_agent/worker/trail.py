@@ -3,9 +3,10 @@
 A worker's agent writes its audit records through ``AttemptTrail`` instead of the store's
 write-behind queue. For a run an attempt of this process is running:
 
-- its records go to the store at once, in one transaction per step, fenced by the attempt's
-  token (``RunStore.write_records``): a copy of the run that lost its lease — a frozen process
-  resumed, a worker whose store stalled — adds nothing to the trail after the new owner;
+- its records join the attempt's batch, written with its next fenced transaction (a model
+  turn's, its approval's or its ending's: ``RunStore.write_batch``), so a copy of the run that
+  lost its lease — a frozen process resumed, a worker whose store stalled — adds nothing to
+  the trail after the new owner, and a step's records land with its journal entries;
 - the ``output`` record (the answer) is kept back and written with the run's ending, in the
   transaction that makes the run ``completed`` (``RunStore.finish``); a run that ends
   otherwise gets a ``stopped`` record there instead. So the trail has one ending, last, and
@@ -23,7 +24,6 @@ import threading
 from collections.abc import Sequence
 
 from hermes_agent.audit.records import AuditRecord, AuditSink, Role
-from hermes_agent.errors import StoreUnavailable
 from hermes_agent.worker.attempt import Attempt
 
 logger = logging.getLogger("hermes_agent.worker")
@@ -66,20 +66,9 @@ class AttemptTrail:
                 if record.role == Role.OUTPUT.value:
                     attempt.output = record  # written with the ending
             if steps:
-                try:
-                    attempt.write(
-                        f"the trail of run {rid}",
-                        attempt.store.write_records,
-                        rid,
-                        attempt.token,
-                        steps,
-                    )
-                except StoreUnavailable:
-                    # The attempt has given up (``Attempt.broken``); its next step raises.
-                    logger.warning(
-                        "run %s: %d trail records left to the next attempt", rid, len(steps)
-                    )
-                    raise
+                # Written with the attempt's next transaction (its model turn, its approval
+                # or its ending), so the trail and the journal of a step land together.
+                attempt.add_records(steps)
         if others:
             self.inner.write(others)
 
