@@ -560,3 +560,27 @@ def test_a_queued_run_keeps_its_variables_for_its_worker() -> None:
 
     payload = request_payload("hi", variables={"lang": "zh", "tier": ["gold", 2]})
     assert QueuedRequest.model_validate(payload).variables == {"lang": "zh", "tier": ["gold", 2]}
+
+
+def test_a_callers_schema_text_is_never_rendered_as_the_prompt_template() -> None:
+    """Variables fill the agent's own system prompt; a ``{{ name }}`` inside a caller's
+    output schema (its description) stays as written, so request text cannot pull a hook's
+    variables into the prompt."""
+    from hermes_agent import Agent, ScriptedModel
+
+    seen: list[str] = []
+
+    def model(messages: Any, _tools: Any) -> str:
+        seen.append(str(messages[0].content))
+        return '{"n": 1}'
+
+    agent = Agent(ScriptedModel(model), system_prompt="Answer in {{ lang }}.")
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "description": "leak {{ secret }}"}},
+        "required": ["n"],
+    }
+    result = agent.run("hi", variables={"lang": "fr", "secret": "s3cr3t"}, output_type=schema)
+    assert result.data == {"n": 1}
+    assert seen and seen[0].startswith("Answer in fr.")
+    assert "leak {{ secret }}" in seen[0] and "s3cr3t" not in seen[0]

@@ -98,6 +98,10 @@ class RunContext:
     client_tools: frozenset[str] = frozenset()
     """Which of ``tools`` the caller runs itself (``pipeline.client_tools``)."""
     system_prompt: str | None = None
+    """The agent's own system prompt: a template its ``{{ variables }}`` fill."""
+    prompt_instructions: str | None = None
+    """What this run adds after it (the output type's JSON instructions, explain mode): never
+    rendered as a template, since it can hold a caller's text (an output schema)."""
     history: list[Message] = field(default_factory=list)
     load_history: HistorySource | None = None
     """Where ``history`` comes from; ``None``: the run starts with ``history`` as given."""
@@ -368,3 +372,9 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def system_turn(prompt: str | None, instructions: str | None) -> str | None:
+    """A run's system turn: the agent's prompt, then the run's instructions (one system
+    turn, so every backend and the history summary see it alike)."""
+    return "\n\n".join(part for part in (prompt, instructions) if part) or None

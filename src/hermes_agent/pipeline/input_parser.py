@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hermes_agent.events import InputEvent
 from hermes_agent.pipeline.client_tools import take_declared, take_up
-from hermes_agent.pipeline.context import RunContext
+from hermes_agent.pipeline.context import RunContext, system_turn
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
 from hermes_agent.types import Message
@@ -37,9 +37,10 @@ class InputParser:
             ctx.log_stage(self.name, Status.INVALID, error=problem)
             return ctx
         await load_history(ctx)
-        ctx.system_prompt = _with_instructions(ctx)
-        if ctx.system_prompt:
-            ctx.messages.append(Message("system", ctx.system_prompt))
+        ctx.prompt_instructions = _instructions(ctx)
+        system = system_turn(ctx.system_prompt, ctx.prompt_instructions)
+        if system:
+            ctx.messages.append(Message("system", system))
         ctx.messages.extend(ctx.history)
         if turn is not None and turn.results:  # the caller ran the calls: their results
             ctx.add_message(Message("tool", tool_results=list(turn.results)))
@@ -76,12 +77,12 @@ def _problem_with(message: object) -> str | None:
     return None
 
 
-def _with_instructions(ctx: RunContext) -> str | None:
-    """The system prompt of this run: the agent's, then what ``output_type`` and explain mode
-    ask of the model (one system turn, so every backend and the history summary see it alike)."""
-    parts = [ctx.system_prompt] if ctx.system_prompt else []
+def _instructions(ctx: RunContext) -> str | None:
+    """What ``output_type`` and explain mode ask of the model, after the agent's prompt."""
+    parts = []
     if ctx.output_spec is not None:
         parts.append(json_mode_prompt(ctx.output_spec.schema, with_tools=bool(ctx.tools)))
     if ctx.explain:
         parts.append(EXPLAIN_PROMPT)
     return "\n\n".join(parts) or None
+

@@ -30,7 +30,7 @@ from hermes_agent.events import (
     ToolCallStartedEvent,
 )
 from hermes_agent.models.base import ModelSettings
-from hermes_agent.pipeline.context import RunContext
+from hermes_agent.pipeline.context import RunContext, system_turn
 from hermes_agent.pipeline.context_window import fit_to_context
 from hermes_agent.pipeline.status import REFUSED, Status
 from hermes_agent.protocol.parser import (
@@ -60,9 +60,11 @@ class ThoughtGenerator:
         if ctx.answering:  # the answer model writes the answer: no tool is offered
             settings = dataclasses.replace(settings, tool_choice="none")
         if ctx.system_prompt and "{{" in ctx.system_prompt and ctx.messages:
-            # Hooks may have set variables since the last turn; render the template afresh.
-            system = render_template(ctx.system_prompt, ctx.variables)
-            if system != ctx.messages[0].content:
+            # Hooks may have set variables since the last turn; render the agent's template
+            # afresh (only it: the run's instructions can hold a caller's text).
+            rendered = render_template(ctx.system_prompt, ctx.variables)
+            system = system_turn(rendered, ctx.prompt_instructions)
+            if system is not None and system != ctx.messages[0].content:
                 ctx.messages[0] = Message("system", system)
                 ctx.prompt_rewrites += 1
         forced = settings.tool_choice not in ("auto", "none")
