@@ -250,7 +250,7 @@ def test_pydantic_ai_structured_output(facade: Facade, mode: str) -> None:
         assert '"temperature"' in facade.system(0)  # the client's schema itself
 
 
-# -- the service docs -------------------------------------------------------------------------------
+# -- the service docs ---------------------------------------------------------------------------
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "service.md"
 

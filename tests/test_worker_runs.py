@@ -483,3 +483,39 @@ def test_a_journaled_turn_keeps_its_thought_and_its_untyped_xml_arguments() -> N
     call = back.completion.tool_calls[0]
     # A resumed run types the XML values by the schema again, as the first attempt did.
     assert (call.arguments, call.text_arguments) == ({"cents": "5"}, True)
+
+
+def test_a_store_error_is_known_through_its_wrapper_and_is_never_an_approvers_answer() -> None:
+    """A session store's error raised from the database's is the store failing; an approver
+    that fails that way (a queued run reading its approval while the store is away) is not a
+    denial: the error goes through, so the attempt ends and the run resumes."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from sqlalchemy.exc import OperationalError
+
+    from hermes_agent.errors import is_store_error
+    from hermes_agent.pipeline.tool_selector import _ask
+    from hermes_agent.storage.base import StorageError
+    from hermes_agent.tools.registry import Tool
+    from hermes_agent.types import ToolCall
+
+    reset = OperationalError("SELECT 1", {}, Exception("server closed the connection"))
+    try:
+        raise StorageError("cannot read the session") from reset
+    except StorageError as exc:
+        wrapped = exc
+    assert is_store_error(wrapped) and not is_store_error(ValueError("a bug"))
+
+    def approver(call: ToolCall, tool: Tool) -> bool:
+        raise wrapped
+
+    def denying(call: ToolCall, tool: Tool) -> bool:
+        raise ValueError("the approver's own bug")
+
+    tool = Tool.from_function(lambda: "ok", name="act")
+    call = ToolCall(name="act", arguments={})
+    with pytest.raises(StorageError):
+        asyncio.run(_ask(SimpleNamespace(approver=approver), call, tool))  # type: ignore[arg-type]
+    denied = asyncio.run(_ask(SimpleNamespace(approver=denying), call, tool))  # type: ignore[arg-type]
+    assert denied[0] is False and "the approver failed: ValueError" in denied[1]

@@ -76,7 +76,19 @@ class StoreUnavailable(HermesAgentError):
 def is_store_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the store failing (a lost, refused, reset or timed-out database
     connection, a database error raised through SQLAlchemy, a broker or Redis connection
-    error) rather than a defect of the code that called it."""
+    error) rather than a defect of the code that called it — itself, or what it was raised
+    from (a store's own error wrapping the database's: ``raise StorageError(...) from exc``)."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # a few links of the chain; a cycle or a long one ends the search
+        if seen is None:
+            return False
+        if _is_store_failure(seen):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _is_store_failure(exc: BaseException) -> bool:
     if isinstance(exc, StoreUnavailable):
         return True
     import sqlalchemy.exc  # the store's layer; a core dependency

@@ -25,6 +25,7 @@ import inspect
 import reprlib
 from typing import Any
 
+from hermes_agent.errors import is_store_error
 from hermes_agent.events import PlannedCallView, RefusedCallView, SelectionEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.journal import CallKey
@@ -338,6 +339,8 @@ async def _ask(ctx: RunContext, proposed: ToolCall, tool: Tool) -> tuple[bool, s
         if inspect.isawaitable(answer):
             answer = await answer
     except Exception as exc:
+        if is_store_error(exc):  # the store failing is not the approver's answer
+            raise
         return False, f"the approver failed: {type(exc).__name__}: {_bounded(str(exc))}"
     return verdict(answer)
 

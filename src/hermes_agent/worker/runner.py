@@ -91,7 +91,12 @@ class QueueApprover:
 
     async def __call__(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
         key = self.key(call)
-        found = await asyncio.to_thread(self.store.approval, self.request_id, key)
+        # Read as every write of the attempt is: retried while the store is away, then
+        # StoreUnavailable (the attempt ends, the run resumes) — never a denial.
+        what = f"the approval of run {self.request_id}"
+        found = await asyncio.to_thread(
+            self.journal.attempt.write, what, self.store.approval, self.request_id, key
+        )
         if found is not None and found[0] != "pending":
             status, reason = found
             return status == "approved", reason or status
@@ -113,7 +118,7 @@ class _StoreSessions:
         try:
             return self._inner.load(session_id)
         except Exception as exc:
-            if exc.__cause__ is not None and is_store_error(exc.__cause__):
+            if is_store_error(exc):
                 raise StoreUnavailable(f"session {session_id[:80]!r}: the store failed") from exc
             raise
 
