@@ -584,3 +584,24 @@ def test_a_callers_schema_text_is_never_rendered_as_the_prompt_template() -> Non
     assert result.data == {"n": 1}
     assert seen and seen[0].startswith("Answer in fr.")
     assert "leak {{ secret }}" in seen[0] and "s3cr3t" not in seen[0]
+
+
+def test_a_renderer_is_told_the_channel_and_the_runs_variables() -> None:
+    """One renderer can serve several channels and languages: it sees which channel the
+    answer is for and the run's variables."""
+    from hermes_agent import Agent, ScriptedModel
+
+    seen: list[tuple[Any, Any]] = []
+
+    def card(view: Any) -> str:
+        seen.append((view.channel, view.variables.get("lang")))
+        title = "回答" if view.variables.get("lang") == "zh" else "Answer"
+        return f"[{view.channel}] {title}: {view.output}"
+
+    agent = Agent(ScriptedModel(["hello", "hello"]), channels={"wecom": "card", "slack": "card"})
+    agent.add_renderer("card", card)
+    zh = agent.run("hi", channel="wecom", variables={"lang": "zh"})
+    en = agent.run("hi", channel="slack")
+    assert zh.rendered.content == "[wecom] 回答: hello"
+    assert en.rendered.content == "[slack] Answer: hello"
+    assert seen == [("wecom", "zh"), ("slack", None)]

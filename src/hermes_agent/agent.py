@@ -606,6 +606,7 @@ class Agent:
             ctx.dry_run = dry_run
             ctx.renderer_name = self._format_for(output_format, channel)
             ctx.renderer = self.renderers[ctx.renderer_name]
+            ctx.channel = channel
             if self.audit_sink is not None and not dry_run:
                 ctx.recorder = Recorder(self.audit_sink, self.redactor)
                 if journal is not None and self.storage is not None:

@@ -114,6 +114,8 @@ class RunContext:
     approver: Approver | None = None
     renderer_name: str = "text"
     renderer: Renderer | None = None
+    channel: str | None = None
+    """The channel the answer is for (``Agent.run(channel=...)``), as the renderer is told."""
     variables: dict[str, Any] = field(default_factory=dict)
     """The run's variables (``Agent.run(variables=...)``): hooks read and fill them, and they
     fill ``{{ name }}`` placeholders in the system prompt."""

@@ -57,7 +57,9 @@ class OutputRenderer:
             # with two user messages in a row (many chat templates reject that).
             ctx.new_messages.append(Message("assistant", ctx.output))
         if ctx.renderer is not None:
-            view = RenderInput(ctx.output, int(ctx.status), ctx.tool_calls)
+            view = RenderInput(
+                ctx.output, int(ctx.status), ctx.tool_calls, ctx.channel, dict(ctx.variables)
+            )
             try:
                 ctx.rendered = rendered(view, ctx.renderer_name, ctx.renderer)
             except Exception as exc:

@@ -35,11 +35,15 @@ DEFAULT_CHANNELS = {"cli": "text", "terminal": "text", "web": "markdown", "api":
 
 @dataclass(slots=True)
 class RenderInput:
-    """What a renderer sees: the answer, the run's status, and every tool call with its data."""
+    """What a renderer sees: the answer, the run's status, every tool call with its data, the
+    channel the answer is for (``None`` when the run named none) and the run's variables (a
+    copy: ``lang``, say)."""
 
     output: str
     status: int
     tool_calls: list[ToolCallRecord]
+    channel: str | None = None
+    variables: dict[str, Any] = field(default_factory=dict)
 
     def latest_records(self) -> list[dict[str, Any]] | None:
         """The most recent successful tool data that is a non-empty list of dicts."""
