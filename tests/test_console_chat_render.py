@@ -204,3 +204,26 @@ def test_at_400_pixels_nothing_runs_off_the_page(
         # The table is wider than the screen: it scrolls inside its box, every column kept.
         assert table["overflow"] == "auto" and table["scroll"] > table["box"], table
     close(page)
+
+
+def test_a_long_line_of_markup_is_shown_as_its_text(browser: Any, url: str) -> None:
+    """The renderer's inline pieces are bounded: a line past 4,000 characters (a model
+    writing 40,000 "[") is one text node, and ordinary lines keep their markup."""
+    page = new_page(browser)
+    page.goto(f"{url}/console/#/chat")
+    expect(page.locator("main[data-ready=chat]")).to_have_count(1)
+    drawn = page.evaluate(
+        """async () => {
+          const { markdown } = await import("/console/markdown.js");
+          const long = "[".repeat(40000) + "x](y)";
+          const blocks = markdown(long + "\\n\\nsee [docs](https://example.org) **now**");
+          return blocks.map((b) => ({
+            text: b.textContent.length,
+            links: b.querySelectorAll(".md-link").length,
+            strong: b.querySelectorAll("strong").length,
+          }));
+        }"""
+    )
+    assert drawn[0] == {"text": 40005, "links": 0, "strong": 0}
+    assert drawn[1]["links"] == 1 and drawn[1]["strong"] == 1
+    close(page)

@@ -8,11 +8,16 @@
 
 import { h } from "./dom.js";
 
-const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\s][^*\n]*\*|_[^_\s][^_\n]*_)|(\[[^\]\n]+\]\([^)\s]+\))/;
+// Every piece is bounded (and a link's text holds no "["), so no line can make a match try
+// more than a few thousand characters from any position: the model's text cannot make the
+// page work quadratically.
+const INLINE = /(`[^`\n]{1,1000}`)|(\*\*[^*\n]{1,1000}\*\*)|(\*[^*\s][^*\n]{0,1000}\*|_[^_\s][^_\n]{0,1000}_)|(\[[^\][\n]{1,500}\]\([^)\s]{1,2000}\))/;
 const MAX_CHARS = 200_000; // past this, the answer is shown as plain text
+const MAX_INLINE_LINE = 4_000; // a longer line is shown as its text
 
 /** The inline pieces of one line of text, as nodes. */
 function inline(text) {
+  if (text.length > MAX_INLINE_LINE) return [text];
   const nodes = [];
   let rest = text;
   while (rest) {
