@@ -276,3 +276,16 @@ def test_every_documented_install_of_the_project_works_from_a_checkout() -> None
             assert set(named[1].split(",")) <= extras, (page.name, target)
     pages = {name for name, _ in found}
     assert {"README.md", "mcp.md", "scale-out.md", "observability.md"} <= pages
+
+
+def test_the_readme_builds_llama_cpp_without_its_multimodal_library_and_ci_runs_it() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    installs = [line for line in readme.splitlines() if 'pip install ".[local]"' in line]
+    tests = [line for line in readme.splitlines() if "&& pytest" in line]
+    assert installs and tests
+    for line in [*installs, *tests]:
+        assert line.startswith('CMAKE_ARGS="-DLLAVA_BUILD=OFF" pip install '), line
+    # CI runs the README's test command as written, in a fresh environment.
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert tests[0] in ci.splitlines()
+    assert "rm -rf .ci-venv" in ci and "python3 -m venv .ci-venv" in ci

@@ -87,7 +87,10 @@ def readme_commands() -> list[list[str]]:
 
 
 def is_not_run(argv: list[str]) -> bool:
-    """Installing needs the network and changes the environment; ``pytest`` is this suite."""
+    """Installing needs the network and changes the environment; ``pytest`` is this suite.
+    (Variables set for the command, ``CMAKE_ARGS=... pip ...``, do not hide what it is.)"""
+    while argv and re.fullmatch(r"[A-Z_]+=.*", argv[0]):
+        argv = argv[1:]
     return argv[0] in ("pip", "pytest") or "--setup" in argv
 
 
