@@ -68,8 +68,10 @@ def test_debug_run_prints_five_stage_lines(tmp_path: Path) -> None:
         "ToolSelector",
         "ToolExecutor",
         "OutputRenderer",
+        "ToolCall",  # each call's arguments, masked and bounded
     }
     assert "status=200" in done.stderr
+    assert 'name=calculator, arguments={"expression": "17 * 23"}' in done.stderr, done.stderr
 
 
 def test_greeting_with_auto_tool_choice_is_plain_text() -> None:

@@ -265,7 +265,8 @@ def test_json_and_debug_print_the_run_result_and_one_line_per_stage(shell: Shell
         for line in done.stderr.splitlines()
         if line.startswith("[INFO] ") and not line.startswith("[INFO] storage:")
     }
-    assert {"InputParser", "ThoughtGenerator", "OutputRenderer"} <= stages <= set(STAGES)
+    # Each stage, and each tool call with its arguments, as the README says.
+    assert {"InputParser", "ThoughtGenerator", "OutputRenderer"} <= stages <= {*STAGES, "ToolCall"}
 
 
 @pytest.mark.embedded

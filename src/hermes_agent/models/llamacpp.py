@@ -82,7 +82,7 @@ _TOP_K = 40  # llama-cpp-python's default top_k, which create_completion applies
 _WIDE_CHECK = 512  # candidates checked before the whole vocabulary is (see _GrammarGuide)
 _SNAPSHOTS = 2  # contexts kept aside by _Loaded.reuse_context, most recently used last
 _SNAPSHOT_MIN_TOKENS = 64  # fewer evaluated tokens at stake than this: not worth a copy
-DEFAULT_CALL_BIAS = 7.75
+DEFAULT_CALL_BIAS = 7.875
 """Added to the call side of the decision of an ``auto`` turn (see ``LlamaCpp``): calibrated on
 BFCL (``benchmarks/bfcl_call_bias.py``, docs/evaluation.md) for the bundled SmolLM2-135M."""
 
@@ -415,7 +415,8 @@ class LlamaCpp(ModelBase):
     so the audit trail records the ``required`` rendering of a turn that decided to call.
     ``last_call_margin`` keeps the last margin. After
     tool results there is no decision (the model goes on under "text or calls" and answers).
-    The default, 7.75, comes from BFCL (docs/evaluation.md); ``None`` turns the decision off.
+    The default, 7.875, comes from BFCL and the quick start's margins on machines of this
+    kind (docs/evaluation.md); ``None`` turns the decision off.
 
     >>> model = LlamaCpp()                                        # doctest: +SKIP
     >>> model.count_tokens("Hello, world")                        # doctest: +SKIP
