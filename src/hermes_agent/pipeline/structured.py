@@ -276,9 +276,7 @@ def _inline(
         rest = {k: _inline(v, definitions, seen, budget) for k, v in node.items() if k != "$ref"}
         return {**target, **rest} if isinstance(target, dict) else target
     return {
-        key: value
-        if key in ("$defs", "definitions")
-        else _inline(value, definitions, seen, budget)
+        key: value if key in ("$defs", "definitions") else _inline(value, definitions, seen, budget)
         for key, value in node.items()
     }
 
