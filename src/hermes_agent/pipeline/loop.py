@@ -136,7 +136,9 @@ async def _run_stage(
         ran = await _guarded(ctx, runner.name, lambda: runner.run(ctx))
         await _hooks(ctx, hooks, f"post_{stage}", runner.name)
     if ctx.recorder is not None:
-        ctx.recorder.record(ctx, stage, runner.name, started, ran=ran)
+        # A stage that failed (in itself or in a hook) is recorded with its error; only one a
+        # hook's answer skipped leaves no records of its own.
+        ctx.recorder.record(ctx, stage, runner.name, started, ran=ran or ctx.answered_by is None)
 
 
 async def _guarded(ctx: RunContext, name: str, work: Callable[[], Any]) -> bool:
