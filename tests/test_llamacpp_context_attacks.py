@@ -346,8 +346,8 @@ def test_two_models_sharing_one_llama_answer_as_each_would_alone(
 def test_a_failed_completion_between_turns_changes_nothing(
     alone: Callable[..., LlamaCpp], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A prompt too long for the context fails after a restore and a copy were made for it; the
-    next turn answers as if it had not been tried."""
+    """A prompt too long for the context fails before anything of the context is touched (no
+    copy is restored for it); the next turn answers as if it had not been tried."""
     monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 16)
     counts = watch_spans(monkeypatch)
     model = alone(768)
@@ -364,7 +364,7 @@ def test_a_failed_completion_between_turns_changes_nothing(
             too_long = [*conversation, Message(role="user", content="Repeat: " + FACTS[:2500])]
             with pytest.raises(ModelError, match="context window"):
                 complete(model, too_long, PLAIN)
-            assert counts["restore"] == restores + 1  # the first conversation was put back
+            assert counts["restore"] == restores  # refused by its size, before any restore
         conversation.append(Message(role="user", content="Thank you. And item 2?"))
         return complete(model, conversation, PLAIN)
 
