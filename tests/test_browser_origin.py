@@ -10,6 +10,7 @@ that are same-origin in the browser's eyes. Nothing runs.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -155,6 +156,9 @@ def test_the_console_follows_a_run_through_a_stream_token_not_its_key(
         page = browser.new_page()
         sent: list[Any] = []
         page.on("request", lambda request: sent.append(request))
+        # The key is there before the console starts, as after a sign-in: set after the page
+        # loaded, the console's own first request (without it) would clear it again.
+        page.add_init_script(f"sessionStorage.setItem('hermes-console-key', {json.dumps(key)})")
         try:
             page.goto(f"{service}/console/")
             kinds = page.evaluate(
