@@ -233,10 +233,17 @@ def test_chat_says_it_loads_the_model_before_the_first_prompt(tmp_path: Path) ->
 @pytest.mark.embedded
 @pytest.mark.skipif(not HAVE_LOCAL, reason="needs the local extra")
 def test_a_prompt_past_the_context_says_what_to_do() -> None:
+    from hermes_agent.models import llamacpp
     from hermes_agent.models.llamacpp import LlamaCpp
 
-    agent = Agent(model=LlamaCpp(n_ctx=256, n_threads=1))
-    result = agent.run("word " * 400)
+    model = LlamaCpp(n_ctx=256, n_threads=1)
+    agent = Agent(model=model)
+    try:
+        result = agent.run("word " * 400)
+    finally:  # the loaded context is this test's alone: other tests load their own 256
+        item = llamacpp._LOADED.pop((model.model_path, model.n_ctx), None)
+        if item is not None:
+            item.llm.close()
     assert result.status == 502
     error = result.error or ""
     assert "more than the embedded model's context window of 256 tokens" in error
