@@ -681,7 +681,10 @@ def test_default_ids_are_unique() -> None:
 
 # --- round trip of rendered calls ------------------------------------------------------------
 
-TAGS = ("<tool_call>", "</tool_call>", "<scratch_pad>", "</scratch_pad>", *SPECIAL_TOKENS)
+TAGS = (
+    "<tool_call>", "</tool_call>", "<tools>", "</tools>", "<scratch_pad>", "</scratch_pad>",
+    "<think>", "</think>", *SPECIAL_TOKENS,
+)  # fmt: skip
 
 names = st.from_regex(
     r"[A-Za-z_][A-Za-z0-9_]{0,12}(\.[A-Za-z_][A-Za-z0-9_]{0,8}){0,2}", fullmatch=True

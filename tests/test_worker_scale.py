@@ -5,6 +5,8 @@ never interleave."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -78,6 +80,8 @@ def test_sixty_runs_survive_a_killed_worker(tmp_path: Path, pg_url: str, broker:
                 time.sleep(0.05)
             assert victim_pid is not None, "no worker was ever seen holding two runs"
             victim = next(p for p in c.workers if p.pid == victim_pid)
+            # Frozen first, so that none of its runs can end while the runs it holds are read.
+            os.killpg(victim.pid, signal.SIGSTOP)
             killed_runs = {
                 rid
                 for rid in ids
