@@ -2,19 +2,51 @@
 
     HermesAgentError
     ├── ConfigError              a config file or argument is wrong (names the file, key and fix)
-    │   └── ToolsFileError       a tools file cannot be loaded (``loading.load_tools_file``)
+    │   └── ToolsFileError       a tools file cannot be loaded (``loading``)
     ├── ToolDefinitionError      a tool cannot be registered (bad schema, duplicate name, ...)
     ├── MissingDependencyError   an optional extra is not installed (names the pip command)
     ├── ModelError               the model endpoint failed after the SDK's retries (status 502)
     ├── OutputValidationError    the answer never matched the requested ``output_type`` (422)
+    ├── AnswerProblems           what is wrong with one answer (``pipeline.structured``; also
+    │                            a ``ValueError``, which output validators may raise instead)
+    ├── HookError                a hook asked for what its hook point does not allow
+    │                            (``pipeline.hooks``)
+    ├── VariablesTooLarge        a run's variables are over their size bound
+    │                            (``pipeline.variables``; also a ``ValueError``)
     ├── StorageError             the store cannot be opened, migrated, read or written
-    │   └── SessionIdError       a session id no store can hold; raised before a run starts
-    └── StoreUnavailable         a durable run's store stayed away past its retries: the
-                                 attempt ends without an ending and the run resumes later
+    │   ├── SessionIdError       a session id no store can hold; raised before a run starts
+    │   └── LeaseLost            a worker's hold on a queued run passed to another
+    │                            (``worker.store``): it stops and writes nothing more
+    ├── StoreUnavailable         a durable run's store stayed away past its retries: the
+    │                            attempt ends without an ending and the run resumes later
+    ├── RunRejected              the run gate refuses a run: 413, 422, 429 or 503 and what to
+    │                            do (``runs.gate``)
+    ├── RunNotFound              no run or approval the caller may see: 404 (``runs.backend``;
+    │                            also a ``LookupError``)
+    ├── ApprovalConflict         the approval has its answer already: 409 (``runs.backend``)
+    │   └── ApprovalAnswered     the same, from the in-process approval registry
+    │                            (``server.approvals``)
+    ├── UnknownEvent             a wire dict that is no event of this version (``runs.events``;
+    │                            also a ``ValueError``)
+    ├── ToolProcessError         a tool failed inside its worker process (``tools.sandbox``)
+    ├── CallAborted              a tool call was aborted by its caller (``tools.sandbox``)
+    ├── ClosedError              the tool threads closed before a call could start
+    │                            (``tools.runtime``; also a ``RuntimeError``)
+    ├── McpError                 a call to an MCP server failed (``mcp.client``)
+    ├── DeliveryError            a channel part was not delivered; ``transient`` when a retry
+    │                            may succeed (``channels.senders``)
+    ├── InboundRefused           a channel payload the channel cannot take: 400 or 422
+    │                            (``channels.inbound``)
+    └── OpenAIError              the OpenAI-compatible facade's error answer
+                                 (``server.openai_wire``)
 
-``ToolsFileError`` lives in ``hermes_agent.loading`` and the storage errors in
-``hermes_agent.storage.base``, beside the code that raises them; all are importable from
-``hermes_agent``.
+Each class lives beside the code that raises it (the module in brackets). ``hermes_agent``
+exports the ones a caller of the library handles: ``HermesAgentError``, ``ConfigError``,
+``ToolsFileError``, ``ToolDefinitionError``, ``MissingDependencyError``, ``ModelError``,
+``OutputValidationError``, ``HookError``, ``StorageError`` and ``SessionIdError``.
+``except HermesAgentError`` catches every one of them; the ones that are also a built-in
+exception keep what older callers caught. A test (``tests/test_exception_tree.py``) finds every
+exception class the package defines and checks that it is in this tree, drawn here, or private.
 
 Problems *inside* a run (unknown tool, invalid arguments, a tool that raises or times out) are
 not exceptions: they become results with a status code that the model sees and the caller reads

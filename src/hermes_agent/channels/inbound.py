@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes_agent.channels.config import InboundSettings
+from hermes_agent.errors import HermesAgentError
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 MAX_USER_ID = 64
 DEFAULT_SESSION = "chat"
 
 
-class InboundRefused(Exception):
+class InboundRefused(HermesAgentError):
     """A payload the channel cannot take: ``status_code`` (400, 422) and why."""
 
     def __init__(self, status_code: int, message: str, event: str) -> None:

@@ -28,13 +28,14 @@ from hermes_agent.channels.config import (
     WecomChannel,
 )
 from hermes_agent.channels.signing import DELIVERY_HEADER, signed_headers
+from hermes_agent.errors import HermesAgentError
 
 WECOM_TRANSIENT_ERRCODES = frozenset({-1, 45009})
 """WeCom ``errcode`` values worth retrying: system busy, and the bot's rate limit (20 messages
 a minute)."""
 
 
-class DeliveryError(Exception):
+class DeliveryError(HermesAgentError):
     """A part that was not delivered; ``transient`` when a retry may succeed."""
 
     def __init__(self, message: str, *, transient: bool, retry_after: float | None = None):

@@ -75,7 +75,7 @@ class OutputSpec:
         return TypeAdapter(Any).dump_json(value).decode("utf-8")
 
 
-class AnswerProblems(ValueError):
+class AnswerProblems(HermesAgentError, ValueError):
     """What is wrong with an answer, one sentence each."""
 
     def __init__(self, problems: list[str]) -> None:

@@ -207,7 +207,7 @@ async def _run(
         return None, (Status.RATE_LIMITED, rate_limited(plan.call.id, tool).error or "")
     try:
         value = await _call(ctx, plan, arguments, timeout)
-    except DeadlinePassed:
+    except _DeadlinePassed:
         return None, (Status.TIMEOUT, f"tool '{tool.name}' timed out after {timeout:g} s")
     except ToolProcessError as exc:
         return None, (Status.TOOL_ERROR, f"tool '{tool.name}' failed in its process: {exc}")
@@ -221,7 +221,7 @@ async def _run(
     return value, None
 
 
-class DeadlinePassed(Exception):
+class _DeadlinePassed(Exception):
     """The executor's own deadline for a call passed (408). Kept apart from ``TimeoutError``,
     which a tool may raise itself (its database timed out): that is the tool's failure."""
 
@@ -230,7 +230,7 @@ async def _call(
     ctx: RunContext, plan: PlannedCall, arguments: dict[str, Any], timeout: float
 ) -> Any:
     """Call the tool with ``arguments`` (a private copy, converted to what its annotations
-    name) in its execution mode; ``DeadlinePassed`` when it runs past ``timeout``."""
+    name) in its execution mode; ``_DeadlinePassed`` when it runs past ``timeout``."""
     tool = plan.tool
     if tool.execution_mode == "subprocess":
         # Only JSON crosses into the worker, which converts the arguments itself
@@ -240,7 +240,7 @@ async def _call(
         try:
             return await ctx.runtime.pool(tool).acall(plan.arguments, timeout, ctx.executor)
         except TimeoutError as exc:
-            raise DeadlinePassed(str(exc)) from None
+            raise _DeadlinePassed(str(exc)) from None
     if tool.execution_mode == "inline":
         return tool.function(**arguments)  # opted in: fast and pure, no thread hop
     if tool.is_async:
@@ -258,7 +258,7 @@ async def _call(
         if not deadline.expired():
             raise  # the tool raised it: its own failure, with its own message
         ctx.runtime.write_off(future)
-        raise DeadlinePassed from None
+        raise _DeadlinePassed from None
 
 
 CANCEL_GRACE = 0.5
@@ -281,7 +281,7 @@ async def _bounded_task(coroutine: Coroutine[Any, Any, Any], timeout: float) -> 
             # Whether it stopped within the grace or is abandoned now, the call timed out;
             # whatever it ends with comes too late to be its result.
             task.add_done_callback(_forget)
-            raise DeadlinePassed
+            raise _DeadlinePassed
     except asyncio.CancelledError:
         task.cancel()  # the run itself was cancelled: do not leave the tool running
         task.add_done_callback(_forget)

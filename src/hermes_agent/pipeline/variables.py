@@ -20,6 +20,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from hermes_agent.errors import HermesAgentError
+
 MAX_VARIABLES = 64
 MAX_VARIABLES_CHARS = 16_000
 MAX_DEPTH = 4
@@ -27,7 +29,7 @@ MAX_NAME_CHARS = 64
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class VariablesTooLarge(ValueError):
+class VariablesTooLarge(HermesAgentError, ValueError):
     """The variables' JSON is over ``MAX_VARIABLES_CHARS`` (the service answers 413)."""
 
 

@@ -26,6 +26,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.runs.status import FINAL_STATUSES
@@ -38,7 +39,7 @@ Item = tuple[int | None, dict[str, Any]] | None
 from the run's row, which the log does not hold), or ``None`` for a keep-alive."""
 
 
-class RunNotFound(LookupError):
+class RunNotFound(HermesAgentError, LookupError):
     """No such run or approval that the caller may see (404)."""
 
     def __init__(self, message: str) -> None:
@@ -46,7 +47,7 @@ class RunNotFound(LookupError):
         self.message = message
 
 
-class ApprovalConflict(Exception):
+class ApprovalConflict(HermesAgentError):
     """The approval was answered already (409)."""
 
     def __init__(self, message: str) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Literal
 
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.events import (
     EVENT_TYPES,
     Event,
@@ -116,7 +117,7 @@ END_EVENTS = (StoredResultEvent, RunStoppedEvent)
 """The types of a run's last event."""
 
 
-class UnknownEvent(ValueError):
+class UnknownEvent(HermesAgentError, ValueError):
     """A wire dict that is not an event of this version (its ``kind`` is unknown, or its
     fields do not fit it)."""
 

@@ -48,7 +48,7 @@ from hermes_agent.types import TOOL_CHOICE_MODES
 logger = logging.getLogger("hermes_agent.runs")
 
 
-class RunRejected(Exception):
+class RunRejected(HermesAgentError):
     """A run the gate refuses: ``status_code`` (413, 422, 429, 503) and what to do."""
 
     def __init__(self, status_code: int, message: str, retry_after: int | None = None) -> None:

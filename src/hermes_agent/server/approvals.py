@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from hermes_agent.runs.backend import ApprovalConflict
 from hermes_agent.runs.events import ApprovalRequiredEvent
 
 EXPIRED = "expired"
 
 
-class ApprovalAnswered(Exception):
+class ApprovalAnswered(ApprovalConflict):
     """The approval has an answer already (an approval is single-use)."""
 
 

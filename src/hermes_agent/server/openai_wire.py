@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response
 
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.pipeline.client_tools import MAX_CLIENT_TOOLS
+from hermes_agent.runs.backend import ApprovalConflict, RunNotFound
 from hermes_agent.runs.gate import RunRejected
 from hermes_agent.server.sse import to_json
 from hermes_agent.storage.base import SessionIdError
@@ -33,7 +34,7 @@ NO_RETRY = {"x-should-retry": "false"}
 # -- errors in OpenAI's shape ---------------------------------------------------------------
 
 
-class OpenAIError(Exception):
+class OpenAIError(HermesAgentError):
     """An error answered as ``{"error": {"message", "type", "param", "code"}}``."""
 
     def __init__(
@@ -151,6 +152,10 @@ def as_openai_error(exc: Exception) -> OpenAIError | None:
         )
     if isinstance(exc, SessionIdError):
         return OpenAIError(400, str(exc), param="user", code="invalid_session_id")
+    if isinstance(exc, RunNotFound):
+        return OpenAIError(404, exc.message, code=_HTTP_CODES.get(404))
+    if isinstance(exc, ApprovalConflict):
+        return OpenAIError(409, exc.message, code=_HTTP_CODES.get(409))
     if isinstance(exc, HermesAgentError):  # refused before it started (e.g. tool_choice)
         return OpenAIError(422, str(exc), code="refused")
     return None

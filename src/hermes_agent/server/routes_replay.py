@@ -30,6 +30,7 @@ from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.models.base import Model
 from hermes_agent.runs.backend import RunBackend
+from hermes_agent.runs.gate import RunRejected
 from hermes_agent.runs.principal import client_session_id, stored_session_id
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.auth import CurrentUser
@@ -149,6 +150,8 @@ async def replay_run(
             report = await anyio.to_thread.run_sync(run_replay, limiter=limiter)
     except StorageError as exc:
         raise HTTPException(422, str(exc)) from None
+    except RunRejected:
+        raise  # the gate's own answer (429, 503, ...): the app's handler writes it
     except HermesAgentError as exc:
         raise HTTPException(422, f"the replay failed: {exc}") from None
     answer = report_to_dict(report)

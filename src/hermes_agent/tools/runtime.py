@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.sandbox import Limits, SubprocessPool
 
@@ -187,7 +188,7 @@ class _Job:
     finished: bool = False
 
 
-class ClosedError(RuntimeError):
+class ClosedError(HermesAgentError, RuntimeError):
     """The tool threads were closed before this call could start."""
 
 

@@ -62,6 +62,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from hermes_agent.errors import HermesAgentError
+
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """Default bound on one message between the agent and a worker (arguments or reply)."""
 
@@ -75,11 +77,11 @@ _MAX_ERROR_CHARS = 100_000
 _STUCK_GRACE = 5.0  # ``acall`` gives up this long after the timeout (a pool that cannot fork)
 
 
-class ToolProcessError(Exception):
+class ToolProcessError(HermesAgentError):
     """The tool failed inside its worker process (raised, died, or sent what is not data)."""
 
 
-class CallAborted(Exception):
+class CallAborted(HermesAgentError):
     """The caller aborted the call (``Abort.abort``); its worker, if it had one, was killed."""
 
 
