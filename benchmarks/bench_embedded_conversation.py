@@ -6,7 +6,7 @@ One conversation is what the pipeline does with a calculator tool and ``tool_cho
 for each user question the model makes the call decision (scored on the ``auto`` rendering),
 then, when it calls, is decoded on the ``required`` rendering; the tool's result goes back and
 the model answers. The two renderings part at the end of the system prompt, so without the
-context copies of ``_Loaded.reuse_context`` every switch between them evaluated the whole
+context copies of ``LoadedModel.reuse_context`` every switch between them evaluated the whole
 conversation after the system prompt again.
 
 Two variants on the same loaded model, interleaved round by round so that noise from other work
@@ -33,9 +33,9 @@ from typing import Any
 
 from _common import code_version
 
-from hermes_agent.models import llamacpp
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.llamacpp import LlamaCpp
+from hermes_agent.models.llamacpp import context as llama_context
 from hermes_agent.protocol.prompts import openai_tool
 from hermes_agent.types import Message, ToolResult
 
@@ -133,12 +133,12 @@ def main() -> None:
 
     llama_cpp.Llama.eval = counting  # type: ignore[method-assign]
     model = LlamaCpp(n_ctx=8192)
-    minimum = llamacpp._SNAPSHOT_MIN_TOKENS
+    minimum = llama_context._SNAPSHOT_MIN_TOKENS
     variants = {"copies on": minimum, "copies off": 10**9}
     samples: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, setting in variants.items():
-            llamacpp._SNAPSHOT_MIN_TOKENS = setting
+            llama_context._SNAPSHOT_MIN_TOKENS = setting
             loaded = model._loaded()
             loaded.snapshots.clear()
             loaded.llm.n_tokens = 0  # every conversation starts from an empty context
@@ -148,7 +148,7 @@ def main() -> None:
             after = os.times()
             cpu_s = after.user + after.system - cpu.user - cpu.system
             samples[name].append((time.perf_counter() - wall, cpu_s, evaluated[0], turns))
-    llamacpp._SNAPSHOT_MIN_TOKENS = minimum
+    llama_context._SNAPSHOT_MIN_TOKENS = minimum
 
     rows = {}
     for name, runs in samples.items():

@@ -8,6 +8,7 @@ from typing import Any
 
 from hermes_agent.models import llamacpp
 from hermes_agent.models.llamacpp import bundled_model_path
+from hermes_agent.models.llamacpp.context import LoadedModel
 from hermes_agent.protocol.prompts import openai_tool
 
 FACTS = " ".join(f"Fact {i}: the code of item {i} is {i * 7919 % 10007}." for i in range(120))
@@ -25,7 +26,7 @@ CALCULATOR = openai_tool(
 
 
 def raw_loaded() -> Iterator[Any]:
-    """A ``_Loaded`` around a raw ``Llama`` (n_ctx 2048, one thread) that no ``LlamaCpp``
+    """A ``LoadedModel`` around a raw ``Llama`` (n_ctx 2048, one thread) that no ``LlamaCpp``
     shares; closed when the generator is."""
     llm = llamacpp.new_llama(
         str(bundled_model_path()),
@@ -34,7 +35,7 @@ def raw_loaded() -> Iterator[Any]:
         n_threads_batch=1,
         verbose=False,
     )
-    yield llamacpp._Loaded(llm)
+    yield LoadedModel(llm)
     llm.close()
 
 

@@ -233,15 +233,15 @@ def test_chat_says_it_loads_the_model_before_the_first_prompt(tmp_path: Path) ->
 @pytest.mark.embedded
 @pytest.mark.skipif(not HAVE_LOCAL, reason="needs the local extra")
 def test_a_prompt_past_the_context_says_what_to_do() -> None:
-    from hermes_agent.models import llamacpp
     from hermes_agent.models.llamacpp import LlamaCpp
+    from hermes_agent.models.llamacpp import loader as llama_loader
 
     model = LlamaCpp(n_ctx=256, n_threads=1)
     agent = Agent(model=model)
     try:
         result = agent.run("word " * 400)
     finally:  # the loaded context is this test's alone: other tests load their own 256
-        item = llamacpp._LOADED.pop((model.model_path, model.n_ctx), None)
+        item = llama_loader._LOADED.pop((model.model_path, model.n_ctx), None)
         if item is not None:
             item.llm.close()
     assert result.status == 502

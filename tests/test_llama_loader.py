@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOADER = ROOT / "src" / "hermes_agent" / "models" / "llamacpp.py"
+LOADER = ROOT / "src" / "hermes_agent" / "models" / "llamacpp" / "loader.py"
 # A call of the class (``Llama(`` or ``llama_cpp.Llama(``), not ``LlamaCpp(`` or ``new_llama(``.
 CONSTRUCTS = re.compile(r"(?<![\w.])(?:llama_cpp\.)?Llama\s*\(|llama_cpp\.Llama\s*\(")
 

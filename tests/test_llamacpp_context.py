@@ -1,4 +1,4 @@
-"""models.llamacpp: contexts copied aside and put back (``_Loaded.reuse_context``).
+"""models.llamacpp: contexts copied aside and put back (``context.LoadedModel.reuse_context``).
 
 On the real embedded model: a restored context is the context that was copied, bit for bit; a
 copy is made only when evaluated tokens would be lost, at most ``_SNAPSHOTS`` are kept, and an
@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from hermes_agent.models import llamacpp
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.llamacpp import LlamaCpp
+from hermes_agent.models.llamacpp import context as llama_context
+from hermes_agent.models.llamacpp import loader as llama_loader
 from hermes_agent.types import Message, ToolCall, ToolResult
 from llama_context_harness import CALCULATOR, FACTS, logits, raw_loaded
 
@@ -67,7 +68,7 @@ def test_a_copy_is_made_only_when_enough_evaluated_tokens_would_be_lost(
     loaded: Any, tokens: list[int]
 ) -> None:
     llm = loaded.llm
-    minimum = llamacpp._SNAPSHOT_MIN_TOKENS
+    minimum = llama_context._SNAPSHOT_MIN_TOKENS
     llm.eval(tokens[:600])
     loaded.reuse_context(tokens[:700])  # extends the context: nothing is lost
     loaded.reuse_context([*tokens[: 600 - minimum + 1], 1, 2, 3])  # loses minimum - 1
@@ -79,14 +80,14 @@ def test_a_copy_is_made_only_when_enough_evaluated_tokens_would_be_lost(
 def test_at_most_snapshots_are_kept_the_oldest_goes(loaded: Any, tokens: list[int]) -> None:
     llm = loaded.llm
     starts = []
-    for round_ in range(llamacpp._SNAPSHOTS + 2):
+    for round_ in range(llama_context._SNAPSHOTS + 2):
         tail = tokens[1000 + 100 * round_ : 1100 + 100 * round_]
         starts.append(tail[0])
         llm.n_tokens = min(llm.n_tokens, 800)
         llm.eval(tokens[:800][llm.n_tokens :] + tail)
         loaded.reuse_context([*tokens[:800], 5])  # each context is lost in its turn: copied
     kept = [snapshot.tokens[800] for snapshot in loaded.snapshots]
-    assert kept == starts[-llamacpp._SNAPSHOTS :]
+    assert kept == starts[-llama_context._SNAPSHOTS :]
 
 
 def test_the_copy_sharing_the_most_is_put_back(loaded: Any, tokens: list[int]) -> None:
@@ -145,13 +146,13 @@ class _Alone(LlamaCpp):
     """A ``LlamaCpp`` whose ``Llama`` no other test shares, unloaded when it is collected."""
 
     def __del__(self) -> None:
-        loaded = llamacpp._LOADED.pop((self.model_path, self.n_ctx), None)
+        loaded = llama_loader._LOADED.pop((self.model_path, self.n_ctx), None)
         if loaded is not None:
             loaded.llm.close()
 
 
 def _alone(n_ctx: int) -> LlamaCpp:
-    assert not any(key[1] == n_ctx for key in llamacpp._LOADED)
+    assert not any(key[1] == n_ctx for key in llama_loader._LOADED)
     return _Alone(n_ctx=n_ctx)
 
 
@@ -181,7 +182,7 @@ def test_auto_turns_evaluate_the_conversation_once_not_at_every_switch(
         return sum(evaluated)
 
     with_copies = run(_alone(3072))
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 10**9)
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 10**9)
     without = run(_alone(3328))
     # Without copies every switch between the auto and the required rendering evaluates the
     # conversation after the system prompt again (measured: 3,764 tokens against 10,434).

@@ -1,4 +1,4 @@
-"""models.llamacpp: attacks on the contexts copied aside and put back (``_Loaded.reuse_context``).
+"""models.llamacpp: attacks on the contexts copied aside and put back (``reuse_context``).
 
 On the real embedded model. What survives: a copy and a restored context hold exactly the cells
 of the tokens recorded for them, whatever the flow (the call decision and its opener tokens, a
@@ -21,9 +21,12 @@ from typing import Any
 import pytest
 
 from hermes_agent.errors import ModelError
-from hermes_agent.models import llamacpp
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.llamacpp import LlamaCpp
+from hermes_agent.models.llamacpp import context as llama_context
+from hermes_agent.models.llamacpp import loader as llama_loader
+from hermes_agent.models.llamacpp.context import LoadedModel, tokenize_prompt
+from hermes_agent.models.llamacpp.decision import call_margin
 from hermes_agent.types import Message, ToolCall, ToolResult
 from llama_context_harness import CALCULATOR, FACTS, logits, raw_loaded
 
@@ -40,7 +43,7 @@ SYSTEM = "You are a careful assistant. " + FACTS[:380]
 
 @pytest.fixture(scope="module")
 def loaded() -> Iterator[Any]:
-    """A ``_Loaded`` around a raw ``Llama`` that no ``LlamaCpp`` shares."""
+    """A ``LoadedModel`` around a raw ``Llama`` that no ``LlamaCpp`` shares."""
     yield from raw_loaded()
 
 
@@ -63,7 +66,7 @@ def alone() -> Iterator[Callable[..., LlamaCpp]]:
     made: list[LlamaCpp] = []
 
     def make(n_ctx: int, **options: Any) -> LlamaCpp:
-        key_taken = any(key[1] == n_ctx for key in llamacpp._LOADED)
+        key_taken = any(key[1] == n_ctx for key in llama_loader._LOADED)
         assert not key_taken or any(model.n_ctx == n_ctx for model in made)
         model = LlamaCpp(n_ctx=n_ctx, n_threads=1, **options)
         made.append(model)
@@ -71,7 +74,7 @@ def alone() -> Iterator[Callable[..., LlamaCpp]]:
 
     yield make
     for model in made:
-        item = llamacpp._LOADED.pop((model.model_path, model.n_ctx), None)
+        item = llama_loader._LOADED.pop((model.model_path, model.n_ctx), None)
         if item is not None:
             item.llm.close()
 
@@ -105,9 +108,9 @@ def watch_spans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     tokens recorded for the context; count both."""
     counts = {"reuse": 0, "snapshot": 0, "restore": 0}
     reuse, snapshot, restore = (
-        llamacpp._Loaded.reuse_context,
-        llamacpp._Loaded._snapshot,
-        llamacpp._Loaded._restore,
+        LoadedModel.reuse_context,
+        LoadedModel._snapshot,
+        LoadedModel._restore,
     )
 
     def checked_reuse(self: Any, prompt_tokens: Any) -> None:
@@ -127,9 +130,9 @@ def watch_spans(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         assert self.llm._input_ids.tolist() == copy.tokens
         assert kv_span(self.llm) == expected_span(len(copy.tokens))
 
-    monkeypatch.setattr(llamacpp._Loaded, "reuse_context", checked_reuse)
-    monkeypatch.setattr(llamacpp._Loaded, "_snapshot", checked_snapshot)
-    monkeypatch.setattr(llamacpp._Loaded, "_restore", checked_restore)
+    monkeypatch.setattr(LoadedModel, "reuse_context", checked_reuse)
+    monkeypatch.setattr(LoadedModel, "_snapshot", checked_snapshot)
+    monkeypatch.setattr(LoadedModel, "_restore", checked_restore)
     return counts
 
 
@@ -155,7 +158,7 @@ def test_copies_and_restores_hold_exactly_their_tokens_in_every_flow(
     """The call decision (its opener tokens stay in the context), a tool-result turn, a stream
     cancelled midway, a completion cut off by max_tokens and one that failed: at every copy and
     every restore the KV cache holds the cells of the recorded tokens, no more, no fewer."""
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 8)
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 8)
     counts = watch_spans(monkeypatch)
     model = alone(1280)
     auto = ModelSettings(tool_choice="auto", max_tokens=24)
@@ -226,7 +229,7 @@ def _reference(llm: Any, pieces: list[list[int]]) -> Any:
 def test_a_stream_cancelled_midway_is_restored_and_continued_bit_for_bit(
     alone: Callable[..., LlamaCpp], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 8)
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 8)
     model = alone(1536)
     loaded = model._loaded()
     llm = loaded.llm
@@ -240,7 +243,7 @@ def test_a_stream_cancelled_midway_is_restored_and_continued_bit_for_bit(
         if chunks == 3:
             cancelled.set()  # seen after this chunk: the generation stops midway
     assert chunks == 3
-    prompt = llamacpp._tokens(llm, request.prompt)
+    prompt = tokenize_prompt(llm, request.prompt)
     evaluated = llm._input_ids.tolist()
     assert evaluated[: len(prompt)] == prompt and len(evaluated) > len(prompt)
 
@@ -287,9 +290,9 @@ def test_the_call_decisions_opener_tokens_in_a_copy_are_the_ones_evaluated(
     text_grammar = LlamaCpp().grammar([CALCULATOR], ModelSettings(tool_choice="none"))
     assert text_grammar is not None
     prompt = llm.detokenize(facts[:150]).decode()
-    llamacpp._call_margin(fresh, prompt, text_grammar)  # leaves prompt + opener evaluated
+    call_margin(fresh, prompt, text_grammar)  # leaves prompt + opener evaluated
     decided = llm._input_ids.tolist()
-    prompt_tokens = llamacpp._tokens(llm, prompt)
+    prompt_tokens = tokenize_prompt(llm, prompt)
     opener = decided[len(prompt_tokens) :]
     assert len(opener) > 1
     fresh.reuse_context(prompt_tokens[:50] + facts[700:800])  # the decision chose the other way
@@ -312,7 +315,7 @@ def test_two_models_sharing_one_llama_answer_as_each_would_alone(
     """Two ``LlamaCpp`` (one ``Llama``) take turns with two conversations: each turn puts the
     other's context aside and its own back, and the answers are those of the conversations run
     one after the other without copies."""
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 16)
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 16)
     counts = watch_spans(monkeypatch)
     one, two = alone(1792), alone(1792, max_tokens=12)
     assert one._loaded() is two._loaded()
@@ -337,7 +340,7 @@ def test_two_models_sharing_one_llama_answer_as_each_would_alone(
     a, b = restart()
     taking_turns = turns([(one, a), (two, b), (one, a), (two, b)])
     assert counts["restore"] >= 2, counts
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 10**9)  # no copies
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 10**9)  # no copies
     a, b = restart()
     in_order = turns([(one, a), (one, a), (two, b), (two, b)])
     assert taking_turns == [in_order[0], in_order[2], in_order[1], in_order[3]]
@@ -348,7 +351,7 @@ def test_a_failed_completion_between_turns_changes_nothing(
 ) -> None:
     """A prompt too long for the context fails before anything of the context is touched (no
     copy is restored for it); the next turn answers as if it had not been tried."""
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 16)
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 16)
     counts = watch_spans(monkeypatch)
     model = alone(768)
     loaded = model._loaded()
@@ -420,7 +423,7 @@ def _question_of(model: LlamaCpp, tokens: int) -> list[Message]:
     auto = ModelSettings(tool_choice="auto")
     for padding in range(tokens):
         messages = [Message(role="user", content="What is 17 * 23?" + " x" * padding)]
-        rendered = llamacpp._tokens(llm, model.render_prompt(messages, [CALCULATOR], auto))
+        rendered = tokenize_prompt(llm, model.render_prompt(messages, [CALCULATOR], auto))
         if len(rendered) >= tokens:
             assert padding == 0 or len(rendered) == tokens
             return messages
@@ -483,7 +486,7 @@ def test_copies_restores_and_evaluations_run_under_the_lock_of_their_thread(
 ) -> None:
     import llama_cpp
 
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 8)
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 8)
     one, two = alone(1024), alone(1024)
     loaded = one._loaded()
     lock = _OwnedLock()
@@ -499,7 +502,7 @@ def test_copies_restores_and_evaluations_run_under_the_lock_of_their_thread(
         return run
 
     for name in ("reuse_context", "_snapshot", "_restore"):
-        monkeypatch.setattr(llamacpp._Loaded, name, guarded(name, getattr(llamacpp._Loaded, name)))
+        monkeypatch.setattr(LoadedModel, name, guarded(name, getattr(LoadedModel, name)))
     monkeypatch.setattr(llama_cpp.Llama, "eval", guarded("eval", llama_cpp.Llama.eval))
 
     auto = ModelSettings(tool_choice="auto", max_tokens=10)
@@ -522,7 +525,7 @@ def test_copies_restores_and_evaluations_run_under_the_lock_of_their_thread(
 def test_copies_stay_bounded_and_hold_only_their_own_cells(
     fresh: Any, facts: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(llamacpp, "_SNAPSHOT_MIN_TOKENS", 4)
+    monkeypatch.setattr(llama_context, "_SNAPSHOT_MIN_TOKENS", 4)
     llm = fresh.llm
     sizes: dict[int, int] = {}
     for round_ in range(12):
@@ -531,7 +534,7 @@ def test_copies_stay_bounded_and_hold_only_their_own_cells(
         llm.n_tokens = min(llm.n_tokens, 10)
         llm.eval(facts[:10][llm.n_tokens :] + facts[start : start + length - 10])
         fresh.reuse_context([*facts[:10], 1])  # each context is lost in its turn: copied
-        assert len(fresh.snapshots) <= llamacpp._SNAPSHOTS
+        assert len(fresh.snapshots) <= llama_context._SNAPSHOTS
         newest = fresh.snapshots[-1]
         sizes[len(newest.tokens)] = newest.size
         # the same context again: no second copy of it

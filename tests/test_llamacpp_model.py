@@ -79,10 +79,11 @@ def test_without_llama_cpp_installed_the_error_comes_at_construction() -> None:
 
         sys.meta_path.insert(0, Block())
         from hermes_agent.errors import MissingDependencyError
-        from hermes_agent.models import llamacpp  # importing the module needs nothing
+        from hermes_agent.models import llamacpp  # importing the package needs nothing
+        from hermes_agent.models.llamacpp import files as llama_files
 
         try:
-            llamacpp._import_llama_cpp()
+            llama_files.import_llama_cpp()
         except MissingDependencyError as exc:
             print("import:", exc)
         try:
