@@ -31,37 +31,30 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel
 
-from hermes_agent.agent_support import (
-    acquire_elsewhere,
-    checked_variables,
-    not_a_model,
-    run_in_thread_loop,
-)
-from hermes_agent.agent_support import cost as priced
-from hermes_agent.audit.recorder import Recorder
+from hermes_agent.agent_context import build_context, checked_options, cost_of, pricing
+from hermes_agent.agent_support import acquire_elsewhere, not_a_model, run_in_thread_loop
 from hermes_agent.audit.records import AuditSink
 from hermes_agent.audit.redaction import Redactor, redact_messages
 from hermes_agent.config import HermesConfig, QueueConfig, load_config
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
-from hermes_agent.memory.history import HistoryLoader, LoadedHistory
+from hermes_agent.memory.history import HistoryLoader
 from hermes_agent.memory.session import InMemorySessionStore, SessionStore
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
-from hermes_agent.pipeline.budget import RunBudget
-from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, RunContext
+from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits
 from hermes_agent.pipeline.hook_classes import HookBase
 from hermes_agent.pipeline.hooks import Hook, Hooks, as_hook, config_hooks, config_renderers
-from hermes_agent.pipeline.journal import RunJournal, journaled
+from hermes_agent.pipeline.journal import RunJournal
 from hermes_agent.pipeline.loop import run_turn
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
 from hermes_agent.pipeline.status import Status
-from hermes_agent.pipeline.structured import OutputType, output_spec
+from hermes_agent.pipeline.structured import OutputType
 from hermes_agent.storage.base import Storage, check_session_id
 from hermes_agent.storage.opening import open_storage
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
 from hermes_agent.tools.runtime import ToolRuntime
-from hermes_agent.types import TOOL_CHOICE_MODES, Message, RunResult, ToolChoice, Usage
+from hermes_agent.types import Message, RunResult, ToolChoice, Usage
 
 if TYPE_CHECKING:
     from hermes_agent.storage.replay import ReplayReport
@@ -573,17 +566,14 @@ class Agent:
         a ``journal`` (``pipeline.journal``: model turns and tool calls of an earlier attempt
         are taken from it, and the turn is saved through it) and the ``approver`` of that run.
         """
-        spec = output_spec(output_type) if output_type is not None else None
-        given = checked_variables(variables)
-        budget = RunBudget(
-            max_run_tokens if max_run_tokens is not None else self.max_run_tokens,
-            max_run_cost if max_run_cost is not None else self.max_run_cost,
-            run_timeout_s if run_timeout_s is not None else self.run_timeout_s,
-            self._cost_of,
+        options = checked_options(
+            self,
+            output_type=output_type,
+            variables=variables,
+            max_run_tokens=max_run_tokens,
+            max_run_cost=max_run_cost,
+            run_timeout_s=run_timeout_s,
         )
-        problem = budget.problem()
-        if problem is not None:
-            raise HermesAgentError(problem)
         session_id = session_id or uuid.uuid4().hex
         if self.storage is not None:  # refused now, before anything has happened
             check_session_id(session_id, self.storage.max_id_length)
@@ -591,27 +581,22 @@ class Agent:
         if not lock.acquire(blocking=False):
             await acquire_elsewhere(lock)
         try:
-            ctx = self._context(message, session_id, tool_choice, toolsets, listener, stream)
-            if request_id is not None:
-                ctx.request_id = request_id
-            ctx.variables, ctx.budget = given, budget
-            if approver is not None:
-                ctx.approver = approver
-            if journal is not None:
-                ctx.journal = journal
-                ctx.model, ctx.answer_model = journaled(journal, ctx.model, ctx.answer_model)
-            ctx.output_spec = spec
-            ctx.settings.output_schema = spec.schema if spec is not None else None
-            ctx.load_history = lambda: self._load_history(ctx)
-            ctx.dry_run = dry_run
-            ctx.renderer_name = self._format_for(output_format, channel)
-            ctx.renderer = self.renderers[ctx.renderer_name]
-            ctx.channel = channel
-            if self.audit_sink is not None and not dry_run:
-                ctx.recorder = Recorder(self.audit_sink, self.redactor)
-                if journal is not None and self.storage is not None:
-                    # A resumed run: what an earlier attempt recorded stays, once.
-                    ctx.recorder.continue_after(self.storage.records(ctx.request_id))
+            ctx = build_context(
+                self,
+                message,
+                session_id,
+                options,
+                tool_choice=tool_choice,
+                toolsets=toolsets,
+                listener=listener,
+                stream=stream,
+                dry_run=dry_run,
+                output_format=output_format,
+                channel=channel,
+                request_id=request_id,
+                journal=journal,
+                approver=approver,
+            )
             try:
                 result = await run_turn(ctx, self.hooks)
             finally:
@@ -629,10 +614,10 @@ class Agent:
                 await journal.save_turn(session_id, saved)  # failures fail the attempt
             elif ctx.new_messages and not dry_run and not failed:
                 self._save_turn(session_id, ctx.messages_to_save(), result)
-            self._costs(result)
+            pricing(self).fill(result)
         finally:
             lock.release()
-        if spec is not None and result.status == Status.UNPROCESSABLE:
+        if options.spec is not None and result.status == Status.UNPROCESSABLE:
             raise OutputValidationError(
                 result.error or "the answer did not match the output type",
                 result=result,
@@ -654,35 +639,9 @@ class Agent:
             logger.error("%s", problem)
             result.warnings.append(problem)
 
-    async def _load_history(self, ctx: RunContext) -> LoadedHistory:
-        """The session's history as the prompt carries it (see ``memory.history``); the
-        InputParser calls this, so a summary made by the model is a recorded model call."""
-        stored = self.sessions.load(ctx.session_id)
-        return await self.history.load(
-            ctx.session_id, stored, ctx.model, cached=ctx.journal is None
-        )
-
     def _cost_of(self, usage_by_model: Mapping[str, Usage]) -> float | None:
         """What ``usage_by_model`` costs at each model's prices (``None``: no price set)."""
-        answer_name = self.answer_model.name if self.answer_model is not None else None
-        costs = [
-            priced(usage, self.answer_prices if name == answer_name else self.prices)
-            for name, usage in usage_by_model.items()
-        ]
-        known = [cost for cost in costs if cost is not None]
-        return round(sum(known), 8) if known else None
-
-    def _costs(self, result: RunResult) -> None:
-        """``result.cost`` and ``cost_by_model``: each model's usage at its own prices (the
-        answer model's are ``answer_price_per_1k_*``); ``None`` when no price is set."""
-        answer_name = self.answer_model.name if self.answer_model is not None else None
-        for name, usage in result.usage_by_model.items():
-            prices = self.answer_prices if name == answer_name else self.prices
-            cost = priced(usage, prices)
-            if cost is not None:
-                result.cost_by_model[name] = cost
-        if result.cost_by_model:
-            result.cost = round(sum(result.cost_by_model.values()), 8)
+        return cost_of(self, usage_by_model)
 
     async def astream(
         self,
@@ -720,56 +679,6 @@ class Agent:
             if not task.done():
                 task.cancel()
 
-    def _context(
-        self,
-        message: str,
-        session_id: str,
-        tool_choice: ToolChoice | None,
-        toolsets: Iterable[str] | None,
-        listener: EventListener | None,
-        stream: bool,
-    ) -> RunContext:
-        chosen = tool_choice or self.tool_choice
-        visible = self.registry.visible(toolsets if toolsets is not None else self.toolsets)
-        tools = {tool.name: tool for tool in visible}
-        if chosen not in TOOL_CHOICE_MODES and chosen not in tools:
-            raise HermesAgentError(
-                f"tool_choice {chosen!r} is not a visible tool; use auto, required, none "
-                f"or one of: {', '.join(tools) or '(no tools registered)'}"
-            )
-        if chosen == "required" and not tools:
-            raise HermesAgentError("tool_choice 'required' needs at least one registered tool")
-        model, answer_model = self.model, self.answer_model
-        distinct = answer_model is not None and answer_model is not model
-        if distinct and answer_model is not None and answer_model.name == model.name:
-            raise HermesAgentError(
-                f"model and answer_model are both named {model.name!r}; give them distinct "
-                "names (steps, the trail and the usage per model tell them apart by name)"
-            )
-        return RunContext(
-            request_id=str(uuid.uuid4()),
-            session_id=session_id,
-            user_message=message,
-            model=model,
-            answer_model=answer_model,
-            explain=self.explain,
-            settings=ModelSettings(
-                temperature=self.temperature,
-                max_tokens=self.max_tokens,
-                tool_choice=chosen,
-                scratch_pad=self.scratch_pad,
-            ),
-            limits=self.limits,
-            tools=tools,
-            all_tool_names=self.registry.names(),
-            executor=self._thread_pool(),
-            system_prompt=self.system_prompt,
-            listener=listener,
-            stream=stream,
-            runtime=self.runtime,
-            approver=self.approver,
-        )
-
     def replay(self, request_id: str) -> ReplayReport:
         """Re-run a recorded request with its recorded model outputs against the current tools
         and prompts; the ``ReplayReport`` says per step whether calls, results and the output
@@ -782,22 +691,6 @@ class Agent:
         from hermes_agent.storage.replay import replay
 
         return replay(_Replaying(self), request_id, self.storage)
-
-    def _format_for(self, output_format: str | None, channel: str | None) -> str:
-        name = output_format
-        if name is None and channel is not None:
-            if channel not in self.channels:
-                raise HermesAgentError(
-                    f"unknown channel {channel!r}; known: {', '.join(self.channels)} "
-                    "(add one under output.channels in the config)"
-                )
-            name = self.channels[channel]
-        name = name or self.output_format
-        if name not in self.renderers:
-            raise HermesAgentError(
-                f"unknown output format {name!r}; use one of: {', '.join(self.renderers)}"
-            )
-        return name
 
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._executor is None:

@@ -1,5 +1,6 @@
 """What ``Agent`` needs around a run that is not the agent itself: the sync facade's event
-loop per thread, waiting for a session lock held elsewhere, prices, checked variables."""
+loop per thread, waiting for a session lock held elsewhere, checked variables. (Prices are
+``hermes_agent.pricing``; ``cost`` is still importable from here.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from typing import Any
 
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.pipeline.variables import check_variables
-from hermes_agent.types import RunResult, Usage
+from hermes_agent.pricing import cost
+from hermes_agent.types import RunResult
+
+__all__ = ["acquire_elsewhere", "checked_variables", "cost", "not_a_model", "run_in_thread_loop"]
 
 _loops = threading.local()
 
@@ -25,17 +29,6 @@ def checked_variables(variables: Mapping[str, Any] | None) -> dict[str, Any]:
         return copy.deepcopy(check_variables(variables))
     except ValueError as exc:
         raise HermesAgentError(str(exc)) from None
-
-
-def cost(usage: Usage, prices: tuple[float | None, float | None]) -> float | None:
-    prompt_price, completion_price = prices
-    if prompt_price is None and completion_price is None:
-        return None
-    return round(
-        usage.prompt_tokens / 1000 * (prompt_price or 0.0)
-        + usage.completion_tokens / 1000 * (completion_price or 0.0),
-        8,
-    )
 
 
 async def acquire_elsewhere(lock: threading.Lock) -> None:

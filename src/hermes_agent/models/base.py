@@ -60,12 +60,17 @@ class ModelProfile:
     how a required call is put to the model — ``grammar`` (decoding constrained to valid calls,
     locally or by the server), ``server`` (the endpoint's own ``tool_choice``) or ``prompt``
     (an instruction only); the pipeline checks that a call came whichever it is.
+    ``price_per_1k_prompt`` / ``price_per_1k_completion``: what 1,000 tokens cost, for
+    ``RunResult.cost`` and ``max_run_cost`` (``None``: not priced); prices given to the
+    ``Agent`` take precedence (see ``hermes_agent.pricing``).
     """
 
     context_window: int | None = None
     max_tokens: int | None = None
     can_summarize: bool = False
     tool_choice_enforcement: ToolChoiceEnforcement = "prompt"
+    price_per_1k_prompt: float | None = None
+    price_per_1k_completion: float | None = None
 
 
 @runtime_checkable
