@@ -43,6 +43,7 @@ from pydantic import (
 )
 
 from hermes_agent.errors import ConfigError
+from hermes_agent.pipeline.stages import HookStage
 
 DEFAULT_STORAGE_URL = "sqlite:///.hermes/state.db"
 MAX_CONFIG_NODES = 100_000
@@ -378,11 +379,7 @@ class HermesConfig(_Strict):
         return {**rest, "hooks": merged}
 
 
-_HOOK_POINTS = frozenset(
-    f"{when}_{stage}"
-    for stage in ("input", "thought", "selection", "execution", "output")
-    for when in ("pre", "post")
-)
+_HOOK_POINTS = frozenset(f"{when}_{stage}" for stage in HookStage for when in ("pre", "post"))
 
 
 def _point_of(key: object) -> str | None:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_agent.audit.redaction import Redactor
 from hermes_agent.errors import MissingDependencyError
 from hermes_agent.pipeline.hooks import HOOK_POINTS, HookContext
+from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.pipeline.status import Status
 from hermes_agent.types import Message, ToolCallRecord
 
@@ -87,13 +88,7 @@ DEFAULT_SECRET_PATTERNS: tuple[str, ...] = (
 """Masked in captured content on top of the agent's own secrets: traces leave the process for
 a backend others read, so well-known key formats are masked even if nobody listed them."""
 
-STAGE_SPANS = {
-    "input": "InputParser",
-    "thought": "ThoughtGenerator",
-    "selection": "ToolSelector",
-    "execution": "ToolExecutor",
-    "output": "OutputRenderer",
-}
+STAGE_SPANS = {str(stage): str(stage.stage_name) for stage in HookStage}
 """Stage → span name: the names the audit trail and the debug log use."""
 
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from hermes_agent.audit.records import AuditRecord, AuditSink, Role
 from hermes_agent.audit.redaction import Redactor, sanitized_note, storable
 from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.protocol.chatml import render_conversation, render_tool_results, to_chatml
 from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
@@ -189,9 +190,11 @@ class Recorder:
             return  # an earlier attempt of this run recorded it
         try:
             contents: list[tuple[Role, str]] = []
-            if ran or stage == "input":
+            if ran or stage == HookStage.INPUT:
                 contents = (
-                    self._prompt_records(ctx) if stage == "thought" else _contents(ctx, stage)
+                    self._prompt_records(ctx)
+                    if stage == HookStage.THOUGHT
+                    else _contents(ctx, stage)
                 )
             notes = ctx.hook_notes[self._notes :]
             self._notes += len(notes)
@@ -202,7 +205,7 @@ class Recorder:
             problem = f"audit: the {stage_name} record could not be made: {exc!r}"
             logger.exception("%s", problem)
             self.problems.append(problem)
-        if stage in ("execution", "output"):
+        if stage in (HookStage.EXECUTION, HookStage.OUTPUT):
             self.commit()
 
     def commit(self) -> None:
@@ -300,7 +303,7 @@ class Recorder:
 
 
 def _contents(ctx: RunView, stage: str) -> list[tuple[Role, str]]:
-    if stage == "input":
+    if stage == HookStage.INPUT:
         found = [(Role.USER, ctx.user_message)]
         if ctx.variables:
             found.append((Role.VARIABLES, _json(dict(ctx.variables))))
@@ -308,7 +311,7 @@ def _contents(ctx: RunView, stage: str) -> list[tuple[Role, str]]:
             found.append((Role.SUMMARY_PROMPT, ctx.summary_call.prompt))
             found.append((Role.SUMMARY, ctx.summary_call.completion))
         return found
-    if stage == "selection":
+    if stage == HookStage.SELECTION:
         selection = {
             "planned": [{"name": p.tool.name, "arguments": p.arguments} for p in ctx.planned],
             "rejected": [
@@ -316,7 +319,7 @@ def _contents(ctx: RunView, stage: str) -> list[tuple[Role, str]]:
             ],
         }
         return [(Role.SELECTION, _json(selection))]
-    if stage == "execution":
+    if stage == HookStage.EXECUTION:
         ran = ctx.tool_calls[len(ctx.tool_calls) - len(ctx.last_results) :]
         calls = [
             {"id": c.id, "name": c.name, "status": c.status_code, "metadata": c.metadata}

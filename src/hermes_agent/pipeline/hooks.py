@@ -63,12 +63,13 @@ from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.models.base import Model
 from hermes_agent.pipeline.context import PlannedCall, RunContext
 from hermes_agent.pipeline.hook_classes import HookBase, PostExecutionHook
+from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.variables import variables_problem
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Completion, Message, Step, ToolCallRecord, ToolResult, Usage
 
-STAGES = ("input", "thought", "selection", "execution", "output")
+STAGES = tuple(HookStage)
 HOOK_POINTS = tuple(f"{when}_{stage}" for stage in STAGES for when in ("pre", "post"))
 ANSWERING_POINTS = ("pre_input", "post_input", "pre_thought")
 """Where a hook may end the run with its reply (``HookContext.finish``)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from hermes_agent.events import InputEvent
 from hermes_agent.pipeline.client_tools import take_declared, take_up
 from hermes_agent.pipeline.context import RunContext, system_turn
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
 from hermes_agent.types import Message
@@ -20,7 +21,7 @@ MAX_MESSAGE_CHARS = 100_000
 
 
 class InputParser:
-    name = "InputParser"
+    name = StageName.INPUT_PARSER
 
     async def run(self, ctx: RunContext) -> RunContext:
         problem = _problem_with(ctx.user_message)

@@ -40,6 +40,7 @@ from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.hooks import HookContext, Hooks, call_hook, hook_name, per_call
 from hermes_agent.pipeline.input_parser import InputParser, load_history
 from hermes_agent.pipeline.output_renderer import OutputRenderer
+from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.thought_generator import ThoughtGenerator
 from hermes_agent.pipeline.tool_executor import ToolExecutor
@@ -48,7 +49,8 @@ from hermes_agent.types import RunResult, ToolCallRecord, ToolResult
 
 
 class Stage(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...  # a StageName for the five; read-only, so any str fits
 
     def run(self, ctx: RunContext) -> Any: ...
 
@@ -77,7 +79,7 @@ async def run_turn(ctx: RunContext, hooks: Hooks | None = None) -> RunResult:
             if not deadline.expired():
                 raise
             timed_out(ctx)  # what was under way was cancelled; the output says so
-    await _run_stage(ctx, hooks, "output", _output_renderer)
+    await _run_stage(ctx, hooks, HookStage.OUTPUT, _output_renderer)
     return ctx.result()
 
 
@@ -85,13 +87,13 @@ async def _steps(ctx: RunContext, hooks: Hooks) -> None:
     """Everything before the output stage."""
     # pre_input hooks may rewrite the history: it is loaded before them.
     early = (lambda: load_history(ctx)) if hooks.at("pre_input") else None
-    await _run_stage(ctx, hooks, "input", _input_parser, prepare=early)
+    await _run_stage(ctx, hooks, HookStage.INPUT, _input_parser, prepare=early)
 
     while not ctx.finished and ctx.step < ctx.step_limit:
         if spent(ctx):  # max_run_tokens / max_run_cost: no further model turn
             break
         ctx.route()  # the tool model, or the answer model once the tools are done
-        await _run_stage(ctx, hooks, "thought", _thought_generator)
+        await _run_stage(ctx, hooks, HookStage.THOUGHT, _thought_generator)
         if ctx.finished:
             if ctx.loop_status == "completed":
                 note_overrun(ctx)  # an answer that crossed a budget is kept, with a warning
@@ -101,7 +103,7 @@ async def _steps(ctx: RunContext, hooks: Hooks) -> None:
             continue
         if spent(ctx):  # the turn used up the budget: its calls do not run
             break
-        await _run_stage(ctx, hooks, "selection", _tool_selector)
+        await _run_stage(ctx, hooks, HookStage.SELECTION, _tool_selector)
         if ctx.finished:
             break
         if ctx.dry_run:
@@ -109,7 +111,7 @@ async def _steps(ctx: RunContext, hooks: Hooks) -> None:
             break
         if hand_over(ctx):  # the caller runs these calls itself: the run ends with them
             break
-        await _run_stage(ctx, hooks, "execution", _tool_executor)
+        await _run_stage(ctx, hooks, HookStage.EXECUTION, _tool_executor)
         if ctx.unusable_turns > ctx.limits.max_retries:
             ctx.fail(
                 Status.MODEL_ERROR,
@@ -123,7 +125,7 @@ async def _steps(ctx: RunContext, hooks: Hooks) -> None:
 async def _run_stage(
     ctx: RunContext,
     hooks: Hooks,
-    stage: str,
+    stage: HookStage,
     runner: Stage,
     prepare: Callable[[], Awaitable[None]] | None = None,
 ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from hermes_agent.events import OutputEvent
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.renderers import RenderInput, rendered
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.chatml import to_json
 from hermes_agent.types import Message, ToolCallRecord
@@ -21,7 +22,7 @@ _MAX_RESULT_CHARS = 500
 
 
 class OutputRenderer:
-    name = "OutputRenderer"
+    name = StageName.OUTPUT_RENDERER
 
     def run(self, ctx: RunContext) -> RunContext:
         if ctx.loop_status in ("dry_run_complete", "client_tool_calls"):

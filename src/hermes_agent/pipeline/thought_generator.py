@@ -32,6 +32,7 @@ from hermes_agent.events import (
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.context import RunContext, system_turn
 from hermes_agent.pipeline.context_window import fit_to_context
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import REFUSED, Status
 from hermes_agent.protocol.parser import (
     ScratchPadDelta,
@@ -49,7 +50,7 @@ from hermes_agent.types import Message, ModelResponse, Step, ToolCall, Usage, ne
 
 
 class ThoughtGenerator:
-    name = "ThoughtGenerator"
+    name = StageName.THOUGHT_GENERATOR
 
     async def run(self, ctx: RunContext) -> RunContext:
         started = time.perf_counter_ns()

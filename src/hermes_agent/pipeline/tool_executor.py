@@ -48,6 +48,7 @@ from hermes_agent.pipeline.journal import (
     reset_current_call,
     set_current_call,
 )
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tool_selector import rate_limited, recheck
 from hermes_agent.protocol.chatml import to_json
@@ -57,7 +58,7 @@ from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
 
 class ToolExecutor:
-    name = "ToolExecutor"
+    name = StageName.TOOL_EXECUTOR
 
     async def run(self, ctx: RunContext) -> RunContext:
         started = time.perf_counter_ns()

@@ -29,6 +29,7 @@ from hermes_agent.errors import is_store_error
 from hermes_agent.events import PlannedCallView, RefusedCallView, SelectionEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.journal import CallKey
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.parser import decode_value
 from hermes_agent.tools.registry import Tool, find_tool
@@ -37,7 +38,7 @@ from hermes_agent.types import ToolCall, ToolResult
 
 
 class ToolSelector:
-    name = "ToolSelector"
+    name = StageName.TOOL_SELECTOR
 
     async def run(self, ctx: RunContext) -> RunContext:
         ctx.planned = []

@@ -14,13 +14,14 @@ from hermes_agent.events import (
     ThoughtEvent,
     ToolResultsEvent,
 )
+from hermes_agent.pipeline.stages import HookStage
 
 _STAGE_EVENTS: dict[type[Event], str] = {
-    InputEvent: "input",
-    ThoughtEvent: "thought",
-    SelectionEvent: "selection",
-    ToolResultsEvent: "execution",
-    OutputEvent: "output",
+    InputEvent: HookStage.INPUT,
+    ThoughtEvent: HookStage.THOUGHT,
+    SelectionEvent: HookStage.SELECTION,
+    ToolResultsEvent: HookStage.EXECUTION,
+    OutputEvent: HookStage.OUTPUT,
 }
 
 

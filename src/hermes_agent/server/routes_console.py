@@ -33,6 +33,7 @@ from starlette.responses import RedirectResponse, Response
 
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.events import SelectionEvent, ThoughtEvent
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.events import (
@@ -50,7 +51,7 @@ from hermes_agent.types import ToolCall
 
 router = APIRouter()
 
-STAGES = ("InputParser", "ThoughtGenerator", "ToolSelector", "ToolExecutor", "OutputRenderer")
+STAGES = tuple(StageName)
 """The five stages, in the order a step runs them."""
 
 CONTENT_SECURITY_POLICY = (

@@ -33,6 +33,7 @@ from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.gate import Gate, Tally, admitted_here, tokens_used
@@ -544,7 +545,7 @@ class InProcessBackend:
         if session is None and not principal.admin:
             return None
         last = records[-1]
-        output = last.stage == "OutputRenderer"
+        output = last.stage == StageName.OUTPUT_RENDERER
         stopped = last.role == Role.STOPPED
         status = stored_status(
             last.status if output else "stopped" if stopped else "incomplete", last.status_code

@@ -44,6 +44,7 @@ from hermes_agent.errors import (
     is_store_error,
 )
 from hermes_agent.events import Event, ResultEvent
+from hermes_agent.pipeline.stages import StageName
 from hermes_agent.runs.events import (
     ApprovalRequiredEvent,
     ApprovalResolvedEvent,
@@ -460,7 +461,7 @@ class RunWorker:
         if storage is None or sink is None:
             return
         earlier = storage.records(claim.run.request_id)
-        executed = {r.step for r in earlier if r.stage == "ToolExecutor"}
+        executed = {r.step for r in earlier if r.stage == StageName.TOOL_EXECUTOR}
         from_step = max(executed) + 1 if executed else 0
         content = {
             "attempt": claim.run.claims + 1,
