@@ -28,7 +28,11 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from hermes_agent.storage.sql import _is_memory, _make_engine
+from hermes_agent.storage.engine import is_memory_url, make_engine, shared_engine
+from hermes_agent.storage.schema import channel_log as channel_log
+from hermes_agent.storage.schema import dead_letters as dead_letters
+from hermes_agent.storage.schema import seen_signatures as seen_signatures
+from hermes_agent.storage.schema import upgrade
 
 LOG_LIMIT = 10_000
 """Entries the memory log keeps (the oldest go first)."""
@@ -190,58 +194,25 @@ class MemoryChannelStore:
         return None
 
 
-_metadata = sa.MetaData()
-dead_letters = sa.Table(
-    "hermes_channel_dead_letters",
-    _metadata,
-    sa.Column("id", sa.String(32), primary_key=True),
-    sa.Column("channel", sa.String(64), nullable=False, index=True),
-    sa.Column("created", sa.Float, nullable=False),
-    sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("user_id", sa.String(200), nullable=True),
-    sa.Column("request_id", sa.String(64), nullable=True),
-    sa.Column("status", sa.String(16), nullable=False, index=True),
-    sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("error", sa.Text, nullable=False),
-    sa.Column("delivered", sa.Float, nullable=True),
-    sa.Column("parts", sa.Text, nullable=False),
-)
-channel_log = sa.Table(
-    "hermes_channel_log",
-    _metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("time", sa.Float, nullable=False, index=True),
-    sa.Column("channel", sa.String(64), nullable=False),
-    sa.Column("event", sa.String(32), nullable=False),
-    sa.Column("user_id", sa.String(200), nullable=True),
-    sa.Column("request_id", sa.String(64), nullable=True),
-    sa.Column("detail", sa.Text, nullable=False),
-)
-seen_signatures = sa.Table(
-    "hermes_channel_signatures",
-    _metadata,
-    sa.Column("key", sa.String(64), primary_key=True),
-    sa.Column("expires", sa.Float, nullable=False, index=True),
-)
-
-
 class SqlChannelStore:
-    """The two tables in a SQLAlchemy database (SQLite or PostgreSQL)."""
+    """The three tables in a SQLAlchemy database (SQLite or PostgreSQL), brought up to the
+    project's schema when the store opens (``storage.schema.upgrade``: one read when the key
+    store opened the database already)."""
 
     def __init__(self, engine: sa.Engine, *, owns_engine: bool = False) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
         self._added = 0
-        # A database made before a table existed gets it here (create_all adds what is
-        # missing; every process may try at once).
         try:
-            _metadata.create_all(engine)
-        except sa.exc.SQLAlchemyError:
-            _metadata.create_all(engine)  # another process made a table first
+            upgrade(engine)
+        except Exception:
+            if owns_engine:
+                engine.dispose()
+            raise
 
     @classmethod
     def open(cls, url: str) -> SqlChannelStore:
-        return cls(_make_engine(url, echo=False), owns_engine=True)
+        return cls(make_engine(url, echo=False), owns_engine=True)
 
     def add_dead_letter(self, letter: DeadLetter) -> None:
         with self.engine.begin() as conn:
@@ -366,15 +337,13 @@ def delivered(letter: DeadLetter, attempts: int) -> DeadLetter:
 def open_channel_store(url: str) -> ChannelStore:
     """``MemoryChannelStore`` for ``memory://`` or an in-memory SQLite URL, else the tables in
     that database."""
-    if url.startswith("memory:") or (url.startswith("sqlite") and _is_memory(url)):
+    if url.startswith("memory:") or (url.startswith("sqlite") and is_memory_url(url)):
         return MemoryChannelStore()
     return SqlChannelStore.open(url)
 
 
-def channel_store_for(keys: Any) -> ChannelStore:
-    """Beside the API keys: the key store's database, else memory (as the quota counts)."""
-    from hermes_agent.server.auth import SqlKeyStore
-
-    if isinstance(keys, SqlKeyStore) and not keys.in_memory:
-        return SqlChannelStore(keys.engine)
-    return MemoryChannelStore()
+def channel_store_for(keys: object) -> ChannelStore:
+    """Beside the API keys: the database the key store shares (``storage.engine.SharesEngine``),
+    else memory (as the quota counts)."""
+    engine = shared_engine(keys)
+    return SqlChannelStore(engine) if engine is not None else MemoryChannelStore()

@@ -1,4 +1,5 @@
-"""``hermes-agent sessions``, ``trace`` and ``replay``: read what the storage holds.
+"""``hermes-agent sessions``, ``trace``, ``replay`` and ``db``: read what the storage holds, and
+keep its schema up to date.
 
     hermes-agent sessions list                      # the conversations, newest first
     hermes-agent sessions show SESSION_ID           # one conversation, message by message
@@ -7,6 +8,8 @@
     hermes-agent trace show REQUEST_ID              # one request, stage by stage, and its thoughts
     hermes-agent trace export REQUEST_ID -o run.jsonl
     hermes-agent replay REQUEST_ID --tools my_tools.py   # exit 0 when every step matches
+    hermes-agent db upgrade                         # apply the schema's migrations now
+    hermes-agent db version                         # the schema version, changing nothing
 
 Every command takes ``--db URL``; without it the ``storage.url`` of ``--config``, else the
 default ``sqlite:///.hermes/state.db``. A request id (``trace show``, ``trace export``,
@@ -60,6 +63,11 @@ sessions_app = typer.Typer(
 trace_app = typer.Typer(
     name="trace",
     help="Read the audit trail: requests, their stages, JSON Lines export.",
+    no_args_is_help=True,
+)
+db_app = typer.Typer(
+    name="db",
+    help="The database schema: apply its migrations, show its version.",
     no_args_is_help=True,
 )
 
@@ -363,3 +371,102 @@ def _describe(message: Message) -> str:
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- db ----------------------------------------------------------------------------------
+
+
+def _database_urls(db: str | None, config: Path | None) -> list[str]:
+    """``--db``, else the config's ``storage.url`` (default ``DEFAULT_STORAGE_URL``) and its
+    ``service.keys_url`` when that is another database; never ``memory://``."""
+    if db is not None:
+        return [db]
+    loaded = load_config(config) if config is not None else None
+    urls = [loaded.storage.url if loaded and loaded.storage else DEFAULT_STORAGE_URL]
+    keys_url = (loaded.service or {}).get("keys_url") if loaded is not None else None
+    if isinstance(keys_url, str) and keys_url and keys_url not in urls:
+        urls.append(keys_url)
+    return [url for url in urls if not url.startswith("memory:")]
+
+
+def _not_made_yet(url: str) -> bool:
+    """A SQLite file that does not exist (``db version`` does not create it)."""
+    from sqlalchemy.engine import make_url
+
+    from hermes_agent.storage.engine import is_memory_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return False  # make_engine says what is wrong with it
+    database = parsed.database or ""
+    return (
+        parsed.get_backend_name() == "sqlite"
+        and not is_memory_url(url)
+        and not database.startswith("file:")
+        and not Path(database).expanduser().exists()
+    )
+
+
+def _on_each_database(
+    db: str | None, config: Path | None, apply: bool
+) -> list[tuple[str, int | None, int]]:
+    """(url, version before, version after) of each database the options name."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from hermes_agent.storage.engine import make_engine, safe_url
+    from hermes_agent.storage.schema import database_version, upgrade
+
+    try:
+        urls = _database_urls(db, config)
+    except HermesAgentError as exc:
+        fail(config_error(config, exc))
+    if not urls:
+        fail("the storage is memory://, which has no schema to upgrade; pass --db URL")
+    found: list[tuple[str, int | None, int]] = []
+    for url in urls:
+        if not apply and _not_made_yet(url):
+            found.append((safe_url(url), None, 0))
+            continue
+        try:
+            engine = make_engine(url)
+            try:
+                before = database_version(engine)
+                after = upgrade(engine) if apply else before
+            finally:
+                engine.dispose()
+        except (HermesAgentError, SQLAlchemyError) as exc:
+            fail(f"{safe_url(url)}: {exc}")
+        found.append((safe_url(url), before, after))
+    return found
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOption = None, config: ConfigOption = None) -> None:
+    """Apply the schema's migrations (every table: sessions, audit, keys, quotas, stream tokens,
+    channels, queued runs) to the storage's database and, when it is another one, the key
+    store's; print the version reached. The stores do the same when they open, so this is for
+    doing it ahead of a deployment. Safe to run while services use the database."""
+    for url, before, after in _on_each_database(db, config, apply=True):
+        change = f"(was {before})" if before != after else "(already up to date)"
+        out().print(f"{url}: schema version {after} {change}", highlight=False)
+
+
+@db_app.command("version")
+def db_version(db: DbOption = None, config: ConfigOption = None) -> None:
+    """Print the schema version of the database(s) ``db upgrade`` would upgrade, changing
+    nothing (a SQLite file that does not exist is not created)."""
+    from hermes_agent.storage.schema import LATEST_VERSION
+
+    for url, before, _ in _on_each_database(db, config, apply=False):
+        if before is None:
+            note = "no database yet; `hermes-agent db upgrade` or any store creates it"
+            out().print(f"{url}: schema version 0 of {LATEST_VERSION} ({note})", highlight=False)
+            continue
+        if before < LATEST_VERSION:
+            note = "`hermes-agent db upgrade` applies the rest"
+        elif before > LATEST_VERSION:
+            note = "newer than this hermes-agent; upgrade hermes-agent-core"
+        else:
+            note = "up to date"
+        out().print(f"{url}: schema version {before} of {LATEST_VERSION} ({note})", highlight=False)

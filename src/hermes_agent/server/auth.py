@@ -39,11 +39,13 @@ from fastapi import Depends, HTTPException, Request
 from hermes_agent.runs.principal import LOCAL_USER as LOCAL_USER
 from hermes_agent.runs.principal import Principal as Principal
 from hermes_agent.storage.base import StorageError
-from hermes_agent.storage.sql import _is_memory, _make_engine, _safe_url
+from hermes_agent.storage.engine import is_memory_url, make_engine, safe_url
+from hermes_agent.storage.schema import MAX_KEY_NAME_CHARS, upgrade
+from hermes_agent.storage.schema import api_keys as api_keys
 
 _USER_ID = re.compile(r"^[A-Za-z0-9_.@-]{1,64}$")
 _KEY = re.compile(r"^hk_([0-9a-f]{16})\.([A-Za-z0-9_-]{20,128})$")
-MAX_NAME_CHARS = 100
+MAX_NAME_CHARS = MAX_KEY_NAME_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,38 +161,33 @@ class MemoryKeyStore:
         return None
 
 
-_metadata = sa.MetaData()
-api_keys = sa.Table(
-    "hermes_api_keys",
-    _metadata,
-    sa.Column("key_id", sa.String(32), primary_key=True),
-    sa.Column("key_sha256", sa.String(64), nullable=False),
-    sa.Column("user_id", sa.String(64), nullable=False, index=True),
-    sa.Column("admin", sa.Boolean, nullable=False, default=False),
-    sa.Column("created", sa.String(40), nullable=False),
-    sa.Column("revoked", sa.Boolean, nullable=False, default=False),
-    sa.Column("name", sa.String(MAX_NAME_CHARS), nullable=True),
-)
-
-
 class SqlKeyStore:
     """Keys in a table of their own (``hermes_api_keys``), in any SQLAlchemy database — by
     default the one the agent's storage uses. The engine is made as the storage makes its own
-    (a SQLite file's folder is created; WAL and a busy timeout), and the quota counts share it
-    (``quotas.quota_store_for``)."""
+    (``storage.engine.make_engine``), the database is brought up to the project's schema
+    (``storage.schema.upgrade``), and the quota counts, stream tokens and channel tables share
+    it (``shared_engine``)."""
 
     def __init__(self, url: str) -> None:
-        self.engine = _make_engine(url, echo=False)
+        self.engine = make_engine(url, echo=False)
         # An in-memory SQLite database is one connection for every thread: take turns on it.
-        self.in_memory = self.engine.dialect.name == "sqlite" and _is_memory(url)
+        self.in_memory = self.engine.dialect.name == "sqlite" and is_memory_url(url)
         self._guard: threading.Lock | None = threading.Lock() if self.in_memory else None
         try:
             with self._turn():
-                _metadata.create_all(self.engine)
-                _add_missing_columns(self.engine)
+                upgrade(self.engine)
         except sa.exc.SQLAlchemyError as exc:
             self.engine.dispose()
-            raise StorageError(f"cannot open the key store {_safe_url(url)}: {exc}") from exc
+            raise StorageError(f"cannot open the key store {safe_url(url)}: {exc}") from exc
+        except StorageError:
+            self.engine.dispose()
+            raise
+
+    @property
+    def shared_engine(self) -> sa.Engine | None:
+        """The engine the stores kept beside the keys use (``storage.engine.SharesEngine``):
+        ``None`` for an in-memory database, whose neighbours then live in memory too."""
+        return None if self.in_memory else self.engine
 
     @contextmanager
     def _turn(self) -> Iterator[None]:
@@ -252,24 +249,6 @@ class SqlKeyStore:
 
     def close(self) -> None:
         self.engine.dispose()
-
-
-def _add_missing_columns(engine: sa.Engine) -> None:
-    # A table made before keys had names gets the column (nullable: old keys have none).
-    def present() -> bool:
-        columns = sa.inspect(engine).get_columns(api_keys.name)
-        return any(column["name"] == "name" for column in columns)
-
-    if present():
-        return
-    try:
-        with engine.begin() as conn:
-            conn.execute(
-                sa.text(f"ALTER TABLE {api_keys.name} ADD COLUMN name VARCHAR({MAX_NAME_CHARS})")
-            )
-    except sa.exc.SQLAlchemyError:
-        if not present():  # else another process added it first
-            raise
 
 
 def check_name(name: str | None) -> str | None:

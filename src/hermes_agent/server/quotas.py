@@ -34,8 +34,12 @@ from typing import Literal, Protocol
 
 import sqlalchemy as sa
 
-from hermes_agent.server.auth import KeyStore, SqlKeyStore
+from hermes_agent.server.auth import KeyStore
 from hermes_agent.server.settings import QuotaLimits, QuotaSettings
+from hermes_agent.storage.engine import WRITE, shared_engine
+from hermes_agent.storage.schema import quota_runs as quota_runs
+from hermes_agent.storage.schema import quota_usage as quota_usage
+from hermes_agent.storage.schema import upgrade
 
 QuotaName = Literal["runs_per_day", "tokens_per_day"]
 
@@ -128,24 +132,6 @@ class MemoryQuotaStore:
             return DailyUsage(*found) if found else DailyUsage()
 
 
-_metadata = sa.MetaData()
-quota_usage = sa.Table(
-    "hermes_quota_usage",
-    _metadata,
-    sa.Column("user_id", sa.String(64), primary_key=True),
-    sa.Column("day", sa.String(10), primary_key=True),
-    sa.Column("runs", sa.Integer, nullable=False, default=0),
-    sa.Column("tokens", sa.BigInteger, nullable=False, default=0),
-)
-quota_runs = sa.Table(
-    "hermes_quota_runs",
-    _metadata,
-    sa.Column("request_id", sa.String(64), primary_key=True),
-    sa.Column("user_id", sa.String(64), nullable=False),
-    sa.Column("day", sa.String(10), nullable=False),
-)
-"""The runs whose tokens were added by ``add_run_tokens`` (queued runs: the service that first
-sees one's result adds its tokens, once whichever process sees it)."""
 _MAX_COUNTED_RUNS = 100_000
 
 
@@ -159,12 +145,12 @@ class SqlQuotaStore:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        _metadata.create_all(engine)
+        upgrade(engine)  # one read when the key store opened the database already
 
     def _begin(self) -> sa.engine.Connection:
         # SQLite: take the write lock up front (see storage.sql), so the read after the write
         # cannot fail on a lock another writer took meanwhile.
-        return self.engine.connect().execution_options(hermes_write=True)
+        return self.engine.connect().execution_options(**WRITE)
 
     def admit(self, user_id: str, day: str, limits: QuotaLimits) -> tuple[bool, DailyUsage]:
         q = quota_usage.c
@@ -350,6 +336,5 @@ class Quotas:
 def quota_store_for(keys: KeyStore) -> QuotaStore:
     """Where the counts of a key store's users go: the same database (``SqlKeyStore`` on a
     file or a server), else this process's memory."""
-    if isinstance(keys, SqlKeyStore) and not keys.in_memory:
-        return SqlQuotaStore(keys.engine)
-    return MemoryQuotaStore()
+    engine = shared_engine(keys)
+    return SqlQuotaStore(engine) if engine is not None else MemoryQuotaStore()

@@ -36,7 +36,10 @@ from starlette.responses import Response
 from hermes_agent.runs.backend import RunBackend
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.api_models import AUTHENTICATED, errors
-from hermes_agent.server.auth import CurrentUser, KeyStore, SqlKeyStore, key_id_of
+from hermes_agent.server.auth import CurrentUser, KeyStore, key_id_of
+from hermes_agent.storage.engine import shared_engine
+from hermes_agent.storage.schema import stream_tokens as stream_tokens
+from hermes_agent.storage.schema import upgrade
 
 _TOKEN = re.compile(r"^hst_([0-9a-f]{16})\.([A-Za-z0-9_-]{20,128})$")
 
@@ -105,20 +108,6 @@ class MemoryStreamTokens:
         return found[1]
 
 
-_metadata = sa.MetaData()
-stream_tokens = sa.Table(
-    "hermes_stream_tokens",
-    _metadata,
-    sa.Column("token_id", sa.String(32), primary_key=True),
-    sa.Column("token_sha256", sa.String(64), nullable=False),
-    sa.Column("request_id", sa.String(64), nullable=False),
-    sa.Column("user_id", sa.String(200), nullable=False),
-    sa.Column("admin", sa.Boolean, nullable=False, default=False),
-    sa.Column("key_id", sa.String(32), nullable=True),
-    sa.Column("expires", sa.Float, nullable=False, index=True),
-)
-
-
 class SqlStreamTokens:
     """Tokens in the key store's database (one table; expired rows go when new ones come)."""
 
@@ -127,10 +116,7 @@ class SqlStreamTokens:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
-        try:
-            _metadata.create_all(engine)
-        except sa.exc.SQLAlchemyError:
-            _metadata.create_all(engine)  # another process made it first
+        upgrade(engine)  # one read when the key store opened the database already
 
     def grant(self, grant: StreamGrant) -> str:
         token_id, token, digest = _new_token()
@@ -170,9 +156,8 @@ class SqlStreamTokens:
 
 def stream_tokens_for(keys: KeyStore) -> StreamTokenStore:
     """Beside the API keys: the key store's database, else memory (as the quota counts)."""
-    if isinstance(keys, SqlKeyStore) and not keys.in_memory:
-        return SqlStreamTokens(keys.engine)
-    return MemoryStreamTokens()
+    engine = shared_engine(keys)
+    return SqlStreamTokens(engine) if engine is not None else MemoryStreamTokens()
 
 
 class StreamTokenBody(BaseModel):

@@ -5,11 +5,12 @@
 
 ``storage.sessions`` holds conversations (one row per message), ``storage.audit`` takes audit
 records (one row each), and the storage reads the trail back (the ``Storage`` seam of
-``storage.base``). The schema is created, or
-migrated, when the storage opens: a ``schema_version`` table holds one row per applied
-migration, and every migration newer than the database's latest row runs in order, in one
-transaction, under a lock (SQLite's write lock; a PostgreSQL advisory lock), so starting many
-processes at once is safe and starting again is a no-op.
+``storage.base``). The tables are defined in ``storage.schema`` with every other table the
+project keeps in SQL, and the storage applies its migration chain when it opens: a
+``schema_version`` table holds one row per applied migration, and every migration newer than the
+database's latest row runs in order, in one transaction, under a lock (SQLite's write lock; a
+PostgreSQL advisory lock), so starting many processes at once is safe and starting again is a
+no-op. The engine is made by ``storage.engine.make_engine``.
 
 Audit writes never wait for the database: ``storage.audit`` is a ``WriteBehindSink`` around
 ``SqlAuditSink`` (one transaction per call), so a process killed at any moment leaves whole steps
@@ -27,45 +28,32 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Connection,
-    Double,
-    Engine,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    create_engine,
-    event,
-    func,
-    insert,
-    inspect,
-    select,
-    text,
-    update,
-)
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import StaticPool
 
 from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
 from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
+from hermes_agent.storage.engine import SQLITE_BUSY_TIMEOUT_MS, WRITE, is_memory_url, make_engine
+from hermes_agent.storage.engine import safe_url as _safe_url
+from hermes_agent.storage.schema import (
+    LATEST_VERSION,
+    MIGRATIONS,
+    audit_table,
+    messages_table,
+    metadata,
+    schema_version,
+    sessions_table,
+    upgrade,
+)
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message, ToolCall, ToolResult
 
@@ -74,88 +62,24 @@ logger = logging.getLogger("hermes_agent")
 DEFAULT_URL = "sqlite:///.hermes/state.db"
 """Where state lives unless the config says otherwise: a SQLite file under the working folder."""
 
-SQLITE_BUSY_TIMEOUT_MS = 10_000
 
-
-# -- schema ------------------------------------------------------------------------------
-
-metadata = MetaData()
-
-schema_version = Table(
+# The tables, the migrations and the engine settings live in storage.schema and storage.engine;
+# they stay importable from here.
+__all__ = [
+    "DEFAULT_URL",
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "SQLITE_BUSY_TIMEOUT_MS",
+    "SqlAuditSink",
+    "SqlSessionStore",
+    "SqlStorage",
+    "append_messages",
+    "audit_table",
+    "messages_table",
+    "metadata",
     "schema_version",
-    metadata,
-    Column("version", Integer, primary_key=True, autoincrement=False),
-    Column("applied_ns", BigInteger, nullable=False),
-)
-
-sessions_table = Table(
-    "sessions",
-    metadata,
-    Column("id", String(MAX_ID_LENGTH), primary_key=True),
-    Column("created_ns", BigInteger, nullable=False),
-    Column("updated_ns", BigInteger, nullable=False),
-    Column("turns", Integer, nullable=False, default=0),
-    Column("messages", Integer, nullable=False, default=0),
-)
-
-messages_table = Table(
-    "messages",
-    metadata,
-    Column("session_id", String(MAX_ID_LENGTH), primary_key=True),
-    Column("position", Integer, primary_key=True, autoincrement=False),
-    Column("role", String(16), nullable=False),
-    Column("content", Text, nullable=False),
-    Column("tool_calls", Text, nullable=True),
-    Column("tool_results", Text, nullable=True),
-    Column("scratch_pad", Text, nullable=True),
-    Column("raw", Text, nullable=True),
-)
-
-audit_table = Table(
-    "audit_records",
-    metadata,
-    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
-    Column("request_id", String(64), nullable=False),
-    Column("session_id", String(MAX_ID_LENGTH), nullable=False),
-    Column("step", Integer, nullable=False),
-    Column("stage", String(32), nullable=False),
-    Column("role", String(16), nullable=False),
-    Column("content", Text, nullable=False),
-    Column("timestamp_ns", BigInteger, nullable=False),
-    Column("latency_ms", Double, nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("status_code", Integer, nullable=False),
-    Column("model_name", String(255), nullable=False),
-    Column("system_prompt_sha256", String(64), nullable=False),
-    Column("seq", Integer, nullable=False),
-    Column("sanitized", Text, nullable=True),
-    Index("ix_audit_request_seq", "request_id", "seq"),
-    Index("ix_audit_session", "session_id"),
-    Index("ix_audit_time", "timestamp_ns"),
-)
-
-_Migration = Callable[[Connection], None]
-
-
-def _v1_initial(conn: Connection) -> None:
-    for table in (sessions_table, messages_table, audit_table):
-        table.create(conn, checkfirst=True)
-
-
-def _v2_sanitized_note(conn: Connection) -> None:
-    # A database made by version 1 lacks the column; one made since has it from the start.
-    if "sanitized" not in {c["name"] for c in inspect(conn).get_columns("audit_records")}:
-        conn.execute(text("ALTER TABLE audit_records ADD COLUMN sanitized TEXT"))
-
-
-MIGRATIONS: dict[int, _Migration] = {1: _v1_initial, 2: _v2_sanitized_note}
-"""Schema version → the step that brings a database from the version before up to it. A new
-schema change is a new entry; existing entries never change once released."""
-
-LATEST_VERSION = max(MIGRATIONS)
-
-# The PostgreSQL advisory lock key that serialises migrations across processes.
-_MIGRATION_LOCK_KEY = 0x48_45_52_4D  # "HERM"
+    "sessions_table",
+]
 
 
 # -- the storage -------------------------------------------------------------------------
@@ -180,10 +104,10 @@ class SqlStorage:
 
     def __init__(self, url: str = DEFAULT_URL, *, echo: bool = False) -> None:
         self.url = url
-        self.engine = _make_engine(url, echo=echo)
+        self.engine = make_engine(url, echo=echo)
         # An in-memory SQLite database is one connection shared by every thread: transactions
         # must take turns on it. A file or a server gives each thread its own connection.
-        self._memory = self.engine.dialect.name == "sqlite" and _is_memory(url)
+        self._memory = self.engine.dialect.name == "sqlite" and is_memory_url(url)
         self._tx_guard: threading.RLock | None = threading.RLock() if self._memory else None
         try:
             self.schema_version = self._migrate()
@@ -206,34 +130,17 @@ class SqlStorage:
             conn = self.engine.connect()
             try:
                 if write:
-                    conn = conn.execution_options(hermes_write=True)
+                    conn = conn.execution_options(**WRITE)
                 with conn.begin():
                     yield conn
             finally:
                 conn.close()
 
     def _migrate(self) -> int:
-        with self.transaction(write=True) as conn:
-            if conn.dialect.name == "postgresql":
-                conn.execute(
-                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK_KEY}
-                )
-            schema_version.create(conn, checkfirst=True)
-            current = conn.execute(select(func.max(schema_version.c.version))).scalar() or 0
-            if current > LATEST_VERSION:
-                raise StorageError(
-                    f"the database {_safe_url(self.url)} has schema version {current}, newer than "
-                    f"this hermes-agent understands ({LATEST_VERSION}); upgrade hermes-agent-core"
-                )
-            for version in sorted(v for v in MIGRATIONS if v > current):
-                MIGRATIONS[version](conn)
-                conn.execute(
-                    insert(schema_version).values(version=version, applied_ns=time.time_ns())
-                )
-                logger.info(
-                    "storage: migrated %s to schema version %d", _safe_url(self.url), version
-                )
-            return max(current, LATEST_VERSION)
+        # Every table the project owns (storage.schema), not only the sessions and the trail.
+        guard = self._tx_guard if self._tx_guard is not None else contextlib.nullcontext()
+        with guard:
+            return upgrade(self.engine)
 
     # -- audit queries ------------------------------------------------------------------
 
@@ -600,83 +507,6 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
             turns=s.turns + sum(1 for m in messages if m.role == "user"),
         )
     )
-
-
-# -- engine ------------------------------------------------------------------------------
-
-
-def _make_engine(url: str, *, echo: bool) -> Engine:
-    try:
-        parsed = make_url(url)
-    except Exception as exc:
-        raise StorageError(
-            f"storage url {url!r} is not a database URL; use e.g. sqlite:///.hermes/state.db "
-            "or postgresql+psycopg://user@host/dbname"
-        ) from exc
-    if parsed.get_backend_name() != "sqlite":
-        try:
-            return create_engine(parsed, echo=echo, pool_pre_ping=True)
-        except Exception as exc:
-            raise StorageError(f"cannot use {_safe_url(url)}: {exc}") from exc
-    if _is_memory(url):
-        engine = create_engine(
-            parsed,
-            echo=echo,
-            poolclass=StaticPool,
-            connect_args={"check_same_thread": False},
-        )
-    else:
-        database = parsed.database or ""
-        if not database.startswith("file:"):
-            _create_private(Path(database).expanduser())
-        engine = create_engine(parsed, echo=echo, connect_args={"check_same_thread": False})
-    _sqlite_events(engine)
-    return engine
-
-
-def _create_private(path: Path) -> None:
-    """Create the SQLite file readable by its owner only (0600), with its folder, unless it
-    exists: it holds every conversation, tool result and API key hash. SQLite gives its
-    ``-wal`` and ``-shm`` files the database file's mode, so they are private too. An existing
-    file keeps the mode it has (its owner chose it)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    os.close(descriptor)
-
-
-def _sqlite_events(engine: Engine) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy's BEGIN (below) start transactions, not the driver's implicit
-        # deferred BEGIN, so that writers can take the lock up front.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        # The busy timeout first: switching a new file to WAL needs a moment's exclusive lock,
-        # which another process opening the same file at once may hold.
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get("hermes_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
-
-
-def _is_memory(url: str) -> bool:
-    database = make_url(url).database
-    return not database or database == ":memory:" or "mode=memory" in database
-
-
-def _safe_url(url: str) -> str:
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return re.sub(r"//[^@/]*@", "//***@", url)
 
 
 def _iso(ns: int) -> str:

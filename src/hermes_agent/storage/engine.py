@@ -1,0 +1,129 @@
+"""SQLAlchemy engines made one way for every store the project keeps in SQL (sessions and the
+audit trail, API keys, quota counts, stream tokens, channels, queued runs).
+
+    engine = make_engine("sqlite:///.hermes/state.db")   # WAL, a busy timeout, a private file
+    engine = make_engine("postgresql+psycopg://user@host/db")
+
+A SQLite file is created readable by its owner only, with its folder; every SQLite connection
+runs in WAL mode with a busy timeout, and a transaction opened on a connection with the
+``hermes_write`` execution option (``WRITE``) takes the write lock up front (``BEGIN
+IMMEDIATE``), so a read-then-write transaction waits its turn instead of failing when another
+writer got there first. An in-memory SQLite database (``sqlite://``) is one connection shared by
+every thread of the process (``is_memory_url``): its users take turns on it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from hermes_agent.storage.base import StorageError
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+WRITE: dict[str, Any] = {"hermes_write": True}
+"""Execution options of a connection whose transactions write: ``conn.execution_options(**WRITE)``
+(on SQLite, ``BEGIN IMMEDIATE``; elsewhere nothing changes)."""
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """The engine for a SQLAlchemy URL (``StorageError`` when it is not one, or its driver is
+    missing): ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db``, ``sqlite://`` (in
+    memory, this process only) or ``postgresql+psycopg://user:pw@host/db``."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise StorageError(
+            f"storage url {url!r} is not a database URL; use e.g. sqlite:///.hermes/state.db "
+            "or postgresql+psycopg://user@host/dbname"
+        ) from exc
+    if parsed.get_backend_name() != "sqlite":
+        try:
+            return create_engine(parsed, echo=echo, pool_pre_ping=True)
+        except Exception as exc:
+            raise StorageError(f"cannot use {safe_url(url)}: {exc}") from exc
+    if is_memory_url(url):
+        engine = create_engine(
+            parsed,
+            echo=echo,
+            poolclass=StaticPool,
+            connect_args={"check_same_thread": False},
+        )
+    else:
+        database = parsed.database or ""
+        if not database.startswith("file:"):
+            _create_private(Path(database).expanduser())
+        engine = create_engine(parsed, echo=echo, connect_args={"check_same_thread": False})
+    _sqlite_events(engine)
+    return engine
+
+
+def is_memory_url(url: str) -> bool:
+    """Whether a SQLite URL names an in-memory database (``sqlite://``, ``:memory:``,
+    ``mode=memory``)."""
+    database = make_url(url).database
+    return not database or database == ":memory:" or "mode=memory" in database
+
+
+def safe_url(url: str) -> str:
+    """The URL with its password hidden, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"//[^@/]*@", "//***@", url)
+
+
+@runtime_checkable
+class SharesEngine(Protocol):
+    """A store whose database other stores may keep their tables in (the API keys' database
+    holds the quota counts, the stream tokens and the channels' tables)."""
+
+    @property
+    def shared_engine(self) -> Engine | None:
+        """The engine to share, or ``None`` when the store's database is this process's memory
+        (what lives beside it then lives in memory too)."""
+        ...
+
+
+def shared_engine(store: object) -> Engine | None:
+    """The engine ``store`` shares (``SharesEngine``), ``None`` when it shares none."""
+    return store.shared_engine if isinstance(store, SharesEngine) else None
+
+
+def _create_private(path: Path) -> None:
+    """Create the SQLite file readable by its owner only (0600), with its folder, unless it
+    exists: it holds every conversation, tool result and API key hash. SQLite gives its
+    ``-wal`` and ``-shm`` files the database file's mode, so they are private too. An existing
+    file keeps the mode it has (its owner chose it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(descriptor)
+
+
+def _sqlite_events(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's BEGIN (below) start transactions, not the driver's implicit
+        # deferred BEGIN, so that writers can take the lock up front.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        # The busy timeout first: switching a new file to WAL needs a moment's exclusive lock,
+        # which another process opening the same file at once may hold.
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("hermes_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -1,0 +1,120 @@
+"""The writes a queued run's transactions share, each inside the caller's transaction: a
+batch of journal entries, events and trail records (``insert_batch``), the next event of the
+run's log (``append_event``), and the trail's ending (``add_last_record`` for an answer,
+``write_ending`` for a run that ended without one)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import Connection, Table, func, insert, select
+
+from hermes_agent.audit.recorder import lifecycle_record
+from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.runs.events import RunStoppedEvent
+from hermes_agent.runs.status import STOP_CODES
+from hermes_agent.storage.schema import audit_table, events_table, journal_table, runs_table
+from hermes_agent.worker.run_rows import Batch, dumps, now_ns
+
+
+def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """Insert ``rows``, replacing those whose ``keys`` are there already, in one statement."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as upsert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
+    statement = upsert(table)
+    changed = {c: statement.excluded[c] for c in rows[0] if c not in keys}
+    conn.execute(statement.on_conflict_do_update(index_elements=keys, set_=changed), rows)
+
+
+def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) -> None:
+    """A batch's writes, inside the caller's fenced transaction: one statement per table."""
+    now = now_ns()
+    if batch.entries:
+        upsert(
+            conn,
+            journal_table,
+            [
+                {
+                    "request_id": request_id,
+                    "key": key,
+                    "state": state,
+                    "payload": dumps(payload),
+                    "token": token,
+                    "updated_ns": now,
+                }
+                for key, (state, payload) in batch.entries.items()
+            ],
+            ["request_id", "key"],
+        )
+    if batch.events:
+        conn.execute(
+            insert(events_table),
+            [
+                {"request_id": request_id, "seq": seq, "payload": dumps(wire)}
+                for seq, wire in batch.events
+            ],
+        )
+    if batch.records:
+        conn.execute(insert(audit_table), [dataclasses.asdict(r) for r in batch.records])
+
+
+def add_last_record(conn: Connection, record: AuditRecord) -> None:
+    """Add the trail's ending, numbered after every record the trail holds."""
+    a = audit_table.c
+    latest = conn.execute(select(func.max(a.seq)).where(a.request_id == record.request_id)).scalar()
+    if latest is not None and record.seq <= latest:
+        record = dataclasses.replace(record, seq=int(latest) + 1)
+    conn.execute(insert(audit_table).values(**dataclasses.asdict(record)))
+
+
+def write_ending(
+    conn: Connection,
+    request_id: str,
+    session_id: str,
+    status: str,
+    error: str | None,
+    *,
+    add_event: bool = True,
+) -> None:
+    """The ending of a run that ended without an answer, inside the transaction that ends it:
+    a ``stopped`` record last in its trail and a ``run_stopped`` event last in its log."""
+    a = audit_table.c
+    last = conn.execute(
+        select(audit_table).where(a.request_id == request_id).order_by(a.seq.desc()).limit(1)
+    ).first()
+    earlier = []
+    if last is not None:
+        fields = {f.name for f in dataclasses.fields(AuditRecord)}
+        earlier.append(AuditRecord(**{k: v for k, v in last._mapping.items() if k in fields}))
+    record = lifecycle_record(
+        earlier,
+        request_id=request_id,
+        session_id=session_id,
+        stage="Worker",
+        role=Role.STOPPED,
+        content={"status": status, "error": error},
+        status_code=STOP_CODES.get(status, 500),
+        model_name="",
+    )
+    conn.execute(insert(audit_table).values(**dataclasses.asdict(record)))
+    if add_event:
+        append_event(conn, request_id, RunStoppedEvent(status, error).to_dict())
+
+
+def append_event(conn: Connection, request_id: str, wire: dict[str, Any]) -> int:
+    """Append one event to a run's log, inside the caller's transaction."""
+    e = events_table.c
+    r = runs_table.c
+    # The run's row orders its event writers (an attempt and a service writing at once).
+    conn.execute(select(r.request_id).where(r.request_id == request_id).with_for_update())
+    seq = (
+        conn.execute(
+            select(func.coalesce(func.max(e.seq), 0)).where(e.request_id == request_id)
+        ).scalar_one()
+        + 1
+    )
+    conn.execute(insert(events_table).values(request_id=request_id, seq=seq, payload=dumps(wire)))
+    return int(seq)
