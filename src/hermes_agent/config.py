@@ -43,7 +43,7 @@ from pydantic import (
 )
 
 from hermes_agent.errors import ConfigError
-from hermes_agent.pipeline.stages import HookStage
+from hermes_agent.stages import HookStage
 
 DEFAULT_STORAGE_URL = "sqlite:///.hermes/state.db"
 MAX_CONFIG_NODES = 100_000

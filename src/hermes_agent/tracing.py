@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 from hermes_agent.audit.redaction import Redactor
 from hermes_agent.errors import MissingDependencyError
 from hermes_agent.pipeline.hooks import HOOK_POINTS, HookContext
-from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.pipeline.status import Status
+from hermes_agent.stages import HookStage
 from hermes_agent.types import Message, ToolCallRecord
 
 if TYPE_CHECKING:

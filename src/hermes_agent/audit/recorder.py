@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from hermes_agent.audit.records import AuditRecord, AuditSink, Role
 from hermes_agent.audit.redaction import Redactor, sanitized_note, storable
 from hermes_agent.models.base import Model, ModelSettings
-from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.protocol.chatml import render_conversation, render_tool_results, to_chatml
+from hermes_agent.stages import HookStage
 from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
 logger = logging.getLogger("hermes_agent")

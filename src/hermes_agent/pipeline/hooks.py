@@ -63,9 +63,9 @@ from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.models.base import Model
 from hermes_agent.pipeline.context import PlannedCall, RunContext
 from hermes_agent.pipeline.hook_classes import HookBase, PostExecutionHook
-from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.variables import variables_problem
+from hermes_agent.stages import HookStage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Completion, Message, Step, ToolCallRecord, ToolResult, Usage
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from hermes_agent.events import InputEvent
 from hermes_agent.pipeline.client_tools import take_declared, take_up
 from hermes_agent.pipeline.context import RunContext, system_turn
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
+from hermes_agent.stages import StageName
 from hermes_agent.types import Message
 
 MAX_MESSAGE_CHARS = 100_000
@@ -86,4 +86,3 @@ def _instructions(ctx: RunContext) -> str | None:
     if ctx.explain:
         parts.append(EXPLAIN_PROMPT)
     return "\n\n".join(parts) or None
-

@@ -40,11 +40,11 @@ from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.hooks import HookContext, Hooks, call_hook, hook_name, per_call
 from hermes_agent.pipeline.input_parser import InputParser, load_history
 from hermes_agent.pipeline.output_renderer import OutputRenderer
-from hermes_agent.pipeline.stages import HookStage
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.thought_generator import ThoughtGenerator
 from hermes_agent.pipeline.tool_executor import ToolExecutor
 from hermes_agent.pipeline.tool_selector import ToolSelector
+from hermes_agent.stages import HookStage
 from hermes_agent.types import RunResult, ToolCallRecord, ToolResult
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from hermes_agent.events import OutputEvent
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.renderers import RenderInput, rendered
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.chatml import to_json
+from hermes_agent.stages import StageName
 from hermes_agent.types import Message, ToolCallRecord
 
 _MAX_RESULT_CHARS = 500

@@ -32,7 +32,6 @@ from hermes_agent.events import (
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.context import RunContext, system_turn
 from hermes_agent.pipeline.context_window import fit_to_context
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import REFUSED, Status
 from hermes_agent.protocol.parser import (
     ScratchPadDelta,
@@ -46,6 +45,7 @@ from hermes_agent.protocol.parser import (
     ToolCallStarted,
 )
 from hermes_agent.protocol.prompts import json_retry_prompt
+from hermes_agent.stages import StageName
 from hermes_agent.types import Message, ModelResponse, Step, ToolCall, Usage, new_call_id
 
 

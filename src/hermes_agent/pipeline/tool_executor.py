@@ -48,10 +48,10 @@ from hermes_agent.pipeline.journal import (
     reset_current_call,
     set_current_call,
 )
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tool_selector import rate_limited, recheck
 from hermes_agent.protocol.chatml import to_json
+from hermes_agent.stages import StageName
 from hermes_agent.tools.runtime import private_copy
 from hermes_agent.tools.sandbox import ToolProcessError
 from hermes_agent.types import Message, ToolCallRecord, ToolResult

@@ -29,9 +29,9 @@ from hermes_agent.errors import is_store_error
 from hermes_agent.events import PlannedCallView, RefusedCallView, SelectionEvent
 from hermes_agent.pipeline.context import PlannedCall, RunContext, error_result
 from hermes_agent.pipeline.journal import CallKey
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.parser import decode_value
+from hermes_agent.stages import StageName
 from hermes_agent.tools.registry import Tool, find_tool
 from hermes_agent.tools.runtime import private_copy
 from hermes_agent.types import ToolCall, ToolResult

@@ -14,7 +14,7 @@ from hermes_agent.events import (
     ThoughtEvent,
     ToolResultsEvent,
 )
-from hermes_agent.pipeline.stages import HookStage
+from hermes_agent.stages import HookStage
 
 _STAGE_EVENTS: dict[type[Event], str] = {
     InputEvent: HookStage.INPUT,

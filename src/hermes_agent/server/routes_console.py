@@ -33,7 +33,6 @@ from starlette.responses import RedirectResponse, Response
 
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.events import SelectionEvent, ThoughtEvent
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.events import (
@@ -46,6 +45,7 @@ from hermes_agent.runs.events import (
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import json_response
 from hermes_agent.server.runs import Run, RunManager
+from hermes_agent.stages import StageName
 from hermes_agent.storage.base import Storage
 from hermes_agent.types import ToolCall
 

@@ -33,7 +33,6 @@ from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.gate import Gate, Tally, admitted_here, tokens_used
@@ -50,6 +49,7 @@ from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
 from hermes_agent.server.run_records import dropped, lost_records, write_accepted
 from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
+from hermes_agent.stages import StageName
 from hermes_agent.storage.base import Storage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import RunResult, ToolCall

@@ -44,7 +44,6 @@ from hermes_agent.errors import (
     is_store_error,
 )
 from hermes_agent.events import Event, ResultEvent
-from hermes_agent.pipeline.stages import StageName
 from hermes_agent.runs.events import (
     ApprovalRequiredEvent,
     ApprovalResolvedEvent,
@@ -53,6 +52,7 @@ from hermes_agent.runs.events import (
 )
 from hermes_agent.runs.request import QueuedRequest, declared_client
 from hermes_agent.runs.status import RunStatus, ending_status
+from hermes_agent.stages import StageName
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tracing import attach_incoming, detach
 from hermes_agent.types import ToolCall
