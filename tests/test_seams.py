@@ -61,7 +61,7 @@ SRC = Path(hermes_agent.__file__).parent
 def call(name: str, **arguments: Any) -> str:
     import json
 
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 # -- imports: layered, no cycles ---------------------------------------------------------------
@@ -248,11 +248,13 @@ def test_a_registered_name_is_not_replaced_silently() -> None:
 
 def test_models_declare_their_profile() -> None:
     scripted = ScriptedModel(["x"], context_window=512)
-    assert scripted.profile == ModelProfile(context_window=512)
+    assert scripted.profile == ModelProfile(context_window=512, provider="scripted")
     openai_model = pytest.importorskip("hermes_agent.models.openai").OpenAICompatible(
         "m", base_url="http://127.0.0.1:9/v1", context_window=8192, max_tokens=100
     )
-    assert openai_model.profile == ModelProfile(8192, 100, can_summarize=True)
+    assert openai_model.profile == ModelProfile(
+        8192, 100, can_summarize=True, provider="openai", server_url="http://127.0.0.1:9/v1/"
+    )
     for name in ("context_window", "count_tokens", "render_prompt", "can_summarize"):
         source = (SRC / "pipeline" / "context_window.py").read_text(encoding="utf-8")
         assert f'getattr(ctx.model, "{name}"' not in source

@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.errors import ModelError
-from hermes_agent.models.base import ModelBase, ModelSettings
+from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings
 from hermes_agent.tracing import SCHEMA_URL, instrument, tracer_of
 from hermes_agent.types import Message, ModelResponse, StreamChunk
 
@@ -551,3 +551,32 @@ def test_the_observability_page_examples_run(tmp_path: Path) -> None:
     namespace: dict[str, object] = {"__name__": "docs_observability"}
     for number, block in enumerate(blocks, start=1):
         exec(compile(block, f"observability.md (python block {number})", "exec"), namespace)
+
+
+class DeclaredModel(ModelBase):
+    """A model served elsewhere, which says who serves it and where (its profile)."""
+
+    name = "served-7b"
+
+    @property
+    def profile(self) -> ModelProfile:
+        return ModelProfile(provider="vllm", server_url="http://10.0.0.5:8000/v1")
+
+    async def complete(
+        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], settings: Any
+    ) -> ModelResponse:
+        return await ScriptedModel(["hi"]).complete(messages, tools, settings)
+
+
+def test_the_chat_span_names_the_provider_and_server_the_profile_declares(
+    exporter: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, memory = exporter
+    agent = Agent(model=DeclaredModel())
+    instrument(agent, tracer_provider=provider)
+    assert agent.run("hello").output == "hi"
+    (chat,) = named(memory.get_finished_spans(), "chat")
+    assert chat.attributes["gen_ai.provider.name"] == "vllm"  # type: ignore[index]
+    assert chat.attributes["server.address"] == "10.0.0.5"  # type: ignore[index]
+    assert chat.attributes["server.port"] == 8000  # type: ignore[index]
+    assert chat.kind == SpanKind.CLIENT

@@ -411,7 +411,7 @@ class AgentTracer:
             span.set_attribute(
                 "gen_ai.usage.output_tokens", sum(s.usage.completion_tokens for s in turns)
             )
-            served = getattr(turns[-1], "model", "") if turns else ""  # Step.model: new field
+            served = turns[-1].model if turns else ""
             if served:
                 span.set_attribute("gen_ai.response.model", served)
             if not turns and ctx.status == Status.MODEL_ERROR:
@@ -571,20 +571,13 @@ def _message(message: Message) -> dict[str, Any]:
 
 def _provider(model: Model) -> tuple[str, bool, str | None, int | None]:
     """``gen_ai.provider.name``, whether the model is called over the network, and its host
-    and port. An OpenAI-compatible endpoint is ``openai`` (the conventions name the API the
-    client speaks); the embedded model ``llama_cpp``; any other its class name."""
-    from hermes_agent.models.llamacpp import LlamaCpp
-    from hermes_agent.models.openai import OpenAICompatible
-    from hermes_agent.models.scripted import ScriptedModel
-
-    if isinstance(model, OpenAICompatible):
-        url = urllib.parse.urlsplit(model.base_url)
-        return "openai", True, url.hostname, url.port
-    if isinstance(model, LlamaCpp):
-        return "llama_cpp", False, None, None
-    if isinstance(model, ScriptedModel):
-        return "scripted", False, None, None
-    return type(model).__name__, False, None, None
+    and port: what the model's profile declares (its class name when it names no provider)."""
+    profile = model.profile
+    provider = profile.provider or type(model).__name__
+    if profile.server_url is None:
+        return provider, False, None, None
+    url = urllib.parse.urlsplit(profile.server_url)
+    return provider, True, url.hostname, url.port
 
 
 def _current_task() -> asyncio.Task[Any] | None:

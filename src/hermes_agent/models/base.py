@@ -62,7 +62,11 @@ class ModelProfile:
     (an instruction only); the pipeline checks that a call came whichever it is.
     ``price_per_1k_prompt`` / ``price_per_1k_completion``: what 1,000 tokens cost, for
     ``RunResult.cost`` and ``max_run_cost`` (``None``: not priced); prices given to the
-    ``Agent`` take precedence (see ``hermes_agent.pricing``).
+    ``Agent`` take precedence (see ``hermes_agent.pricing``). ``provider``: who serves the
+    model, as OpenTelemetry's ``gen_ai.provider.name`` names it (``openai`` for any
+    OpenAI-compatible endpoint: the API the client speaks; empty: the model's class name).
+    ``server_url``: where requests go, for a model called over the network (``None``: in this
+    process).
     """
 
     context_window: int | None = None
@@ -71,6 +75,8 @@ class ModelProfile:
     tool_choice_enforcement: ToolChoiceEnforcement = "prompt"
     price_per_1k_prompt: float | None = None
     price_per_1k_completion: float | None = None
+    provider: str = ""
+    server_url: str | None = None
 
 
 @runtime_checkable

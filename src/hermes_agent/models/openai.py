@@ -206,6 +206,8 @@ class OpenAICompatible(ModelBase):
             max_tokens=self.max_tokens,
             can_summarize=True,
             tool_choice_enforcement=enforcement,
+            provider="openai",
+            server_url=self.base_url,
         )
 
     def _client(self) -> AsyncOpenAI:

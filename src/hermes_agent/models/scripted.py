@@ -73,7 +73,7 @@ class ScriptedModel(ModelBase):
 
     @property
     def profile(self) -> ModelProfile:
-        return ModelProfile(context_window=self.context_window)
+        return ModelProfile(context_window=self.context_window, provider="scripted")
 
     def _answer(
         self,

@@ -182,6 +182,7 @@ class LlamaCpp(ModelBase):
             context_window=self.n_ctx,
             max_tokens=self.max_tokens,
             tool_choice_enforcement="grammar" if self.use_grammar else "prompt",
+            provider="llama_cpp",
         )
 
     @property
