@@ -553,26 +553,19 @@ def test_the_observability_page_examples_run(tmp_path: Path) -> None:
         exec(compile(block, f"observability.md (python block {number})", "exec"), namespace)
 
 
-class DeclaredModel(ModelBase):
+class DeclaredModel(ScriptedModel):
     """A model served elsewhere, which says who serves it and where (its profile)."""
-
-    name = "served-7b"
 
     @property
     def profile(self) -> ModelProfile:
         return ModelProfile(provider="vllm", server_url="http://10.0.0.5:8000/v1")
-
-    async def complete(
-        self, messages: Sequence[Message], tools: Sequence[dict[str, Any]], settings: Any
-    ) -> ModelResponse:
-        return await ScriptedModel(["hi"]).complete(messages, tools, settings)
 
 
 def test_the_chat_span_names_the_provider_and_server_the_profile_declares(
     exporter: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, memory = exporter
-    agent = Agent(model=DeclaredModel())
+    agent = Agent(model=DeclaredModel(["hi"]))
     instrument(agent, tracer_provider=provider)
     assert agent.run("hello").output == "hi"
     (chat,) = named(memory.get_finished_spans(), "chat")
