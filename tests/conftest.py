@@ -11,11 +11,16 @@
 Two fixtures the worker tests share (``test_worker_runs.py``, ``test_worker_attacks.py``):
 ``url``, an empty SQL database (SQLite in tmp_path, then a throwaway PostgreSQL database), and
 ``cleanup``, a list whose entries are closed, last first, when the test ends.
+
+Every test is marked ``unit``, ``integration`` or ``integration`` and ``slow`` by what it uses
+(the rules are in ``marker_rules.py``), so ``pytest -m unit`` runs the fast, in-process tests
+alone; the header of a run says how many of each were collected.
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +30,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from marker_rules import STORAGE_FIXTURES, uses
 from storage_backends import _url
 from tree_guard import ROOT, TREE_AT_START, snapshot
 
@@ -48,6 +54,60 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[TREE_AT_START] = snapshot(ROOT, Path.home())
+
+
+TESTS = Path(__file__).resolve().parent
+_OWN_MARKS = ("unit", "integration", "slow")
+
+
+def _test_modules() -> set[str]:
+    """The modules of tests/ imported so far (test files and their harnesses)."""
+    found = set()
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if path and Path(path).resolve().parent == TESTS:
+            found.add(name)
+    return found
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by these marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    modules = _test_modules()
+    for item in items:
+        if not isinstance(item, pytest.Function):
+            continue
+        markers = {mark.name for mark in item.iter_markers()}
+        if markers & set(_OWN_MARKS):
+            continue
+        definitions = item._fixtureinfo.name2fixturedefs
+        fixtures = [
+            definitions[name][-1].func
+            for name in item.fixturenames
+            if name in definitions and name not in STORAGE_FIXTURES
+        ]
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        found = uses(item.function, fixtures, params, markers, modules)
+        if found.integration:
+            item.add_marker(pytest.mark.integration)
+        if found.slow:
+            item.add_marker(pytest.mark.slow)
+        if not found.integration and not found.slow:
+            item.add_marker(pytest.mark.unit)
+        reasons = [*sorted(found.reasons), found.slow_in_process or ""]
+        item.user_properties.append(("uses", ", ".join(filter(None, reasons)) or "nothing real"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    counts = dict.fromkeys(_OWN_MARKS, 0)
+    for item in session.items:
+        for mark in _OWN_MARKS:
+            counts[mark] += item.get_closest_marker(mark) is not None
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and session.items:
+        reporter.write_line(
+            f"selected by marker: {counts['unit']} unit, {counts['integration']} integration, "
+            f"{counts['slow']} slow"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

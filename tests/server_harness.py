@@ -19,12 +19,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from hermes_agent import Agent, ScriptedModel
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
-
-
-def call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
 def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:

@@ -9,12 +9,7 @@ import time
 import pytest
 
 from hermes_agent import Agent, HermesAgentError, Message, ScriptedModel, Status
-
-
-def call(name: str, **arguments: object) -> str:
-    import json
-
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+from hermes_agent.testing import tool_call as call
 
 
 def make_agent(script: list[str], **options: object) -> tuple[Agent, ScriptedModel]:

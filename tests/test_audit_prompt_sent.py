@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.storage import InMemoryStorage
+from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message
 
 MUST_CALL = "You must call at least one of the functions."
@@ -27,10 +27,6 @@ def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression, e.g. 2 + 2."""
     left, _, right = expression.partition("*")
     return str(int(left) * int(right))
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def prompts(storage: InMemoryStorage, request_id: str) -> list[tuple[int, str, str]]:

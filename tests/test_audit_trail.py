@@ -17,12 +17,9 @@ from sqlalchemy import select
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.storage import SqlStorage, open_storage, parse_jsonl, replay
 from hermes_agent.storage.sql import audit_table, messages_table
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import Tool
 from storage_backends import database_url  # noqa: F401  (the db_url fixture)
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def lookup(city: str) -> dict[str, object]:

@@ -21,11 +21,8 @@ from pathlib import Path
 import pytest
 
 from hermes_agent import Agent, ScriptedModel, Tool
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.sandbox import Abort, CallAborted, Limits, SubprocessPool
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def alive(pid: int) -> bool:

@@ -30,12 +30,9 @@ from hermes_agent.config import parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.runs.status import ending_status
 from hermes_agent.server import ServiceSettings, create_app
+from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message, Usage
 from server_harness import serve
-
-
-def call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def agent_with(*replies: str, **options: Any) -> Agent:

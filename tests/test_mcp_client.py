@@ -24,6 +24,7 @@ import pytest
 from hermes_agent import Agent, ScriptedModel, build_agent
 from hermes_agent.config import parse_config
 from hermes_agent.errors import ConfigError
+from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message, RunResult
 
 pytest.importorskip("mcp")
@@ -48,10 +49,6 @@ def echo_the_user(messages: Sequence[Message], _tools: Sequence[dict[str, Any]])
     if messages[-1].role == "tool":
         return f"done: {messages[-1].content}"
     return str(next(m for m in reversed(messages) if m.role == "user").content)
-
-
-def call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def free_port() -> int:

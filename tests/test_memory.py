@@ -3,17 +3,13 @@ usage and cost, and the audit records each stage leaves (with an in-memory sink)
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from hermes_agent import Agent, Message, ScriptedModel
 from hermes_agent.audit.records import AuditRecord, AuditSink
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.storage import InMemoryStorage
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+from hermes_agent.testing import tool_call as call
 
 
 def test_model_summary_of_old_turns_is_bounded_and_made_once_per_fold() -> None:

@@ -14,10 +14,7 @@ import pytest
 
 from hermes_agent import Agent, Message, ScriptedModel, Tool
 from hermes_agent.pipeline.context import RunContext
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+from hermes_agent.testing import tool_call as call
 
 
 def scripted(*replies: str) -> ScriptedModel:

@@ -4,13 +4,8 @@ requirement was not met."""
 
 from __future__ import annotations
 
-import json
-
 from hermes_agent import Agent, ScriptedModel, Status
-
-
-def call(name: str, **arguments: object) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+from hermes_agent.testing import tool_call as call
 
 
 def make(*script: str, **options: object) -> tuple[Agent, ScriptedModel]:

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -26,11 +25,8 @@ from typing import Any
 import pytest
 
 from hermes_agent import Agent, ScriptedModel, Tool
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.sandbox import Limits, SubprocessPool, ToolProcessError
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def scripted(*replies: str) -> ScriptedModel:

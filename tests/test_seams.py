@@ -52,16 +52,11 @@ from hermes_agent.events import (
 )
 from hermes_agent.models.registry import model_backends
 from hermes_agent.pipeline.status import REFUSED
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import SETTINGS
 from hermes_agent.types import RunResult, Step, ToolCallRecord
 
 SRC = Path(hermes_agent.__file__).parent
-
-
-def call(name: str, **arguments: Any) -> str:
-    import json
-
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 # -- imports: layered, no cycles ---------------------------------------------------------------

@@ -28,16 +28,11 @@ from hermes_agent.storage import (
     StorageError,
     open_storage,
 )
+from hermes_agent.testing import tool_call as call
 from storage_backends import database_url, sql_database_url  # noqa: F401  (the fixtures)
 
 LONE = "\ud800"
 NUL = "\x00"
-
-
-def call(name: str, **arguments: object) -> str:
-    # ensure_ascii (json's default): a lone surrogate or NUL travels as a JSON escape, as a
-    # model's output would carry it, and the parser turns it back into the character.
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def everything_stored(storage: Storage, session_ids: Sequence[str]) -> str:

@@ -5,7 +5,6 @@ entry, denied calls that use up a rate limit, and an async tool that ignores can
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -20,11 +19,8 @@ import pytest
 import hermes_agent
 from hermes_agent import Agent, ScriptedModel, Tool
 from hermes_agent.pipeline.hooks import HookContext
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.runtime import ClosedError, ToolThreads
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def transfer_agent(approver: Any, *replies: str) -> tuple[Agent, list[int]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import json
 import os
 from enum import Enum
 from typing import Annotated, Any, Literal, NewType, TypedDict
@@ -20,12 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hermes_agent import Agent, ScriptedModel, Tool, tool
 from hermes_agent.pipeline.context import RunContext
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tools import schema
 from hermes_agent.tools.schema import needs_conversion
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 class Point(BaseModel):

@@ -17,14 +17,11 @@ from hermes_agent import Agent, ScriptedModel, Tool
 from hermes_agent.events import ToolResultsEvent
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.protocol.chatml import render_tool_results
+from hermes_agent.testing import tool_call as call
 from hermes_agent.types import ToolResult
 
 SHAPE = {"status", "data", "error"}
 HIDDEN = ("metadata", "execution_time_ms", "cache_hit", "tool_name", "status_code", '"truncated"')
-
-
-def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def fed_back(model: ScriptedModel, request: int = 1) -> list[ToolResult]:

@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.errors import ModelError
 from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings
+from hermes_agent.testing import tool_call as call
 from hermes_agent.tracing import SCHEMA_URL, instrument, tracer_of
 from hermes_agent.types import Message, ModelResponse, StreamChunk
 
@@ -43,10 +44,6 @@ def exporter() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
     provider.add_span_processor(SimpleSpanProcessor(memory))
     yield provider, memory
     provider.shutdown()
-
-
-def call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
 def lookup(account: str, token: str) -> dict[str, str]:

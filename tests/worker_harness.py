@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from hermes_agent import current_call
+from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -256,10 +257,6 @@ def cluster(
 
 
 # -- a tool with a side effect and a model that calls it, for the in-process tests --------
-
-
-def call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
 class Ledger:
