@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hermes_agent.mcp.schemas import is_strict, normalise
+from hermes_agent.tools.mcp.schemas import is_strict, normalise
 from hermes_agent.tools.registry import Tool
 
 
@@ -125,7 +125,7 @@ def test_results_become_tool_values() -> None:
         TextResourceContents,
     )
 
-    from hermes_agent.mcp.client import McpError, tool_result
+    from hermes_agent.tools.mcp.client import McpError, tool_result
 
     text = TextContent(type="text", text="hello")
     assert tool_result(CallToolResult(content=[text])) == "hello"
@@ -155,7 +155,7 @@ def test_results_become_tool_values() -> None:
 def test_exception_groups_become_one_line() -> None:
     from mcp import MCPError
 
-    from hermes_agent.mcp.client import describe
+    from hermes_agent.tools.mcp.client import describe
 
     nested = BaseExceptionGroup(
         "unhandled errors in a TaskGroup",

@@ -32,7 +32,7 @@
     ├── CallAborted              a tool call was aborted by its caller (``tools.sandbox``)
     ├── ClosedError              the tool threads closed before a call could start
     │                            (``tools.runtime``; also a ``RuntimeError``)
-    ├── McpError                 a call to an MCP server failed (``mcp.client``)
+    ├── McpError                 a call to an MCP server failed (``tools.mcp.client``)
     ├── DeliveryError            a channel part was not delivered; ``transient`` when a retry
     │                            may succeed (``channels.senders``)
     ├── InboundRefused           a channel payload the channel cannot take: 400 or 422

@@ -131,7 +131,7 @@ add_config_wiring(_wire_tracing)
 def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:
     """Start the config's MCP servers and give the agent their tools; ``agent.close`` stops
     the servers. The SDK is imported only here, when the config names a server."""
-    from hermes_agent.mcp.client import open_mcp_toolsets
+    from hermes_agent.tools.mcp.client import open_mcp_toolsets
 
     toolsets = open_mcp_toolsets(settings.mcp_servers, source=settings.source)
     agent.on_close(toolsets.close)

@@ -97,7 +97,7 @@ def serve(
     except ValueError as exc:
         fail(f"--user: {exc}")
     try:
-        from hermes_agent.mcp.client import require_sdk
+        from hermes_agent.tools.mcp.client import require_sdk
 
         require_sdk()
     except Exception as exc:

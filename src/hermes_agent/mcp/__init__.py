@@ -1,10 +1,10 @@
 """The Model Context Protocol, both ways (the ``mcp`` extra; docs/mcp.md).
 
-- ``hermes_agent.mcp.client``: MCP servers' tools as ordinary ``Tool``s, from the config's
-  ``mcp_servers:`` section (``build_agent`` wires them in);
 - ``hermes_agent.mcp.server``: an agent's tools, and optionally the agent, as an MCP server
-  (``hermes-agent mcp serve``);
-- ``hermes_agent.mcp.schemas``: MCP input schemas made strict where that is safe.
+  (``hermes-agent mcp serve``): a front door, through the run layer like the others;
+- MCP servers' tools as ordinary ``Tool``s are a tool source: ``hermes_agent.tools.mcp``
+  (``hermes_agent.mcp.client`` and ``hermes_agent.mcp.schemas`` are its old names, kept for one
+  release).
 
 Importing this package imports nothing of the SDK; its modules import it where they use it.
 """

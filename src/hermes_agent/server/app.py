@@ -211,8 +211,8 @@ class WarmState:
 def _mcp_door(settings: ServiceSettings, served: Agent, backend: RunBackend, keys: KeyStore) -> Any:
     """The MCP server of ``service.mcp``: the service's agent, engine (``backend``) and keys
     (under ``auth: none``, the service's local user); its Starlette app."""
-    from hermes_agent.mcp.client import require_sdk
     from hermes_agent.mcp.server import AgentMcpServer
+    from hermes_agent.tools.mcp.client import require_sdk
 
     door = settings.mcp
     assert door is not None

@@ -1,0 +1,10 @@
+"""MCP servers as a tool source (the ``mcp`` extra; docs/mcp.md).
+
+- ``client``: an MCP server's tools as ordinary ``Tool``s, from the config's ``mcp_servers:``
+  section (``build_agent`` wires them in); each call goes over the server's session, run on a
+  loop thread of its own (``_loop``);
+- ``schemas``: MCP input schemas made strict where that is safe.
+
+Serving an agent *as* an MCP server is a front door, not a tool source: ``hermes_agent.mcp``.
+Importing this package imports nothing of the SDK; its modules import it where they use it.
+"""
