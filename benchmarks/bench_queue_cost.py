@@ -17,11 +17,16 @@ once:
 CPU is read from ``/proc``: the worker's process group between the first and the last run, and
 the PostgreSQL backends serving the worker (every backend of the benchmark's database except
 the submitter's, which connects with an ``application_name`` of its own), sampled every 20 ms
-so that a backend that exits in the window still counts (up to its last sample). Rounds
-alternate the contenders (the order flips each round).
+so that a backend that exits in the window still counts (up to its last sample). Also counted:
+the PostgreSQL backends the worker started in the window (each a fork of the server: a pool
+that closes and opens connections), and the transactions the server counted in the database
+per run (``pg_stat_database``; less the submitter's insert). Rounds alternate the contenders
+(the order flips each round). ``--profile DIR`` runs each worker under py-spy (folded stacks
+of the thread holding the GIL, one file per worker; its own CPU inflates that round's figures).
 
     python benchmarks/bench_queue_cost.py --rounds 2 --runs 300 --json queue_cost.json
     python benchmarks/bench_queue_cost.py --src before=OLD_TREE --src after=NEW_TREE
+    python benchmarks/bench_queue_cost.py --rounds 1 --runs 1000 --profile profiles/
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, code_version, free_port, pg_database
+from _common import PG, ROOT, code_version, free_port, pg_database
 
 SUBMITTER = "hermes-bench-submitter"
 
@@ -177,7 +182,9 @@ class BackendMeter:
 
         self.database = database.encode()
         self.parent = postmaster()
-        self.conn = psycopg.connect(conninfo, autocommit=True)
+        # Connected to another database: its queries are not counted as the worker's
+        # transactions (``transactions``).
+        self.conn = psycopg.connect(conninfo, dbname=PG["dbname"], autocommit=True)
         own = self.conn.execute("SELECT pg_backend_pid()").fetchone()
         self.own = int(own[0]) if own else -1
         self.kind: dict[int, str] = {}  # pid -> "worker" | "submitter" | "other"
@@ -255,6 +262,19 @@ class BackendMeter:
         return used["worker"] / hz, born
 
 
+def transactions(conninfo: str, database: str) -> int:
+    """Transactions the server counted in ``database`` so far, committed and rolled back (a
+    backend publishes its counts when it exits, or once it has been idle for 10 s)."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s",
+            (database,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def start_process(command: list[str], folder: Path, env: dict[str, str], log: str) -> Any:
     with (folder / log).open("wb") as output:
         return subprocess.Popen(
@@ -275,11 +295,18 @@ def wait_ready(process: Any, log: Path) -> None:
         time.sleep(0.1)
 
 
-def stop(process: Any) -> None:
+def stop(process: Any, *, profiled: bool = False) -> None:
     import signal
 
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+        if profiled:
+            # py-spy writes its profile once the worker it started has exited: stop the
+            # worker only, and let py-spy end by itself.
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+            for pid in children.split():
+                os.kill(int(pid), signal.SIGTERM)
+        else:
+            os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
@@ -373,8 +400,20 @@ def measure_hermes(
     conninfo = db_url.replace("postgresql+psycopg://", "postgresql://")
     config = write_hermes(folder, model_url, db_url, args.broker, queue)
     log = f"hermes-{uuid.uuid4().hex[:6]}.log"
+    profiler: list[str] = []
+    if args.profile is not None:
+        # py-spy samples the worker (its CPU only: idle threads are left out) into a file of
+        # folded stacks per round; the CPU it adds to the worker is counted, so a profiled
+        # round is for the profile, not for the table.
+        args.profile.mkdir(parents=True, exist_ok=True)
+        out = args.profile / f"{src.name}-{uuid.uuid4().hex[:6]}.folded"
+        # --gil: the thread holding the GIL only (this machine's idle-thread detection
+        # counted threads waiting on a lock as busy).
+        sampling = ["--format", "raw", "--rate", "250", "--gil"]
+        profiler = ["py-spy", "record", *sampling, "-o", str(out), "--"]
     worker = start_process(
         [
+            *profiler,
             sys.executable,
             "-m",
             "hermes_agent",
@@ -402,6 +441,8 @@ def measure_hermes(
         # The submitter's backend comes and goes with it: backends seen while no run is in
         # flight and no submitter is connected are the worker's.
         submitter = Submitter(src, config, folder, submit_url, f"r{label}", args.runs)
+        time.sleep(11)  # the counts of the warm-up, and of the worker's start, published
+        xacts_before = transactions(conninfo, db_name)
         meter.start()
         worker_before = group_ticks(worker.pid)
         started = time.perf_counter()
@@ -418,7 +459,10 @@ def measure_hermes(
         )
         latencies = sorted((r[4] - r[3]) / 1e6 for r in rows)
     finally:
-        stop(worker)
+        stop(worker, profiled=bool(profiler))
+    # The worker's backends have exited, so their counts are in; less the submitter's one
+    # transaction per run (its insert) and the first reading's own.
+    xacts = transactions(conninfo, db_name) - xacts_before - args.runs - 1
     return {
         "runs": args.runs,
         "correct": good,
@@ -429,6 +473,7 @@ def measure_hermes(
         "total_cpu_ms_per_run": round((worker_s + backend_s) * 1000 / args.runs, 2),
         "submitter_backend_cpu_ms_per_run": round(submitter_s * 1000 / args.runs, 2),
         "backends_started": born,
+        "transactions_per_run": round(xacts / args.runs, 2),
         "latency_p50_ms": round(latencies[len(latencies) // 2], 1),
         "latency_p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
     }
@@ -601,6 +646,9 @@ def main() -> None:
         "--src", action="append", help="NAME=TREE: a source tree to measure (repeatable)"
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--profile", type=Path, help="DIR: run each worker under py-spy, folded stacks in DIR"
+    )
     args = parser.parse_args()
     report = run(args)
     print(json.dumps(report["summary"], indent=2))

@@ -22,7 +22,8 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hermes_agent.config import HermesConfig, QueueConfig
@@ -77,6 +78,77 @@ def enqueue(app: Any, queue: QueueConfig, request_id: str) -> None:
     app.send_task(RUN_TASK, args=[request_id], queue=queue.queue_name)
 
 
+class DeliveryNotes:
+    """Deliveries this process received, noted in the store (``RunStore.mark_delivered``) only
+    when they have not started after ``delay`` seconds: one that waits for a free slot leaves
+    its trace for the sweeper, one that starts at once (the common case) writes nothing here,
+    since its claim notes it. A worker that dies within ``delay`` of a delivery leaves that run
+    to the sweeper's last resort (queued ten leases with no trace), as one that died before
+    its note reached the store always did."""
+
+    def __init__(self, note: Callable[[str], None], delay: float) -> None:
+        self._note = note
+        self.delay = delay
+        self._pending: dict[str, float] = {}
+        self._guard = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def received(self, request_id: str) -> None:
+        with self._guard:
+            if self._closed:
+                return
+            self._pending.setdefault(request_id, time.monotonic() + self.delay)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="hermes-deliveries", daemon=True
+                )
+                self._thread.start()
+            self._guard.notify()
+
+    def started(self, request_id: str) -> None:
+        """The delivery runs now (in this process): nothing to note."""
+        with self._guard:
+            self._pending.pop(request_id, None)
+
+    def pending(self) -> list[str]:
+        with self._guard:
+            return list(self._pending)
+
+    def close(self) -> None:
+        with self._guard:
+            self._closed = True
+            self._guard.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            with self._guard:
+                while not self._closed:
+                    now = time.monotonic()
+                    due = [rid for rid, at in self._pending.items() if at <= now]
+                    if due:
+                        break
+                    first = min(self._pending.values(), default=None)
+                    self._guard.wait(None if first is None else first - now)
+                if self._closed:
+                    return
+                for rid in due:
+                    del self._pending[rid]
+            for rid in due:
+                try:
+                    self._note(rid)
+                except Exception:
+                    logger.exception("could not note the delivery of run %s", rid)
+
+
+def delivery_delay(queue: QueueConfig) -> float:
+    """How long a received delivery may wait for a slot before it is noted in the store: a
+    tenth of a lease, at most one second (the sweeper acts on a note after three leases)."""
+    return min(1.0, queue.lease_ttl / 10)
+
+
 class WorkerProcess:
     """What one worker process holds: the agent, the run store, the runner, the sweeper."""
 
@@ -128,6 +200,14 @@ _settings: tuple[HermesConfig, tuple[str, ...]] | None = None
 _main_store: Any = None
 """Under the prefork pool: the main process's own small ``RunStore``, for noting deliveries
 (the agent, its loop and its sweeper live in each child, made after the fork)."""
+_deliveries: DeliveryNotes | None = None
+"""This process's notes of deliveries received (the main process's, under prefork, where a
+child's start is not seen: every delivery is noted once its delay has passed)."""
+
+
+def _note_delivery(request_id: str) -> None:
+    store = _main_store if _main_store is not None else worker_process().store
+    store.mark_delivered(request_id)
 
 
 def worker_process() -> WorkerProcess:
@@ -148,6 +228,10 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
         raise ConfigError(f"{config.source}: a worker needs a queue: section (broker, ...)")
     _settings = (config, tuple(tools_files))
     app = make_celery(config.queue)
+    global _deliveries
+    if _deliveries is not None:
+        _deliveries.close()
+    deliveries = _deliveries = DeliveryNotes(_note_delivery, delivery_delay(config.queue))
 
     from celery.signals import (  # type: ignore[import-untyped]
         task_received,
@@ -169,6 +253,8 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
         # After a warm shutdown the runs of this process have finished; stop the sweeper,
         # the run loop and the agent (its MCP servers, its store).
         global _process
+        if _deliveries is not None:
+            _deliveries.close()
         with _process_guard:
             if _process is not None:
                 _process.close()
@@ -176,19 +262,16 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
 
     @task_received.connect(weak=False)  # type: ignore[untyped-decorator]
     def received(sender: Any = None, request: Any = None, **_: Any) -> None:
-        # Noted as soon as the delivery arrives, before a slot is free to run it: a worker
-        # that dies holding it leaves a trace the sweeper acts on.
+        # Noted when the delivery has waited a moment for a free slot to run it: a worker
+        # that dies holding it leaves a trace the sweeper acts on (``DeliveryNotes``).
         if request is not None and request.name == RUN_TASK and request.args:
-            try:
-                store = _main_store if _main_store is not None else worker_process().store
-                store.mark_delivered(str(request.args[0]))
-            except Exception:
-                logger.exception("could not note the delivery of run %s", request.args[0])
+            deliveries.received(str(request.args[0]))
 
     @app.task(  # type: ignore[untyped-decorator]
         name=RUN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True, bind=True
     )
     def run(task: Any, request_id: str) -> str:
+        deliveries.started(request_id)  # its claim notes it
         try:
             return worker_process().runner.execute(request_id)
         except StoreUnavailable as exc:

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from hermes_agent.agent import Agent
@@ -55,7 +56,7 @@ from hermes_agent.runs.status import RunStatus, ending_status
 from hermes_agent.stages import StageName
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tracing import attach_incoming, detach
-from hermes_agent.types import ToolCall
+from hermes_agent.types import RunResult, ToolCall
 from hermes_agent.worker.attempt import Attempt, retry_budget, transient, with_retries
 from hermes_agent.worker.journal import StoreJournal
 from hermes_agent.worker.store import Claim, RunStore
@@ -65,6 +66,14 @@ from hermes_agent.worker.trail import AttemptTrail
 logger = logging.getLogger("hermes_agent.worker")
 
 Enqueue = Callable[[str], None]
+
+Prepared = tuple[StoreJournal, tuple[int, float] | None, int]
+"""What a run starts from (``RunWorker._prepare``): its journal, its deadline (ns since the
+epoch, and the timeout in seconds) if it has one, and how many events it told already."""
+
+Ending = Callable[[], str]
+"""The write that ends an attempt, done by the delivery's thread once the run has left the
+event loop (``RunWorker._run``); returns what became of the run."""
 
 WORKER_EVENTS = (ApprovalRequiredEvent, ApprovalResolvedEvent, RunStoppedEvent)
 """Events written beside the pipeline's (by the worker, or with an approval's answer)."""
@@ -226,7 +235,7 @@ class RunWorker:
                     return
                 attempt.beat(sent)
 
-        async def drive() -> str:
+        async def drive() -> Ending:
             current = asyncio.current_task()
             assert current is not None
             holder.append(current)
@@ -240,8 +249,10 @@ class RunWorker:
             self.trail.hold(attempt)
         try:
             # All runs of this process share one event loop (model clients are bound to the
-            # loop they first ran on); this thread waits for its run.
-            return asyncio.run_coroutine_threadsafe(drive(), self._loop).result()
+            # loop they first ran on); this thread (the delivery's own) waits for its run,
+            # then writes its ending: off the loop, with no thread hop of its own.
+            ending = asyncio.run_coroutine_threadsafe(drive(), self._loop).result()
+            return ending()
         except StoreUnavailable:
             self._abandon(attempt)
             raise
@@ -274,7 +285,9 @@ class RunWorker:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
 
-    async def _drive(self, claim: Claim, attempt: Attempt) -> str:
+    async def _drive(self, claim: Claim, attempt: Attempt) -> Ending:
+        """The run on the event loop; returns its ending, which the delivery's thread writes
+        (``_run``): a write of the store never runs on the loop."""
         assert claim.run is not None
         run, token = claim.run, claim.token
         rid = run.request_id
@@ -286,8 +299,12 @@ class RunWorker:
         joined = attach_incoming(self.agent, request.trace_context)
         try:
             # Reads and writes of the store happen in a thread, never on the loop that every
-            # run of this worker shares.
-            journal, limit, told = await asyncio.to_thread(self._prepare, claim, attempt)
+            # run of this worker shares; a first claim with no deadline reads nothing.
+            if claim.resumed or claim.last_seq is None or claim.timed:
+                prepared = await asyncio.to_thread(self._prepare, claim, attempt)
+            else:
+                prepared = self._prepare(claim, attempt)
+            journal, limit, told = prepared
             approver = QueueApprover(self.store, rid, token, journal)
             emitted = 0
 
@@ -320,10 +337,10 @@ class RunWorker:
             result = exc.result
         except TimeoutError:
             if limit is None or (timeout is not None and not timeout.expired()):
-                return await asyncio.to_thread(
+                return partial(
                     self._end, attempt, "failed", "the run failed unexpectedly: TimeoutError"
                 )
-            return await asyncio.to_thread(
+            return partial(
                 self._end,
                 attempt,
                 "timed_out",
@@ -331,19 +348,19 @@ class RunWorker:
             )
         except asyncio.CancelledError:
             if approver is not None and approver.suspended is not None:
-                return await asyncio.to_thread(self._park, attempt, approver.suspended)
+                return partial(self._park, attempt, approver.suspended)
             if attempt.lost or not attempt.holds():
-                return self._lost(rid)
+                return partial(self._lost, rid)
             raise
         except StoreUnavailable:
             raise  # the attempt ends without an ending (``_run``)
         except HermesAgentError as exc:
-            return await asyncio.to_thread(self._end, attempt, "failed", str(exc))
+            return partial(self._end, attempt, "failed", str(exc))
         except Exception as exc:
             if is_store_error(exc):  # the store, under the agent (its session, its trail)
                 raise StoreUnavailable(f"run {rid}: the store failed: {exc!r}"[:500]) from exc
             logger.exception("run %s failed", rid)
-            return await asyncio.to_thread(
+            return partial(
                 self._end,
                 attempt,
                 "failed",
@@ -353,15 +370,20 @@ class RunWorker:
             if joined is not None:
                 detach(joined)
         attempt.alive()  # a run that gave up on its store mid-way has no ending to write
+        return partial(self._finish, attempt, result)
+
+    def _finish(self, attempt: Attempt, result: RunResult) -> str:
+        """The ending of a run that has a result: its status, its answer's record and event
+        and its session turn, in one fenced transaction."""
+        rid = attempt.request_id
         status = ending_status(result)
         wire = ResultEvent(result).to_dict()
         try:
-            await asyncio.to_thread(
-                attempt.write,
+            attempt.write(
                 f"the ending of run {rid}",
                 self.store.finish,
                 rid,
-                token,
+                attempt.token,
                 status,
                 result=wire["result"],
                 error=result.error if status != "completed" else None,
@@ -371,16 +393,14 @@ class RunWorker:
                 batch=attempt.take(),
             )
         except asyncio.CancelledError:
-            return await asyncio.to_thread(self._lost, rid)
+            return self._lost(rid)
         return status
 
-    def _prepare(
-        self, claim: Claim, attempt: Attempt
-    ) -> tuple[StoreJournal, tuple[int, float] | None, int]:
+    def _prepare(self, claim: Claim, attempt: Attempt) -> Prepared:
         """Before the run (in a thread): its deadline, and on a resume what earlier attempts
         left — the journal, the events told already (``told``: the pipeline's, which the run
         emits again in the same order as it replays) and the ``resumed`` record. A first
-        claim reads nothing back: there is nothing yet."""
+        claim reads nothing back: there is nothing yet (and no thread is needed)."""
         assert claim.run is not None
         rid, token = claim.run.request_id, claim.token
         limit = None

@@ -1,0 +1,90 @@
+"""A worker notes a delivery in the store only when it waits for a slot (``DeliveryNotes``):
+one that starts at once writes nothing, its claim notes it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from hermes_agent.config import QueueConfig
+from hermes_agent.worker.app import DeliveryNotes, delivery_delay
+
+
+class Notes:
+    def __init__(self) -> None:
+        self.noted: list[tuple[str, float]] = []
+        self.seen = threading.Event()
+
+    def __call__(self, request_id: str) -> None:
+        self.noted.append((request_id, time.monotonic()))
+        self.seen.set()
+
+
+def test_a_delivery_that_starts_at_once_is_never_noted() -> None:
+    notes = Notes()
+    deliveries = DeliveryNotes(notes, delay=0.2)
+    try:
+        deliveries.received("r1")
+        deliveries.started("r1")
+        time.sleep(0.5)
+        assert notes.noted == []
+        assert deliveries.pending() == []
+    finally:
+        deliveries.close()
+
+
+def test_a_delivery_that_waits_for_a_slot_is_noted_once_after_the_delay() -> None:
+    notes = Notes()
+    deliveries = DeliveryNotes(notes, delay=0.2)
+    try:
+        received = time.monotonic()
+        deliveries.received("waits")
+        deliveries.received("starts")
+        deliveries.received("waits")  # a second receipt keeps the first deadline
+        deliveries.started("starts")
+        assert notes.seen.wait(5)
+        time.sleep(0.3)
+        assert [rid for rid, _ in notes.noted] == ["waits"]
+        assert notes.noted[0][1] - received >= 0.2
+        assert deliveries.pending() == []
+        deliveries.started("waits")  # started after its note: nothing more
+        time.sleep(0.3)
+        assert len(notes.noted) == 1
+    finally:
+        deliveries.close()
+
+
+def test_a_note_the_store_refuses_does_not_stop_the_next() -> None:
+    noted: list[str] = []
+
+    def note(request_id: str) -> None:
+        if request_id == "bad":
+            raise RuntimeError("the store is away")
+        noted.append(request_id)
+
+    deliveries = DeliveryNotes(note, delay=0.05)
+    try:
+        deliveries.received("bad")
+        time.sleep(0.2)
+        deliveries.received("good")
+        deadline = time.monotonic() + 5
+        while not noted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert noted == ["good"]
+    finally:
+        deliveries.close()
+
+
+def test_closed_notes_take_nothing_more() -> None:
+    notes = Notes()
+    deliveries = DeliveryNotes(notes, delay=0.05)
+    deliveries.received("r1")
+    deliveries.close()
+    deliveries.received("r2")
+    time.sleep(0.2)
+    assert "r2" not in [rid for rid, _ in notes.noted]
+
+
+def test_the_delay_is_a_tenth_of_a_lease_at_most_a_second() -> None:
+    assert delivery_delay(QueueConfig(broker="redis://x", lease_ttl=5)) == 0.5
+    assert delivery_delay(QueueConfig(broker="redis://x", lease_ttl=30)) == 1.0
