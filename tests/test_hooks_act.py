@@ -190,7 +190,7 @@ def test_a_tool_raising_timeout_error_is_a_tool_error_and_the_deadline_a_408() -
     assert socket.timeout is TimeoutError
     assert codes["slow"] == (408, "tool 'slow' timed out after 0.3 s")
     assert codes["aslow"] == (408, "tool 'aslow' timed out after 0.3 s")
-    assert codes["db"][0] == Status.TOOL_ERROR and time.perf_counter() - started < 5
+    assert codes["db"][0] == Status.INTERNAL_ERROR and time.perf_counter() - started < 5
     agent.close()
 
 
@@ -595,7 +595,9 @@ def test_a_renderer_is_told_the_channel_and_the_runs_variables() -> None:
         title = "回答" if view.variables.get("lang") == "zh" else "Answer"
         return f"[{view.channel}] {title}: {view.output}"
 
-    agent = Agent(ScriptedModel(["hello", "hello"]), channels={"wecom": "card", "slack": "card"})
+    agent = Agent(
+        ScriptedModel(["hello", "hello"]), channel_formats={"wecom": "card", "slack": "card"}
+    )
     agent.add_renderer("card", card)
     zh = agent.run("hi", channel="wecom", variables={"lang": "zh"})
     en = agent.run("hi", channel="slack")

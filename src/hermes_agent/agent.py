@@ -25,6 +25,7 @@ import logging
 import os
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -47,7 +48,7 @@ from hermes_agent.pipeline.hook_classes import HookBase
 from hermes_agent.pipeline.hooks import Hook, Hooks, as_hook, config_hooks, config_renderers
 from hermes_agent.pipeline.journal import RunJournal
 from hermes_agent.pipeline.loop import run_turn
-from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNELS, Renderer
+from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS, DEFAULT_CHANNEL_FORMATS, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.structured import OutputType
 from hermes_agent.storage.base import Storage, check_session_id
@@ -96,6 +97,9 @@ class Agent:
     asks the model for a one-line reason with each turn (``Step.reason``, and the trail).
     ``max_run_tokens``, ``max_run_cost`` and ``run_timeout_s`` bound what one run may spend
     (``pipeline.budget``; each may be set per run too).
+    ``output_format`` is the renderer of an answer; ``channel_formats`` maps the name of a
+    channel a run names (``run(..., channel="web")``) to the renderer of its answers, over
+    ``DEFAULT_CHANNEL_FORMATS`` (``channels=`` is its deprecated old name).
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class Agent:
         session_store: SessionStore | None = None,
         approver: Approver | None = None,
         output_format: str = "text",
+        channel_formats: Mapping[str, str] | None = None,
         channels: Mapping[str, str] | None = None,
         tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
         storage: Storage | str | None = None,
@@ -138,6 +143,17 @@ class Agent:
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
+        if channels is not None:
+            if channel_formats is not None:
+                raise HermesAgentError(
+                    "give channel_formats only (channels is its deprecated old name)"
+                )
+            warnings.warn(
+                "Agent(channels=...) is deprecated: use Agent(channel_formats=...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            channel_formats = channels
         self.max_run_tokens = max_run_tokens
         self.max_run_cost = max_run_cost
         self.run_timeout_s = run_timeout_s
@@ -180,7 +196,12 @@ class Agent:
         self.approver = approver
         self.renderers: dict[str, Renderer] = dict(BUILTIN_RENDERERS)
         self.output_format = output_format
-        self.channels = {**DEFAULT_CHANNELS, **(channels or {})}
+        self.channel_formats: dict[str, str] = {
+            **DEFAULT_CHANNEL_FORMATS,
+            **(channel_formats or {}),
+        }
+        """A channel's name → the format (renderer name) of the answers of a run that names
+        it (``run(..., channel="wecom")``); ``output_format=`` of a run wins over it."""
         self.tool_settings = {name: dict(values) for name, values in (tool_settings or {}).items()}
         self._executor: ThreadPoolExecutor | None = None
         self._closers: list[Callable[[], None]] = []
@@ -221,7 +242,7 @@ class Agent:
             "run_timeout_s": a.run_timeout_s,
         }
         options["output_format"] = config.output.format
-        options["channels"] = config.output.channels
+        options["channel_formats"] = config.output.channel_formats
         options["tool_settings"] = {name: t.settings() for name, t in config.tools.items()}
         # Stored only where the config's storage section says: a library keeps nothing on disk
         # unless told (the CLI passes its documented default when the section is absent).
@@ -302,6 +323,25 @@ class Agent:
         self.audit_sink: AuditSink | None = (
             storage.audit if storage is not None and self._audit else None
         )
+
+    @property
+    def channels(self) -> dict[str, str]:
+        """Deprecated: ``channel_formats`` (the same mapping)."""
+        warnings.warn(
+            "Agent.channels is deprecated: use Agent.channel_formats",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.channel_formats
+
+    @channels.setter
+    def channels(self, value: dict[str, str]) -> None:
+        warnings.warn(
+            "Agent.channels is deprecated: use Agent.channel_formats",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self.channel_formats = value
 
     @property
     def history_window(self) -> int:

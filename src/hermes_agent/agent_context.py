@@ -52,7 +52,7 @@ class AgentParts(Protocol):
     runtime: ToolRuntime
     approver: Approver | None
     renderers: dict[str, Renderer]
-    channels: dict[str, str]
+    channel_formats: dict[str, str]
     output_format: str
     storage: Storage | None
     sessions: SessionStore
@@ -196,12 +196,12 @@ def renderer_name(agent: AgentParts, output_format: str | None, channel: str | N
     agent's own format."""
     name = output_format
     if name is None and channel is not None:
-        if channel not in agent.channels:
+        if channel not in agent.channel_formats:
             raise HermesAgentError(
-                f"unknown channel {channel!r}; known: {', '.join(agent.channels)} "
-                "(add one under output.channels in the config)"
+                f"unknown channel {channel!r}; known: {', '.join(agent.channel_formats)} "
+                "(add one under output.channel_formats in the config)"
             )
-        name = agent.channels[channel]
+        name = agent.channel_formats[channel]
     name = name or agent.output_format
     if name not in agent.renderers:
         raise HermesAgentError(

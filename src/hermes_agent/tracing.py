@@ -95,9 +95,12 @@ STAGE_SPANS = {str(stage): str(stage.stage_name) for stage in HookStage}
 def error_type(status: int) -> str | None:
     """The ``error.type`` of a status code: ``None`` below 400, else the ``Status`` name in
     lower case (``invalid``, ``denied``, ``unknown_tool``, ``timeout``, ``unprocessable``,
-    ``rate_limited``, ``tool_error``, ``model_error``), ``_OTHER`` for an unknown code."""
+    ``rate_limited``, ``tool_error``, ``model_error``), ``_OTHER`` for an unknown code. 500 stays
+    ``tool_error``, its name before ``Status.INTERNAL_ERROR``: dashboards filter on it."""
     if status < 400:
         return None
+    if status == Status.INTERNAL_ERROR:
+        return "tool_error"
     try:
         return Status(status).name.lower()
     except ValueError:

@@ -158,9 +158,9 @@ async def _guarded(ctx: RunContext, name: str, work: Callable[[], Any]) -> bool:
             # no answer either, and the run resumes from its journal.
             raise StoreUnavailable(f"{name}: the store failed: {type(exc).__name__}") from exc
         message = f"{name} failed unexpectedly: {type(exc).__name__}: {exc}"
-        ctx.fail(Status.TOOL_ERROR, message)
+        ctx.fail(Status.INTERNAL_ERROR, message)
         ctx.output = ctx.output or f"The request could not be completed: {message}"
-        ctx.log_stage(name, Status.TOOL_ERROR, error=message)
+        ctx.log_stage(name, Status.INTERNAL_ERROR, error=message)
         return False
     return True
 
@@ -181,9 +181,9 @@ async def _hooks(ctx: RunContext, hooks: Hooks, point: str, stage_name: str) -> 
             raise
         except Exception as exc:
             message = f"hook {name} ({point}) failed: {type(exc).__name__}: {exc}"
-            ctx.fail(Status.TOOL_ERROR, message)
+            ctx.fail(Status.INTERNAL_ERROR, message)
             ctx.output = f"The request could not be completed: {message}"
-            ctx.log_stage(stage_name, Status.TOOL_ERROR, error=message)
+            ctx.log_stage(stage_name, Status.INTERNAL_ERROR, error=message)
             return False
         if ctx.output != before and point.endswith("_output"):
             ctx.note_hook(name, point, changed_output=_change(before, ctx.output))

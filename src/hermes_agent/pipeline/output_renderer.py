@@ -65,7 +65,7 @@ class OutputRenderer:
                 ctx.rendered = rendered(view, ctx.renderer_name, ctx.renderer)
             except Exception as exc:
                 message = f"renderer {ctx.renderer_name!r} failed: {type(exc).__name__}: {exc}"
-                ctx.fail(Status.TOOL_ERROR, message)
+                ctx.fail(Status.INTERNAL_ERROR, message)
         ctx.log_stage(self.name, ctx.status, output_chars=len(ctx.output))
         ctx.emit(OutputEvent(status=int(ctx.status), output=ctx.output, error=ctx.error))
         return ctx

@@ -4,15 +4,20 @@ Built in: ``text`` (the answer as is), ``markdown`` (the answer, plus a table wh
 records), ``json`` (answer, status and tool data as one JSON object) and ``table`` (a markdown
 table of the latest tool records; ``pipeline.tables`` says which data counts as records, and how
 columns are named, rows capped and CJK text aligned — the config's ``output.table``).
-A renderer is chosen per call (``output_format=`` or ``channel=``) or in the config; custom ones
-are added with ``agent.add_renderer(name, function)`` — a function of ``RenderInput`` returning
-a string.
+A renderer is chosen per call (``output_format=``, or ``channel=``: the agent's
+``channel_formats`` map a channel's name to a format) or in the config (``output.format``,
+``output.channel_formats``); custom ones are added with ``agent.add_renderer(name, function)`` —
+a function of ``RenderInput`` returning a string.
+
+A channel here is where an answer is shown (``cli``, ``web``, a chat app); the deliveries of
+``hermes_agent.channels`` (webhook, WeCom, email) name their renderer themselves.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +27,7 @@ from hermes_agent.types import ToolCallRecord
 
 __all__ = [
     "BUILTIN_RENDERERS",
-    "DEFAULT_CHANNELS",
+    "DEFAULT_CHANNEL_FORMATS",
     "RenderInput",
     "RenderedMessage",
     "Renderer",
@@ -30,7 +35,21 @@ __all__ = [
     "rendered",
 ]
 
-DEFAULT_CHANNELS = {"cli": "text", "terminal": "text", "web": "markdown", "api": "json"}
+DEFAULT_CHANNEL_FORMATS = {"cli": "text", "terminal": "text", "web": "markdown", "api": "json"}
+"""A channel's name → the format (renderer name) of its answers, unless the agent maps it
+otherwise (``Agent(channel_formats=...)``)."""
+
+
+def __getattr__(name: str) -> Any:
+    # ``DEFAULT_CHANNELS``: the old name, read for one more release.
+    if name == "DEFAULT_CHANNELS":
+        warnings.warn(
+            "DEFAULT_CHANNELS is deprecated: use DEFAULT_CHANNEL_FORMATS",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return DEFAULT_CHANNEL_FORMATS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(slots=True)

@@ -151,7 +151,7 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
         value = journaled.value
         if journaled.kind == "interrupted":
             error = (
-                Status.TOOL_ERROR,
+                Status.INTERNAL_ERROR,
                 f"tool '{tool.name}' was interrupted: it started in an earlier attempt of this "
                 "run and its outcome is unknown, so it was not run again (it is not declared "
                 "idempotent); check whether it took effect before calling it again",
@@ -211,11 +211,11 @@ async def _run(
     except _DeadlinePassed:
         return None, (Status.TIMEOUT, f"tool '{tool.name}' timed out after {timeout:g} s")
     except ToolProcessError as exc:
-        return None, (Status.TOOL_ERROR, f"tool '{tool.name}' failed in its process: {exc}")
+        return None, (Status.INTERNAL_ERROR, f"tool '{tool.name}' failed in its process: {exc}")
     except Exception as exc:  # a tool's failure is a result for the model, never a crash
         said = str(exc)
         return None, (
-            Status.TOOL_ERROR,
+            Status.INTERNAL_ERROR,
             f"tool '{tool.name}' raised {type(exc).__name__}" + (f": {said}" if said else ""),
         )
     ctx.runtime.remember(tool, plan.arguments, value)

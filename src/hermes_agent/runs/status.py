@@ -1,4 +1,9 @@
-"""The one vocabulary of a run's status, in process and on the queue.
+"""The one vocabulary of a run's status, in process and on the queue: where a run is in its
+life (``RunStatus``), as ``GET /v1/runs/{id}`` shows it and the queue's rows store it. It is not
+the result's status code (``RunResult.status``, a ``pipeline.status.Status``: how the run came
+out) nor its ``loop_status`` (how the loop ended); ``pipeline.status`` draws the four status
+notions a run carries side by side, and ``ending_status`` below is where a result becomes one of
+these.
 
 =====================  =======================================================================
 status                 meaning
