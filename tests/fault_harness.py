@@ -284,14 +284,15 @@ def step(tag: str, n: int) -> str:
     """
     key = current_call()
     rid = key.request_id
+    entered = time.time()  # before the connection: a process frozen from here on entered before
     with psycopg.connect(DB, autocommit=True) as conn:
         held = conn.execute(
             "SELECT lease_token FROM hermes_runs WHERE request_id = %s", (rid,)
         ).fetchone()
         conn.execute(
-            "INSERT INTO executions(call_key, tag, n, pid, token, held, at) "
-            "VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp())",
-            (key.id, tag, n, os.getpid(), key.fencing_token, held[0] if held else None),
+            "INSERT INTO executions(call_key, tag, n, pid, token, held, at, entered) "
+            "VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp(), to_timestamp(%s))",
+            (key.id, tag, n, os.getpid(), key.fencing_token, held[0] if held else None, entered),
         )
         time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))
         # The fence on the effect: the run's row says which attempt holds it; an older
@@ -344,7 +345,7 @@ class FaultCluster(Cluster):
         with psycopg.connect(self.effects_url, autocommit=True) as conn:
             conn.execute(
                 "CREATE TABLE executions(call_key text, tag text, n int, pid int, token int, "
-                "held int, at timestamptz)"
+                "held int, at timestamptz, entered timestamptz)"
             )
             conn.execute(
                 "CREATE TABLE effects(call_key text PRIMARY KEY, tag text, n int, token int)"

@@ -172,7 +172,8 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
     """SIGSTOP a worker while one of its runs is inside ``step`` (started, no effect yet),
     past its lease; the other worker takes its runs over; SIGCONT it. The frozen process's
     tool then wakes with an old token: the fence on the effect refuses it, and no tool call
-    starts in it after its lease was lost."""
+    starts in it after it woke (a call that had entered the tool when the process froze may
+    read its lease as lost when it wakes: it started while the lease was its own)."""
     ids = env.submit([f"frozen{i}" for i in range(12)], sessions=6)
     pids = {p.pid for p in env.cluster.workers}
     victim = None
@@ -194,11 +195,18 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
             time.sleep(LEASE_TTL * 5)
         finally:
             os.kill(victim, signal.SIGCONT)
+            woke = time.time()
         found = env.finish(f"worker {victim} frozen {time.monotonic() - frozen_at:.1f} s", ids)
         tagged = "LIKE 'frozen%%'"
-        stale_starts = conn.execute(
-            f"SELECT count(*) FROM executions WHERE tag {tagged} AND token <> held"
-        ).fetchone()[0]
+        stale = f"SELECT count(*) FROM executions WHERE tag {tagged} AND token <> held"
+        # Entered the tool after the worker woke, with a lease already lost: the check before
+        # a call let it through. Entered before the freeze: frozen between entry and start.
+        stale_starts = conn.execute(f"{stale} AND entered >= to_timestamp(%s)", (woke,)).fetchone()[
+            0
+        ]
+        frozen_starts = conn.execute(f"{stale} AND entered < to_timestamp(%s)", (woke,)).fetchone()[
+            0
+        ]
         refused = conn.execute(
             "SELECT count(*) FROM refused r JOIN executions e ON e.call_key = r.call_key "
             f"AND e.token = r.token WHERE e.tag {tagged}"
@@ -213,7 +221,8 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
     taken_over = sum(1 for rid in ids if (r := env.store.get(rid)) is not None and r.claims > 1)
     print(
         f"frozen worker: runs taken over {taken_over}, "
-        f"tool calls started after a lost lease {stale_starts}, effects "
+        f"tool calls started after a lost lease {stale_starts} (entered before the freeze, "
+        f"started after it {frozen_starts}), effects "
         f"landed with a stale token {stale_effects}, effects the token fence refused "
         f"{refused}, effects {effects} (36 calls)"
     )
