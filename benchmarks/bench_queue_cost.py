@@ -224,7 +224,9 @@ class BackendMeter:
                 if kind != "pending":
                     self.kind[pid] = kind
             kind = self.kind.get(pid, "worker")
-            if kind == "other":
+            if kind == "other":  # a backend of another database (once its title says so)
+                self.first.pop(pid, None)
+                self.last.pop(pid, None)
                 continue
             found = ticks(pid)
             if found is None:
@@ -255,6 +257,8 @@ class BackendMeter:
         born = 0
         for pid, last in self.last.items():
             kind = self.kind.get(pid, "worker")
+            if kind == "other":
+                continue
             used[kind] += last - self.first[pid]
             born += kind == "worker" and self.first[pid] == 0
         self.submitter_s = used["submitter"] / hz

@@ -119,14 +119,43 @@ class QueueApprover:
 class _StoreSessions:
     """The agent's sessions, as a durable run reads them: a read the store fails (wrapped in
     the session store's ``StorageError``) is the store failing — ``StoreUnavailable``, so the
-    attempt ends and the run resumes — not a failure of the run."""
+    attempt ends and the run resumes — not a failure of the run.
+
+    A run's session is read by its delivery's thread before the run starts (``preload``), so
+    that the run's own load, on the event loop every run of the worker shares, finds it read
+    instead of waiting for the store there. Nothing else writes the session meanwhile: the
+    claim lets one run of a session at a time go (a later one is parked), and a queued run
+    saves its turn with its ending."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
+        self._read: dict[str, tuple[Any, BaseException | None]] = {}
+        self._guard = threading.Lock()
+
+    def preload(self, session_id: str) -> None:
+        """Read ``session_id`` now, for the next ``load`` of it (its failure too)."""
+        try:
+            found: tuple[Any, BaseException | None] = (self._inner.load(session_id), None)
+        except Exception as exc:
+            found = (None, exc)
+        with self._guard:
+            self._read[session_id] = found
+
+    def forget(self, session_id: str) -> None:
+        """Drop what ``preload`` read and no run loaded (the run ended before it did)."""
+        with self._guard:
+            self._read.pop(session_id, None)
 
     def load(self, session_id: str) -> Any:
+        with self._guard:
+            found = self._read.pop(session_id, None)
         try:
-            return self._inner.load(session_id)
+            if found is None:
+                return self._inner.load(session_id)
+            value, error = found
+            if error is not None:
+                raise error
+            return value
         except Exception as exc:
             if is_store_error(exc):
                 raise StoreUnavailable(f"session {session_id[:80]!r}: the store failed") from exc
@@ -161,6 +190,7 @@ class RunWorker:
             agent.audit_sink = self.trail
         if not isinstance(agent.sessions, _StoreSessions):
             agent.sessions = _StoreSessions(agent.sessions)  # type: ignore[assignment]
+        self.sessions: _StoreSessions = agent.sessions  # type: ignore[assignment]
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="hermes-worker-loop", daemon=True
@@ -251,12 +281,14 @@ class RunWorker:
             # All runs of this process share one event loop (model clients are bound to the
             # loop they first ran on); this thread (the delivery's own) waits for its run,
             # then writes its ending: off the loop, with no thread hop of its own.
+            self.sessions.preload(run.session_id)
             ending = asyncio.run_coroutine_threadsafe(drive(), self._loop).result()
             return ending()
         except StoreUnavailable:
             self._abandon(attempt)
             raise
         finally:
+            self.sessions.forget(run.session_id)
             if self.trail is not None:
                 self.trail.release(attempt)
             stop_beating.set()
