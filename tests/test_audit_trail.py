@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import select
 
 from hermes_agent import Agent, ScriptedModel
-from hermes_agent.storage import SqlStorage, open_storage, parse_jsonl, replay
+from hermes_agent.replay import replay
+from hermes_agent.storage import SqlStorage, open_storage, parse_jsonl
 from hermes_agent.storage.sql import audit_table, messages_table
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import Tool

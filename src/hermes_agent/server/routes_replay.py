@@ -1,6 +1,6 @@
 """``POST /v1/runs/{request_id}/replay``: run a recorded request again, with the model's
 recorded answers, against the service's agent as it is now (its tools, schemas, hooks and
-prompts), and compare step by step (``storage.replay``; the CLI's ``hermes-agent replay``).
+prompts), and compare step by step (``hermes_agent.replay``; the CLI's ``hermes-agent replay``).
 
 A replay is a run of its owner's: it passes the run layer's gate (runs in flight, the daily
 quota: it counts as one run; its model is the recording, so it spends no tokens) and leaves a
@@ -29,6 +29,7 @@ from starlette.responses import Response
 from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.models.base import Model
+from hermes_agent.replay import ReplayReport, replay
 from hermes_agent.runs.backend import RunBackend
 from hermes_agent.runs.gate import RunRejected
 from hermes_agent.runs.principal import client_session_id, stored_session_id
@@ -38,7 +39,6 @@ from hermes_agent.server.routes_console import ErrorAnswer
 from hermes_agent.server.routes_runs import json_response
 from hermes_agent.server.runs import RunManager
 from hermes_agent.storage.base import Storage, StorageError
-from hermes_agent.storage.replay import ReplayReport, replay
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
 
@@ -77,7 +77,7 @@ _DOCUMENTED: dict[int | str, dict[str, Any]] = {
 
 class _FreshApprovalsOnly:
     """The served agent, forked for a replay with an approver that refuses every call that
-    needs approval (``storage.replay.Replayable``)."""
+    needs approval (``hermes_agent.replay.Replayable``)."""
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent

@@ -1,5 +1,5 @@
 """Persistent state: sessions and the audit trail behind one seam (``Storage``), in SQL (SQLite
-by default, PostgreSQL by URL) or in memory, and replay of recorded requests.
+by default, PostgreSQL by URL) or in this process's memory (``InMemoryStorage``). A public module.
 
     from hermes_agent.storage import open_storage
 
@@ -8,7 +8,9 @@ by default, PostgreSQL by URL) or in memory, and replay of recorded requests.
     storage.audit         # where audit records go (written behind)
     storage.records(request_id), storage.requests()   # the trail, read back
 
-The SQL backend (and SQLAlchemy) is imported only when first used.
+The SQL backend (and SQLAlchemy) is imported only when first used. Replaying a recorded request
+is behaviour, not storage: ``hermes_agent.replay`` (``replay``, ``ReplayReport`` and ``StepDiff``
+are still importable from here for one release).
 """
 
 from __future__ import annotations
@@ -26,9 +28,14 @@ from hermes_agent.storage.base import (
     StorageError,
     StoredSessions,
 )
-from hermes_agent.storage.memory import InMemoryStorage
+from hermes_agent.storage.in_memory import InMemoryStorage
 from hermes_agent.storage.opening import open_storage
-from hermes_agent.storage.replay import ReplayReport, StepDiff, replay
+
+# Old names, one release: replay moved to hermes_agent.replay. Imported through the old module
+# so that the name ``replay`` here stays the function, not the module of that name.
+from hermes_agent.storage.replay import ReplayReport as ReplayReport
+from hermes_agent.storage.replay import StepDiff as StepDiff
+from hermes_agent.storage.replay import replay as replay
 from hermes_agent.storage.writer import WriteBehindSink
 
 if TYPE_CHECKING:
@@ -65,14 +72,12 @@ __all__ = [
     "MAX_ID_LENGTH",
     "AuditReader",
     "InMemoryStorage",
-    "ReplayReport",
     "RequestSummary",
     "SessionIdError",
     "SessionSummary",
     "SqlAuditSink",
     "SqlSessionStore",
     "SqlStorage",
-    "StepDiff",
     "Storage",
     "StorageError",
     "StoredSessions",
@@ -80,5 +85,4 @@ __all__ = [
     "open_storage",
     "parse_jsonl",
     "records_to_jsonl",
-    "replay",
 ]

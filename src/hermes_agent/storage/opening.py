@@ -11,7 +11,7 @@ def open_storage(url: str) -> Storage:
     ``postgresql+psycopg://user@host/db`` or ``memory://`` (``InMemoryStorage``)."""
     scheme = url.partition(":")[0].partition("+")[0].lower() if ":" in url else ""
     if scheme == "memory":
-        from hermes_agent.storage.memory import InMemoryStorage
+        from hermes_agent.storage.in_memory import InMemoryStorage
 
         return InMemoryStorage()
     if scheme in ("sqlite", "postgresql"):
