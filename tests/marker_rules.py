@@ -159,6 +159,10 @@ class _Walker:
                 if reason:
                     self.reasons.add(reason)
             elif instruction.opname == "IMPORT_FROM":
+                # ``from hermes_agent.models import llamacpp``: a submodule by its full name.
+                reason = _module_reason(f"{imported}.{instruction.argval}")
+                if reason:
+                    self.reasons.add(reason)
                 # ``from server_harness import serve`` inside a function: follow it as a global.
                 module = self.test_module(imported)
                 if module is not None and hasattr(module, str(instruction.argval)):

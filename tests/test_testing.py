@@ -178,6 +178,12 @@ def _importing_psycopg() -> None:
     import psycopg  # noqa: F401
 
 
+def _loading_the_embedded_model() -> None:
+    from hermes_agent.models import llamacpp
+
+    llamacpp.bundled_model_path()
+
+
 def _runs_git() -> None:
     subprocess.run(["git", "--version"], check=True, capture_output=True)
 
@@ -195,6 +201,7 @@ def test_what_a_test_or_its_helpers_use_makes_it_an_integration_test() -> None:
     assert uses(_with_a_socket, test_modules={__name__}).reasons == {"a socket"}
     assert uses(_through_a_helper, test_modules={__name__}).reasons == {"a socket"}
     assert uses(_importing_psycopg).reasons == {"PostgreSQL"}
+    assert uses(_loading_the_embedded_model).slow
     assert uses(_runs_git).reasons == {"a subprocess"}
     assert not uses(_runs_git).slow
     # Helpers are followed through the modules of tests/, not into the library (whose code
