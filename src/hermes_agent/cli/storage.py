@@ -21,7 +21,7 @@ a terminal.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,7 +30,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
+from hermes_agent.audit.records import AuditRecord, records_to_jsonl
+from hermes_agent.audit.trace_view import StepTrace, trace_view
 from hermes_agent.cli._common import (
     ConfigOption,
     NoDemoOption,
@@ -44,7 +45,6 @@ from hermes_agent.cli._common import (
 )
 from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.errors import HermesAgentError
-from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.storage.replay import replay
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message
@@ -243,13 +243,13 @@ def trace_show(
     in it and did not run."""
     with opened_storage(db, config) as storage:
         request_id, records = request_records(storage, request_id)
-    first = records[0]
+    trace = trace_view(records)
+    # A run the service accepted and has not started yet has only the service's record.
+    model = trace.model if trace.model is not None else records[0].model_name
+    sha = trace.system_prompt_sha256 or records[0].system_prompt_sha256
     table = Table(
         title=f"Request {request_id}",
-        caption=(
-            f"session {first.session_id} · model {first.model_name} · "
-            f"system prompt sha256 {first.system_prompt_sha256[:12]}"
-        ),
+        caption=f"session {trace.session_id} · model {model} · system prompt sha256 {sha[:12]}",
     )
     table.add_column("step", justify="right")
     table.add_column("stage", style="bold")
@@ -257,7 +257,7 @@ def trace_show(
     table.add_column("status")
     table.add_column("latency ms", justify="right")
     table.add_column("summary")
-    for record in records:
+    for record in trace.records:
         table.add_row(
             str(record.step),
             record.stage,
@@ -267,23 +267,20 @@ def trace_show(
             _clip(record.content, width),
         )
     out().print(table)
-    _print_thoughts(records)
+    _print_thoughts(trace.steps)
 
 
-def _print_thoughts(records: list[AuditRecord]) -> None:
+def _print_thoughts(steps: Sequence[StepTrace]) -> None:
     # The table clips each completion to one line, which hides the thought among the calls and
     # the answer; read apart, as the parser reads it, it is printed whole and as written.
     console = out()
-    for record in records:
-        if record.role != Role.COMPLETION:
+    for step in steps:
+        if step.thought is None and not step.notes:
             continue
-        parsed = parse_completion(record.content)
-        if parsed.thought is None and not parsed.notes:
-            continue
-        console.print(Text(f"step {record.step} · thought", style="bold"))
-        if parsed.thought is not None:
-            console.print(Text(parsed.thought))
-        for note in parsed.notes:
+        console.print(Text(f"step {step.step} · thought", style="bold"))
+        if step.thought is not None:
+            console.print(Text(step.thought))
+        for note in step.notes:
             console.print(Text(f"note: {note}", style="yellow"))
 
 

@@ -18,7 +18,6 @@ origin only, so even a slip in escaping could not run a script that a tool resul
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterable, Iterator
@@ -31,9 +30,10 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict
 from starlette.responses import RedirectResponse, Response
 
-from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.audit.records import AuditRecord
+from hermes_agent.audit.trace_view import STAGES as STAGES  # the stages' order, as before
+from hermes_agent.audit.trace_view import trace_summary, trace_view
 from hermes_agent.events import SelectionEvent, ThoughtEvent
-from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.events import (
     ApprovalRequiredEvent,
@@ -45,14 +45,9 @@ from hermes_agent.runs.events import (
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import json_response
 from hermes_agent.server.runs import Run, RunManager
-from hermes_agent.stages import StageName
 from hermes_agent.storage.base import Storage
-from hermes_agent.types import ToolCall
 
 router = APIRouter()
-
-STAGES = tuple(StageName)
-"""The five stages, in the order a step runs them."""
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -278,15 +273,6 @@ def _tools_of_events(run: Run) -> list[str]:
     return names
 
 
-def _tools_of_records(records: Iterable[AuditRecord]) -> list[str]:
-    names: list[str] = []
-    for record in records:
-        if record.role == Role.SELECTION:
-            planned, rejected = _selection(record.content)
-            names.extend(str(c.get("name")) for c in planned + rejected if c.get("name"))
-    return names
-
-
 def _memory_row(run: Run, manager: RunManager) -> dict[str, Any]:
     result = run.result or {}
     end = run.finished if run.finished is not None else time.time()
@@ -307,10 +293,6 @@ def _memory_row(run: Run, manager: RunManager) -> dict[str, Any]:
 
 def _distinct(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(names))
-
-
-_FINAL_ROLES = frozenset({Role.OUTPUT, Role.STOPPED})
-"""The roles of a trail's last record: its answer, or how it stopped."""
 
 
 @router.get("/v1/console/runs", response_model=ConsoleRunList, responses=_errors(401, 422))
@@ -341,15 +323,13 @@ async def console_runs(
     ]
 
     def from_store(row: dict[str, Any]) -> dict[str, Any]:
-        records = storage.records(row["request_id"])
-        times = [r.timestamp_ns for r in records]
-        final = next((r for r in reversed(records) if r.role in _FINAL_ROLES), None)
+        summary = trace_summary(storage.records(row["request_id"]))
         return {
             **row,
-            "duration_ms": round((max(times) - min(times)) / 1e6, 3) if times else None,
-            "steps": sum(1 for r in records if r.role == Role.COMPLETION),
-            "tools": _distinct(_tools_of_records(records)),
-            "status_code": final.status_code if final is not None else None,
+            "duration_ms": summary.duration_ms,
+            "steps": summary.steps,
+            "tools": list(summary.tools),
+            "status_code": summary.status_code,
             "pending_approvals": 0,
         }
 
@@ -390,60 +370,39 @@ async def console_run(request_id: str, request: Request, user: CurrentUser) -> R
 
 def run_view(view: RunView, records: list[AuditRecord], run: Run | None) -> dict[str, Any]:
     """The console's view of a run: the run backend's view of it (status, result, approvals
-    waiting), its audit records per step, and from memory while this process holds it (the
-    approvals as they were asked and answered)."""
-    request_id, pending = view.request_id, view.pending_approvals
+    waiting), its audit records per step (``audit.trace_view``), and from memory while this
+    process holds it (the approvals as they were asked and answered)."""
     result = view.result
-    # The service's own record that it accepted the run comes before the pipeline's; the
-    # steps, the model and the prompt's hash are the pipeline's records.
-    records = [r for r in records if r.role != Role.ACCEPTED]
     approvals = _answered_approvals(run) if run is not None else []
     if not approvals and result:
         approvals = list(result["approvals"])
-    unmatched = list(approvals)  # each answer goes to one call
-    origin = min((_started_ns(r) for r in records), default=0)
-    steps = [
-        _step_view(step, [r for r in records if r.step == step], origin, unmatched)
-        for step in sorted({r.step for r in records})
-    ]
+    trace = trace_view(records, approvals)
+    steps = [step.to_dict() for step in trace.steps]
     if result:
         for step in steps:
             found = next((s for s in result["steps"] if s["index"] == step["step"]), None)
             if found is not None:
                 step["usage"] = found["usage"]
-    first = records[0] if records else None
-    output = next((r for r in reversed(records) if r.role == Role.OUTPUT), None)
-    user_message = next((r.content for r in records if r.role == Role.USER), None)
-    created = (
-        view.created
-        if view.created is not None
-        else (_started_ns(first) / 1e9 if first is not None else None)
-    )
-    duration = (
-        result["duration_ms"]
-        if result
-        else (round((max(r.timestamp_ns for r in records) - origin) / 1e6, 3) if records else None)
-    )
     return {
-        "request_id": request_id,
+        "request_id": view.request_id,
         "session_id": view.session_id,
         "status": view.status,
         "status_code": (result or {}).get("status", view.status_code),
         "source": view.source,
-        "created": created,
-        "duration_ms": duration,
-        "model": first.model_name if first else None,
-        "system_prompt_sha256": first.system_prompt_sha256 if first else None,
-        "user_message": user_message,
-        "output": result["output"] if result else (output.content if output else None),
+        "created": view.created if view.created is not None else trace.started,
+        "duration_ms": result["duration_ms"] if result else trace.duration_ms,
+        "model": trace.model,
+        "system_prompt_sha256": trace.system_prompt_sha256,
+        "user_message": trace.user_message,
+        "output": result["output"] if result else trace.output,
         "error": view.error or (result or {}).get("error"),
         "usage": result["usage"] if result else None,
         "cost": result["cost"] if result else None,
         "steps": steps,
-        "pending_approvals": pending,
+        "pending_approvals": view.pending_approvals,
         "approvals": approvals,
         "warnings": list(result["warnings"]) if result else [],
-        "records": len(records),
+        "records": trace.pipeline_records,
     }
 
 
@@ -466,192 +425,6 @@ def _answered_approvals(run: Run) -> list[dict[str, Any]]:
                 }
             )
     return answered
-
-
-def _started_ns(record: AuditRecord) -> int:
-    return record.timestamp_ns - int(record.latency_ms * 1e6)
-
-
-def _step_view(
-    step: int, records: list[AuditRecord], origin: int, approvals: list[dict[str, Any]]
-) -> dict[str, Any]:
-    start = min(_started_ns(r) for r in records)
-    end = max(r.timestamp_ns for r in records)
-    stages = []
-    for name in STAGES:
-        mine = [r for r in records if r.stage == name]
-        if not mine:
-            stages.append(
-                {
-                    "stage": name,
-                    "ran": False,
-                    "status_code": None,
-                    "latency_ms": None,
-                    "offset_ms": None,
-                }
-            )
-            continue
-        worst = max(mine, key=lambda r: r.status_code)
-        stages.append(
-            {
-                "stage": name,
-                "ran": True,
-                "status_code": worst.status_code,
-                "latency_ms": max(r.latency_ms for r in mine),
-                "offset_ms": round((min(_started_ns(r) for r in mine) - start) / 1e6, 3),
-            }
-        )
-    by_role = {r.role: r for r in records}
-    prompt = by_role.get(Role.PROMPT) or by_role.get(Role.PROMPT_ADDED)
-    completion = by_role.get(Role.COMPLETION)
-    # Read once: the thought, its notes and the calls the model wrote all come from here.
-    parsed = parse_completion(completion.content) if completion is not None else None
-    output = by_role.get(Role.OUTPUT)
-    summary = None
-    if Role.SUMMARY_PROMPT in by_role:
-        summary = {
-            "prompt": by_role[Role.SUMMARY_PROMPT].content,
-            "completion": by_role[Role.SUMMARY].content if Role.SUMMARY in by_role else "",
-        }
-    return {
-        "step": step,
-        "offset_ms": round((start - origin) / 1e6, 3),
-        "duration_ms": round((end - start) / 1e6, 3),
-        "stages": stages,
-        "prompt": {"kind": prompt.role, "text": prompt.content} if prompt else None,
-        "completion": completion.content if completion else None,
-        "thought": parsed.thought if parsed else None,
-        "notes": list(parsed.notes) if parsed else [],
-        "summary": summary,
-        "calls": _calls(by_role, parsed.tool_calls if parsed else [], approvals),
-        "output": output.content if output else None,
-    }
-
-
-_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
-
-
-def _calls(
-    by_role: dict[str, AuditRecord], written: list[ToolCall], approvals: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """Each call of a step: what the selector decided, what the executor ran and returned
-    (``written``: the calls the model wrote, as parsed from its completion)."""
-    planned, rejected = (
-        _selection(by_role[Role.SELECTION].content) if Role.SELECTION in by_role else ([], [])
-    )
-    ran = _json_list(by_role[Role.TOOL_CALLS].content) if Role.TOOL_CALLS in by_role else []
-    blocks = _RESPONSE.findall(by_role[Role.TOOL].content) if Role.TOOL in by_role else []
-    calls: list[dict[str, Any]] = []
-    if not ran:  # selected but not run (a dry run, a run stopped before the executor)
-        for item in planned:
-            calls.append(_call(item["name"], item.get("arguments"), None, None, approvals))
-        for item in rejected:
-            calls.append(_refused(item, None, approvals))
-        return calls
-    planned_left, rejected_left = list(planned), list(rejected)
-    for position, entry in enumerate(ran):
-        block = _json_object(blocks[position]) if position < len(blocks) else {}
-        head = rejected_left[0] if rejected_left else None
-        if (
-            head is not None
-            and head.get("name") == entry.get("name")
-            and head.get("status") == entry.get("status")
-        ):
-            rejected_left.pop(0)
-            model_args = written[position].arguments if position < len(written) else None
-            calls.append(_refused(head, model_args, approvals, entry, block))
-            continue
-        arguments = planned_left.pop(0).get("arguments") if planned_left else None
-        if arguments is None and position < len(written):
-            arguments = written[position].arguments
-        calls.append(_call(str(entry.get("name")), arguments, entry, block, approvals))
-    return calls
-
-
-def _call(
-    name: str,
-    arguments: Any,
-    entry: dict[str, Any] | None,
-    block: dict[str, Any] | None,
-    approvals: list[dict[str, Any]],
-) -> dict[str, Any]:
-    metadata = dict((entry or {}).get("metadata") or {})
-    content = (block or {}).get("content")
-    envelope = content if isinstance(content, dict) and "status" in content else None
-    return {
-        "id": (entry or {}).get("id"),
-        "name": name,
-        "arguments": arguments,
-        "status_code": (entry or {}).get("status"),
-        "ran": entry is not None,
-        "refused": False,
-        "result": envelope.get("data") if envelope else content,
-        "error": envelope.get("error") if envelope else None,
-        "execution_time_ms": metadata.pop("execution_time_ms", None),
-        "cache_hit": metadata.pop("cache_hit", None),
-        "metadata": {k: v for k, v in metadata.items() if k != "tool_name"},
-        "approval": _approval_for(name, arguments, approvals),
-    }
-
-
-def _refused(
-    item: dict[str, Any],
-    arguments: Any,
-    approvals: list[dict[str, Any]],
-    entry: dict[str, Any] | None = None,
-    block: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    name = str(item.get("name"))
-    view = _call(name, arguments, entry, block, approvals)
-    view.update(refused=True, ran=False, status_code=item.get("status"), error=item.get("error"))
-    if (
-        view["approval"] is None
-        and item.get("status") == 403
-        and "approval" in str(item.get("error"))
-    ):
-        view["approval"] = {"approved": False, "reason": item.get("error")}
-    return view
-
-
-def _approval_for(
-    name: str, arguments: Any, approvals: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The recorded answer for this call (consumed, so two equal calls get one answer each)."""
-    key = _canonical(arguments)
-    for index, answer in enumerate(approvals):
-        if answer.get("tool") == name and _canonical(answer.get("arguments")) == key:
-            del approvals[index]
-            return {"approved": answer.get("approved"), "reason": answer.get("reason")}
-    return None
-
-
-def _selection(content: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    data = _json_object(content)
-    planned, rejected = data.get("planned", []), data.get("rejected", [])
-    return (
-        [p for p in planned if isinstance(p, dict)] if isinstance(planned, list) else [],
-        [r for r in rejected if isinstance(r, dict)] if isinstance(rejected, list) else [],
-    )
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _json_list(text: str) -> list[dict[str, Any]]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return []
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
 # -- approvals -----------------------------------------------------------------------------
