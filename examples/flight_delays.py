@@ -21,10 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from hermes_agent import Agent, ScriptedModel
+from hermes_agent import Agent, Message, RenderInput, ScriptedModel, markdown_table
 from hermes_agent.channels import ChannelHub, MemoryChannelStore, channel_settings, render_input
-from hermes_agent.pipeline.renderers import RenderInput, markdown_table
-from hermes_agent.types import Message
 
 BRIEF_MIN_DELAY = 30
 """Minutes of delay from which a flight is worth a chat message."""

@@ -21,10 +21,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from hermes_agent import Agent, ScriptedModel, Tool
-from hermes_agent.config import DEFAULT_STORAGE_URL
+from hermes_agent import Agent, Message, ScriptedModel, Tool
 from hermes_agent.demo_tools import demo_tools
-from hermes_agent.types import Message
+from hermes_agent.storage import DEFAULT_URL
 
 
 def _call(name: str, **arguments: Any) -> str:
@@ -56,7 +55,7 @@ def delete_file(path: str) -> str:
     return f"deleted {path}"
 
 
-def docs_agent(storage: str = DEFAULT_STORAGE_URL) -> Agent:
+def docs_agent(storage: str = DEFAULT_URL) -> Agent:
     agent = Agent(model=ScriptedModel(docs_script, chunk_size=6), storage=storage)
     for tool in demo_tools():
         agent.add_tool(tool)
@@ -72,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=8000)
     port = parser.parse_args().port
-    settings = ServiceSettings(port=port, keys_url=DEFAULT_STORAGE_URL)
+    settings = ServiceSettings(port=port, keys_url=DEFAULT_URL)
     app = create_app(agent=docs_agent(), settings=settings, keys=open_key_store(settings.keys_url))
     print(f"docs/service.md's service on http://127.0.0.1:{port}", flush=True)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

@@ -11,7 +11,25 @@
 
     print(agent.run("What is 2 + 3?").output)
 
-Everything public is importable from here; submodules are implementation detail.
+Everything public is importable from here or from one of the public modules below, each with
+an ``__all__`` of what it offers (docs/api.md):
+
+- ``hermes_agent``: the agent, models, tools, hooks, events, results, configuration;
+- ``hermes_agent.testing``: test an agent without a real model;
+- ``hermes_agent.storage``: sessions and the audit trail (``open_storage``, ``InMemoryStorage``);
+- ``hermes_agent.replay``: run a recorded request again and compare;
+- ``hermes_agent.protocol``: the Hermes wire format and the completion parser;
+- ``hermes_agent.tracing``: OpenTelemetry spans (``instrument``);
+- ``hermes_agent.demo_tools``: the calculator, clock and unit converter the CLI offers;
+- ``hermes_agent.evals``: regression suites and BFCL;
+- ``hermes_agent.server``: the agent as an HTTP service (``create_app``);
+- ``hermes_agent.worker``: queued runs on Celery workers (``submit``);
+- ``hermes_agent.channels``: answers delivered by webhook, WeCom and email;
+- ``hermes_agent.mcp``: an agent as an MCP server;
+- ``hermes_agent.tools.mcp``: an MCP server's tools as ``Tool``s.
+
+Every other module (``agent``, ``config``, ``pipeline``, ``models``, ``runs``, ``audit``, ...) is
+implementation: its names may move between releases without notice.
 """
 
 from hermes_agent.agent import Agent
@@ -24,6 +42,7 @@ from hermes_agent.config import (
     QueueConfig,
     ScriptedConfig,
     load_config,
+    parse_config,
 )
 from hermes_agent.errors import (
     ConfigError,
@@ -70,8 +89,10 @@ from hermes_agent.pipeline.hook_classes import (
 )
 from hermes_agent.pipeline.hooks import Hook, HookContext, HookError
 from hermes_agent.pipeline.journal import CallKey, RunJournal, current_call
+from hermes_agent.pipeline.renderers import RenderedMessage, Renderer, RenderInput
 from hermes_agent.pipeline.status import Status
-from hermes_agent.pipeline.tables import TableRenderer
+from hermes_agent.pipeline.tables import TableRenderer, markdown_table
+from hermes_agent.pipeline.tool_selector import typed_arguments
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.parser import StreamParser, parse_completion
 from hermes_agent.storage import (
@@ -157,6 +178,9 @@ __all__ = [
     "PreSelectionHook",
     "PreThoughtHook",
     "QueueConfig",
+    "RenderInput",
+    "RenderedMessage",
+    "Renderer",
     "ResultEvent",
     "RunJournal",
     "RunResult",
@@ -196,10 +220,13 @@ __all__ = [
     "current_call",
     "load_config",
     "load_tools_file",
+    "markdown_table",
     "open_storage",
     "parse_completion",
+    "parse_config",
     "register_model",
     "render_conversation",
     "to_chatml",
     "tool",
+    "typed_arguments",
 ]

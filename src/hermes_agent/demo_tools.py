@@ -17,6 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from hermes_agent.tools.registry import Tool
 
+__all__ = ["calculator", "convert_units", "current_datetime", "demo_tools"]
+
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,

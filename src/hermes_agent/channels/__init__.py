@@ -4,7 +4,8 @@ way, with retries and dead letters; and inbound messages mapped to stable user i
 The service reads them from ``service.channels`` (``hermes_agent.channels.config``) and serves
 ``POST /v1/channels/{name}/inbound`` (``hermes_agent.server.routes_channels``); a library user
 delivers a ``RunResult`` with ``ChannelHub.deliver_result``; an operator lists and resends dead
-letters with ``hermes-agent channels``. See docs/channels.md.
+letters with ``hermes-agent channels``. See docs/channels.md. A public module: import from
+here, not from its submodules (docs/api.md).
 """
 
 from hermes_agent.channels.config import (

@@ -12,6 +12,8 @@
 
 Exit codes: 0 when the run produced an answer (status 200 or 206), 1 when it failed (4xx/5xx),
 2 for a usage or configuration error. Errors are one line on stderr, never a traceback.
+
+The command is the interface; this package is implementation, not public API.
 """
 
 from hermes_agent.cli.app import app, main

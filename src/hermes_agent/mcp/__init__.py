@@ -1,4 +1,5 @@
-"""The Model Context Protocol, both ways (the ``mcp`` extra; docs/mcp.md).
+"""The Model Context Protocol, both ways (the ``mcp`` extra; docs/mcp.md). A public module:
+``AgentMcpServer`` and ``approve_only`` are importable from here.
 
 - ``hermes_agent.mcp.server``: an agent's tools, and optionally the agent, as an MCP server
   (``hermes-agent mcp serve``): a front door, through the run layer like the others;
@@ -8,3 +9,7 @@
 
 Importing this package imports nothing of the SDK; its modules import it where they use it.
 """
+
+from hermes_agent.mcp.server import AgentMcpServer, approve_only
+
+__all__ = ["AgentMcpServer", "approve_only"]

@@ -1,6 +1,9 @@
 """The run layer: one typed request, one principal, one gate, one status vocabulary, between
 the front doors (REST, SSE, WebSocket, the OpenAI facade, channels, MCP, replay) and the
-agent. See ``runs.gate`` for what every run passes before anything of it runs."""
+agent. See ``runs.gate`` for what every run passes before anything of it runs.
+
+Implementation, not public API: import what you need from ``hermes_agent`` (docs/api.md).
+"""
 
 from hermes_agent.runs.backend import (
     ApprovalConflict,

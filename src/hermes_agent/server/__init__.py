@@ -2,6 +2,8 @@
 
 from hermes_agent.server import create_app
 app = create_app("config.yaml")
+
+A public module: import from here, not from its submodules (docs/api.md).
 """
 
 from hermes_agent.runs.events import ApprovalRequiredEvent, ApprovalResolvedEvent, RunStoppedEvent

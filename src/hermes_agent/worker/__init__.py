@@ -2,7 +2,8 @@
 calls, one turn of a session at a time across machines (docs/scale-out.md).
 
 Needs the ``worker`` extra (Celery, with Redis or RabbitMQ as the broker) and a SQL store for
-the runs' state (PostgreSQL when workers run on several machines).
+the runs' state (PostgreSQL when workers run on several machines). A public module: import from
+here, not from its submodules (docs/api.md).
 """
 
 from hermes_agent.worker.client import QueueClient, RunHandle, result_from_dict, submit

