@@ -31,6 +31,7 @@ CORE = (
     "hermes_agent.memory",
     "hermes_agent.audit",
     "hermes_agent.storage",
+    "hermes_agent.replay",
 )
 UPPER = (
     "hermes_agent.runs",
