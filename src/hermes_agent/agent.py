@@ -58,7 +58,7 @@ from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import Message, RunResult, ToolChoice, Usage
 
 if TYPE_CHECKING:
-    from hermes_agent.storage.replay import ReplayReport
+    from hermes_agent.replay import ReplayReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -728,7 +728,7 @@ class Agent:
                 "replay needs the store the request was recorded in; create the agent with "
                 "storage='sqlite:///.hermes/state.db' (or your storage URL)"
             )
-        from hermes_agent.storage.replay import replay
+        from hermes_agent.replay import replay
 
         return replay(_Replaying(self), request_id, self.storage)
 

@@ -45,7 +45,7 @@ from hermes_agent.cli._common import (
 )
 from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.errors import HermesAgentError
-from hermes_agent.storage.replay import replay
+from hermes_agent.replay import replay
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message
 
