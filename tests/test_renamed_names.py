@@ -71,6 +71,8 @@ def test_the_old_config_key_loads_with_a_warning_naming_the_file(tmp_path: Path)
     assert agent.run("hi", channel="wecom").rendered.format == "json"
     with pytest.warns(FutureWarning, match=r"output\.channel_formats"):
         assert OutputConfig.model_validate({"channels": {"a": "b"}}).channel_formats == {"a": "b"}
+    with pytest.warns(DeprecationWarning, match="channel_formats"):
+        assert OutputConfig(channel_formats={"a": "b"}).channels == {"a": "b"}
 
 
 def test_the_new_config_key_loads_silently_and_both_are_one_error() -> None:

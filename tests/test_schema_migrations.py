@@ -253,6 +253,13 @@ def test_db_upgrade_applies_the_chain_and_db_version_reads_it(tmp_path: Path) ->
         assert storage.sessions.load("old-session") == [Message("user", "from before")]
 
 
+def test_db_upgrade_of_memory_says_it_keeps_no_schema() -> None:
+    result = CliRunner().invoke(cli, ["db", "upgrade", "--db", "memory://"])
+    assert result.exit_code != 0
+    assert "memory://, which keeps no schema" in result.output
+    assert "Traceback" not in result.output and "plugin" not in result.output
+
+
 def test_db_upgrade_takes_the_config_storage_and_key_store_urls(tmp_path: Path) -> None:
     config = tmp_path / "hermes.yaml"
     config.write_text(

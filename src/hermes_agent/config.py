@@ -238,6 +238,16 @@ class OutputConfig(_Strict):
     def _old_channels_key(cls, data: Any) -> Any:
         return _renamed_channels_key(data, "output")
 
+    @property
+    def channels(self) -> dict[str, str]:
+        """The old name of ``channel_formats``, read for one more release."""
+        warnings.warn(
+            "OutputConfig.channels is now OutputConfig.channel_formats",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.channel_formats
+
 
 def _renamed_channels_key(data: Any, where: str) -> Any:
     """``output.channels``, the old name of ``output.channel_formats``, is read for one more

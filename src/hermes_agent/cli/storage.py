@@ -377,7 +377,7 @@ def _database_urls(db: str | None, config: Path | None) -> list[str]:
     """``--db``, else the config's ``storage.url`` (default ``DEFAULT_STORAGE_URL``) and its
     ``service.keys_url`` when that is another database; never ``memory://``."""
     if db is not None:
-        return [db]
+        return [] if db.startswith("memory:") else [db]
     loaded = load_config(config) if config is not None else None
     urls = [loaded.storage.url if loaded and loaded.storage else DEFAULT_STORAGE_URL]
     keys_url = (loaded.service or {}).get("keys_url") if loaded is not None else None
@@ -419,7 +419,10 @@ def _on_each_database(
     except HermesAgentError as exc:
         fail(config_error(config, exc))
     if not urls:
-        fail("the storage is memory://, which has no schema to upgrade; pass --db URL")
+        fail(
+            "the storage is memory://, which keeps no schema (it lives in one process); "
+            "pass --db with a SQLite or PostgreSQL URL"
+        )
     found: list[tuple[str, int | None, int]] = []
     for url in urls:
         if not apply and _not_made_yet(url):
