@@ -181,15 +181,23 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
     with env.cluster.effects_db() as conn:
         while victim is None and time.monotonic() < deadline:
             row = conn.execute(
-                "SELECT e.pid FROM executions e LEFT JOIN effects f ON f.call_key = e.call_key "
+                "SELECT e.pid, e.call_key FROM executions e "
+                "LEFT JOIN effects f ON f.call_key = e.call_key "
                 "WHERE f.call_key IS NULL AND e.tag LIKE 'frozen%%' "
                 "AND e.at > clock_timestamp() - interval '0.08 second' LIMIT 1"
             ).fetchone()
             if row is not None and row[0] in pids:
-                victim = int(row[0])
+                os.kill(row[0], signal.SIGSTOP)
+                # Frozen: still inside that call (no effect yet)? Else it ran on meanwhile.
+                landed = conn.execute(
+                    "SELECT 1 FROM effects WHERE call_key = %s", (row[1],)
+                ).fetchone()
+                if landed is None:
+                    victim = int(row[0])
+                    break
+                os.kill(row[0], signal.SIGCONT)
             time.sleep(0.01)
         assert victim is not None, "no run was seen inside a tool call"
-        os.kill(victim, signal.SIGSTOP)
         frozen_at = time.monotonic()
         try:
             time.sleep(LEASE_TTL * 5)

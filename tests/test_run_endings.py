@@ -177,13 +177,13 @@ def small_disk(folder: Path, size: str = "4m") -> Iterator[Path]:
 def fill(disk: Path) -> Path:
     """Take every free byte of ``disk``."""
     filler = disk / "filler"
-    with filler.open("wb") as out:
-        try:
+    try:
+        with filler.open("wb") as out:
             while True:
                 out.write(b"\0" * 65536)
                 out.flush()
-        except OSError:
-            pass
+    except OSError:  # the disk is full: writing, or closing the file with the last bytes
+        pass
     return filler
 
 

@@ -32,6 +32,14 @@ WRITE: dict[str, Any] = {"hermes_write": True}
 (on SQLite, ``BEGIN IMMEDIATE``; elsewhere nothing changes)."""
 
 
+POOL_SIZE = 20
+"""Connections a process keeps open to a database server. A worker runs 10 runs at a time, each
+with a lease thread beside it: SQLAlchemy's default of 5 kept, and closed on return, the
+connections over five, so a busy worker forked a PostgreSQL backend every few runs."""
+POOL_OVERFLOW = 10
+"""Connections opened over ``POOL_SIZE`` at a peak, closed when they come back."""
+
+
 def make_engine(url: str, *, echo: bool = False) -> Engine:
     """The engine for a SQLAlchemy URL (``StorageError`` when it is not one, or its driver is
     missing): ``sqlite:///relative/path.db``, ``sqlite:////abs/path.db``, ``sqlite://`` (in
@@ -45,7 +53,13 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         ) from exc
     if parsed.get_backend_name() != "sqlite":
         try:
-            return create_engine(parsed, echo=echo, pool_pre_ping=True)
+            return create_engine(
+                parsed,
+                echo=echo,
+                pool_pre_ping=True,
+                pool_size=POOL_SIZE,
+                max_overflow=POOL_OVERFLOW,
+            )
         except Exception as exc:
             raise StorageError(f"cannot use {safe_url(url)}: {exc}") from exc
     if is_memory_url(url):
