@@ -185,7 +185,7 @@ def build_context(
     ctx.load_history = lambda: _load_history(agent, ctx)
     if agent.audit_sink is not None and not dry_run:
         ctx.recorder = Recorder(agent.audit_sink, agent.redactor)
-        if journal is not None and agent.storage is not None:
+        if journal is not None and journal.resumes and agent.storage is not None:
             # A resumed run: what an earlier attempt recorded stays, once.
             ctx.recorder.continue_after(agent.storage.records(ctx.request_id))
     return ctx

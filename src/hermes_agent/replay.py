@@ -180,6 +180,8 @@ class _SkipUnsafeCalls:
     ``idempotent`` is not run and reports why (status 403); an idempotent one runs. Model
     turns pass through (the recorded model answers them); the turn goes to the scratch store."""
 
+    resumes = False  # a replay is a run of its own: no earlier attempt left it a trail
+
     def __init__(self, scratch: Storage) -> None:
         self.scratch = scratch
         self.skipped: list[str] = []

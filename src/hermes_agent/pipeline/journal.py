@@ -99,6 +99,12 @@ class RunJournal(Protocol):
 
     Turns are numbered in the order the run asks for them (summaries included), from 0."""
 
+    @property
+    def resumes(self) -> bool:
+        """Whether an earlier attempt of this run may have left a trail (``False`` on a run's
+        first attempt: the agent then reads nothing of the trail back before it starts)."""
+        ...
+
     async def recorded_turn(self, turn: int) -> ModelResponse | None:
         """The model's answer to request ``turn`` in an earlier attempt, if it was kept."""
         ...

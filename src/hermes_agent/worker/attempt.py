@@ -114,6 +114,8 @@ class Attempt:
     batch: Batch = field(default_factory=Batch)
     """What the attempt has yet to write: the journal's entries, events and trail records
     since its last fenced transaction (one per model turn; ``take``)."""
+    handed_over: bool = False
+    """The ending named the session's next run (or that none waits): no hand-over read."""
     _guard: threading.Lock = field(default_factory=threading.Lock)
 
     def add_event(self, wire: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.schema import audit_table, events_table, journal_table, runs_table
 from hermes_agent.storage.sql import append_messages
 from hermes_agent.types import Message
-from hermes_agent.worker.leases import LeasedRuns
+from hermes_agent.worker.leases import LeasedRuns, next_parked
 from hermes_agent.worker.run_rows import (
     DEADLINE_KEY,
     LIMITS_KEY,
@@ -117,14 +117,16 @@ class FencedWrites(LeasedRuns):
         output: AuditRecord | None = None,
         event: dict[str, Any] | None = None,
         batch: Batch | None = None,
-    ) -> None:
+    ) -> str | None:
         """End the run (``completed``, ``failed``, ``timed_out``), in one fenced transaction
         with everything its ending consists of: ``turn`` added to its session (once), the
         trail's one ending — ``output`` (the answer's record) for a completed run, a
         ``stopped`` record otherwise — numbered after every other record of the run, and
         ``event``, its last event. So a run is final exactly when its trail has its ending
         and its followers their last event, and a store that fails in between leaves none
-        of them (the attempt ends, and the run resumes)."""
+        of them (the attempt ends, and the run resumes). Returns the session's next run if it
+        is parked waiting for this one (read in the same transaction: the hand-over costs no
+        read of its own)."""
         r = runs_table.c
         with self._tx() as conn:
             row = conn.execute(
@@ -167,6 +169,7 @@ class FencedWrites(LeasedRuns):
                     )
                 else:
                     append_event(conn, request_id, event)
+            return next_parked(conn, row.session_id)
 
     def write_records(self, request_id: str, token: int, records: Sequence[AuditRecord]) -> None:
         """Add records of the run's trail, fenced by ``token`` (a copy of the run that lost

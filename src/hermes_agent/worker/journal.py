@@ -45,7 +45,8 @@ class StoreJournal:
     """The journal of one attempt of one run (``attempt.token`` is its fencing token).
 
     ``entries``: what earlier attempts left, when the caller has read it already (``{}`` on a
-    run's first claim: nothing to read); ``None`` reads it here."""
+    run's first claim: nothing to read); ``None`` reads it here. ``resumes``: ``False`` on a
+    run's first claim, which has no trail of earlier attempts to read either."""
 
     def __init__(
         self,
@@ -55,7 +56,9 @@ class StoreJournal:
         attempt: Attempt | None = None,
         *,
         entries: dict[str, tuple[str, Any]] | None = None,
+        resumes: bool = True,
     ) -> None:
+        self.resumes = resumes
         self.attempt = attempt or Attempt(store, request_id, token, lease_ttl=30.0)
         attempt = self.attempt
         self.store: RunStore = attempt.store

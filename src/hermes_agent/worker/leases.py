@@ -29,6 +29,18 @@ from hermes_agent.worker.run_rows import (
 from hermes_agent.worker.run_writes import write_ending
 
 
+def next_parked(conn: Connection, session_id: str) -> str | None:
+    """The oldest unfinished run of a session, if it is parked (waiting for its turn)."""
+    r = runs_table.c
+    row = conn.execute(
+        select(r.request_id, r.parked)
+        .where(r.session_id == session_id, r.status.not_in(FINISHED))
+        .order_by(r.created_ns, r.request_id)
+        .limit(1)
+    ).first()
+    return row.request_id if row is not None and row.parked else None
+
+
 class LeasedRuns:
     """The queued runs of one SQL store, as far as leases go (claims, heartbeats, hand-backs,
     the sweep); ``RunStore`` adds the rest."""
@@ -247,15 +259,8 @@ class LeasedRuns:
 
     def next_of_session(self, session_id: str) -> str | None:
         """The oldest unfinished run of a session that is parked (waiting for its turn)."""
-        r = runs_table.c
         with self._tx(write=False) as conn:
-            row = conn.execute(
-                select(r.request_id, r.parked)
-                .where(r.session_id == session_id, r.status.not_in(FINISHED))
-                .order_by(r.created_ns, r.request_id)
-                .limit(1)
-            ).first()
-        return row.request_id if row is not None and row.parked else None
+            return next_parked(conn, session_id)
 
     def to_sweep(self, lease_ttl: float) -> list[str]:
         """Runs that need a new delivery, each claimed for requeueing by one sweeper only:

@@ -212,10 +212,18 @@ class RunWorker:
             logger.info("run %s: %s, not run by %s", request_id, claim.outcome, self.name)
             return claim.outcome
         assert claim.run is not None
+        attempt = Attempt(
+            self.store,
+            claim.run.request_id,
+            claim.token,
+            self.lease_ttl,
+            session_id=claim.run.session_id,
+        )
         try:
-            return self._run(claim)
+            return self._run(claim, attempt)
         finally:
-            self._hand_over(claim.run.session_id)
+            if not attempt.handed_over:
+                self._hand_over(claim.run.session_id)
 
     def _claim(self, request_id: str) -> Claim:
         """Claim the run; while another worker holds it, wait at most one lease: a heartbeat
@@ -241,12 +249,9 @@ class RunWorker:
                 return claim  # alive elsewhere: a second copy stops here
             time.sleep(min(0.25, self.lease_ttl / 6))
 
-    def _run(self, claim: Claim) -> str:
+    def _run(self, claim: Claim, attempt: Attempt) -> str:
         assert claim.run is not None
         run, token = claim.run, claim.token
-        attempt = Attempt(
-            self.store, run.request_id, token, self.lease_ttl, session_id=run.session_id
-        )
         stop_beating = threading.Event()
         holder: list[asyncio.Task[Any]] = []
 
@@ -411,7 +416,7 @@ class RunWorker:
         status = ending_status(result)
         wire = ResultEvent(result).to_dict()
         try:
-            attempt.write(
+            following = attempt.write(
                 f"the ending of run {rid}",
                 self.store.finish,
                 rid,
@@ -426,6 +431,7 @@ class RunWorker:
             )
         except asyncio.CancelledError:
             return self._lost(rid)
+        self._hand_over_to(following, attempt)
         return status
 
     def _prepare(self, claim: Claim, attempt: Attempt) -> Prepared:
@@ -442,7 +448,8 @@ class RunWorker:
             )
         if not claim.resumed and claim.last_seq is not None:
             attempt.last_seq = claim.last_seq
-            return StoreJournal(self.store, rid, token, attempt, entries={}), limit, 0
+            first = StoreJournal(self.store, rid, token, attempt, entries={}, resumes=False)
+            return first, limit, 0
         journal = StoreJournal(self.store, rid, token, attempt)
         events = attempt.write(f"the events of run {rid}", self.store.events, rid)
         attempt.last_seq = max((seq for seq, _ in events), default=0)
@@ -491,7 +498,7 @@ class RunWorker:
         """End the run without an answer (``failed``, ``timed_out``): its row, its trail's
         ``stopped`` record and its ``run_stopped`` event, in one fenced transaction."""
         try:
-            attempt.write(
+            following = attempt.write(
                 f"the ending of run {attempt.request_id}",
                 self.store.finish,
                 attempt.request_id,
@@ -502,6 +509,7 @@ class RunWorker:
             )
         except asyncio.CancelledError:
             return self._lost(attempt.request_id)
+        self._hand_over_to(following, attempt)
         return status
 
     def _record_resumed(self, claim: Claim, journal: StoreJournal) -> None:
@@ -537,6 +545,16 @@ class RunWorker:
         # Written at once (fenced): the agent's recorder numbers the run's records after
         # those in the store, this one included.
         self.store.write_records(claim.run.request_id, claim.token, [record])
+
+    def _hand_over_to(self, following: str | None, attempt: Attempt) -> None:
+        """The run ended and its ending named the session's next run (``None``: none waits)."""
+        attempt.handed_over = True
+        if following is None:
+            return
+        try:
+            self.enqueue(following)
+        except Exception:  # the sweeper hands it over later
+            logger.exception("run %s: could not be handed its turn", following)
 
     def _hand_over(self, session_id: str) -> None:
         """The session's next run (parked while this one ran) goes to the queue now."""
