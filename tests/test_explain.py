@@ -19,8 +19,7 @@ CALL = (
     '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 )
 ANSWER = (
-    "<scratch_pad>\nReason: add returned 5, which answers the question\n</scratch_pad>\n"
-    "2 + 3 = 5"
+    "<scratch_pad>\nReason: add returned 5, which answers the question\n</scratch_pad>\n2 + 3 = 5"
 )
 
 

@@ -44,6 +44,7 @@ class Rendered(Protocol):
     @property
     def tool_calls(self) -> list[ToolCallRecord]: ...
 
+
 MORE_ROWS = {
     "en": "… {count} more rows not shown",
     "zh": "… 还有 {count} 行未显示",
