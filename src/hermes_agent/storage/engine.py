@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -133,7 +135,18 @@ def _sqlite_events(engine: Engine) -> None:
         # The busy timeout first: switching a new file to WAL needs a moment's exclusive lock,
         # which another process opening the same file at once may hold.
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
+        # SQLite can answer "database is locked" to the switch without waiting the busy
+        # timeout (a new file that several processes open at once): try it again a while.
+        for pause in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0):
+            try:
+                cursor.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc):
+                    raise
+                time.sleep(pause)
+        else:
+            cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 

@@ -57,6 +57,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.exc import OperationalError
 
 from hermes_agent.storage.base import MAX_ID_LENGTH, StorageError
 from hermes_agent.storage.engine import WRITE
@@ -359,6 +360,20 @@ def migrate(conn: Connection) -> int:
 def upgrade(engine: Engine) -> int:
     """Bring the database up to ``LATEST_VERSION`` (see the module docstring); returns it. One
     read when it is there already; else ``migrate`` in one write transaction."""
+    for pause in (0.05, 0.1, 0.2, 0.5, 1.0, 2.0):
+        try:
+            return _upgrade_once(engine)
+        except OperationalError as exc:
+            # A new SQLite file that several processes open at once can answer "database is
+            # locked" without waiting its busy timeout (a read turning into a write): the
+            # chain is one transaction, so trying it again is safe.
+            if engine.dialect.name != "sqlite" or "locked" not in str(exc):
+                raise
+            time.sleep(pause)
+    return _upgrade_once(engine)
+
+
+def _upgrade_once(engine: Engine) -> int:
     with engine.connect() as conn, conn.begin():
         if current_version(conn) == LATEST_VERSION:
             return LATEST_VERSION
