@@ -208,8 +208,8 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
         found = env.finish(f"worker {victim} frozen {time.monotonic() - frozen_at:.1f} s", ids)
         tagged = "LIKE 'frozen%%'"
         stale = f"SELECT count(*) FROM executions WHERE tag {tagged} AND token <> held"
-        # Entered the tool after the worker woke, with a lease already lost: the check before
-        # a call let it through. Entered before the freeze: frozen between entry and start.
+        # Started with a lease already lost: entered the tool after the worker woke, or
+        # before the freeze (and read the lease only after waking).
         stale_starts = conn.execute(f"{stale} AND entered >= to_timestamp(%s)", (woke,)).fetchone()[
             0
         ]
