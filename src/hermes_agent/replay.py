@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.audit.redaction import Redactor
+from hermes_agent.audit.trace_view import selection, tool_responses
 from hermes_agent.errors import ModelError
 from hermes_agent.memory.history import HistoryLoader
 from hermes_agent.models.base import Model
@@ -166,7 +167,7 @@ class _RecordedApprovals:
         self._approved: list[tuple[str, str]] = []
         for record in recorded:
             if record.role == Role.SELECTION:
-                for planned in _selection(record.content)[0]:
+                for planned in selection(record.content)[0]:
                     self._approved.append((planned["name"], _canonical(planned["arguments"])))
 
     def __call__(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
@@ -394,7 +395,6 @@ def _compare_step(step: int, expected: list[AuditRecord], actual: list[AuditReco
 
 
 _TIMING = re.compile(r'"execution_time_ms":\s*[-+0-9.eE]+')
-_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
 
 
 def _steady(text: str) -> str:
@@ -404,7 +404,7 @@ def _steady(text: str) -> str:
 
 def _results_difference(old: str, new: str) -> str:
     """Name the first result that differs, showing what the tool returned each time."""
-    old_blocks, new_blocks = _RESPONSE.findall(_steady(old)), _RESPONSE.findall(_steady(new))
+    old_blocks, new_blocks = tool_responses(_steady(old)), tool_responses(_steady(new))
     if len(old_blocks) != len(new_blocks):
         return (
             f"tool results differ: recorded {len(old_blocks)} results, replayed {len(new_blocks)}"
@@ -437,20 +437,10 @@ def _result_view(block: str) -> tuple[str, Any]:
 def _calls(record: AuditRecord | None) -> list[dict[str, Any]]:
     if record is None:
         return []
-    planned, rejected = _selection(record.content)
+    planned, rejected = selection(record.content)
     return [{"name": p["name"], "arguments": p["arguments"]} for p in planned] + [
         {"name": r["name"], "refused": r.get("status")} for r in rejected
     ]
-
-
-def _selection(content: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    try:
-        data = json.loads(content)
-    except json.JSONDecodeError:
-        return [], []
-    if not isinstance(data, dict):
-        return [], []
-    return list(data.get("planned", [])), list(data.get("rejected", []))
 
 
 def _presence(what: str, old: AuditRecord | None, new: AuditRecord | None) -> str:
