@@ -88,6 +88,9 @@ PROBE_TIMEOUT = 2.0
 """Seconds a session whose call timed out has to answer a check (a tools listing)."""
 CLOSE_TIMEOUT = 10.0
 """Seconds a server gets to shut down (the SDK escalates to SIGTERM and SIGKILL within it)."""
+DEADLINE_BACKUP = 0.5
+"""Seconds past a tool's timeout at which the session gives up on a call the executor, whose
+deadline is the tool's timeout, has not already ended."""
 MAX_TOOL_PAGES = 100
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _MAX_MESSAGE = 600
@@ -503,7 +506,11 @@ class McpToolsets:
 
         async def call_mcp_tool(**arguments: Any) -> Any:
             timeout = made[0].timeout if made and made[0].timeout is not None else default
-            return await toolsets.call(server, remote_name, arguments, timeout)
+            # The executor's deadline ends the call (a 408 the model reads as a timeout); the
+            # session's own, a little later, only backs it up. Were both the same, the
+            # session's could fire first, and its TimeoutError would read as the tool's own
+            # failure (500).
+            return await toolsets.call(server, remote_name, arguments, timeout + DEADLINE_BACKUP)
 
         call_mcp_tool.__name__ = f"mcp_{server}_{remote_name}".replace("-", "_").replace(".", "_")
         return call_mcp_tool
