@@ -90,6 +90,64 @@ def test_a_queued_run_completes_with_its_events_journal_and_turn(
     assert len(model.requests) == 2 and ledger.calls == [f"{rid}/0/0"]
 
 
+def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_everything_in_order(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    """The ending (the last batch, the turn in its session, the run's row, the answer's record
+    and the last event) is one transaction of nine statements on PostgreSQL and SQLite; the
+    session's counters, the trail's numbers and the events' come out as if written one by one."""
+    from sqlalchemy import event, select
+
+    from hermes_agent.storage.schema import audit_table, sessions_table
+
+    agent, _, store, worker, _ = setup(url, ledger, cleanup)
+    assert isinstance(agent.storage, SqlStorage)
+    agent.sessions.append("s1", [Message("user", "before"), Message("assistant", "hi")])
+    transactions: list[list[str]] = []
+
+    def began(_conn: Any) -> None:
+        transactions.append([])
+
+    def executed(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if transactions and not statement.lstrip().upper().startswith(("BEGIN", "SELECT 1", "PRAGMA")):
+            transactions[-1].append(" ".join(statement.split())[:60])
+
+    engine = agent.storage.engine
+    event.listen(engine, "begin", began)
+    event.listen(engine, "before_cursor_execute", executed)
+    try:
+        rid = store.add("s1", request_payload("charge 5"))
+        assert worker.execute(rid) == "completed"
+    finally:
+        event.remove(engine, "begin", began)
+        event.remove(engine, "before_cursor_execute", executed)
+    ending = next(t for t in reversed(transactions) if any("UPDATE hermes_runs" in s for s in t))
+    assert len(ending) <= 9, "\n".join(ending)
+
+    history = agent.sessions.load("s1")
+    assert [m.role for m in history] == ["user", "assistant"] * 2 + ["tool", "assistant"]
+    assert [m.content for m in history][:3] == ["before", "hi", "charge 5"]
+    with agent.storage.transaction() as conn:
+        counted = conn.execute(
+            select(sessions_table.c.messages, sessions_table.c.turns).where(
+                sessions_table.c.id == "s1"
+            )
+        ).one()
+        trail = [
+            row.role
+            for row in conn.execute(
+                select(audit_table.c.role, audit_table.c.seq)
+                .where(audit_table.c.request_id == rid)
+                .order_by(audit_table.c.seq)
+            )
+        ]
+    assert tuple(counted) == (6, 2)
+    assert trail[-1] == "output" and trail.count("output") == 1
+    seqs = [seq for seq, _ in store.events(rid)]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert store.events(rid)[-1][1]["kind"] == "result"
+
+
 def _died_mid_call(store: RunStore, rid: str, *, finished: bool) -> None:
     """An earlier attempt: claimed, asked the model (a call of charge), started the call —
     and finished it or not — then died."""

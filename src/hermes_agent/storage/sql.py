@@ -378,14 +378,8 @@ def _ids_with_prefix(conn: Connection, column: Any, prefix: str, limit: int) -> 
 def _insert_session_if_missing(conn: Connection, session_id: str, now: int) -> None:
     values = {"id": session_id, "created_ns": now, "updated_ns": now, "turns": 0, "messages": 0}
     dialect = conn.dialect.name
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        conn.execute(pg_insert(sessions_table).values(values).on_conflict_do_nothing())
-    elif dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-        conn.execute(sqlite_insert(sessions_table).values(values).on_conflict_do_nothing())
+    if dialect in ("postgresql", "sqlite"):
+        conn.execute(_dialect_insert(dialect)(sessions_table).values(values).on_conflict_do_nothing())
     else:
         found = conn.execute(
             select(sessions_table.c.id).where(sessions_table.c.id == session_id)
@@ -486,27 +480,52 @@ def _audit_row(record: AuditRecord) -> dict[str, Any]:
 def append_messages(conn: Connection, session_id: str, messages: Sequence[Message]) -> None:
     """Add one turn's messages to a session inside the caller's transaction (the queue workers
     save a turn and mark their run done in one transaction)."""
+    if not messages:
+        return
     now = time.time_ns()
     s = sessions_table.c
-    _insert_session_if_missing(conn, session_id, now)
-    # FOR UPDATE holds the row on PostgreSQL until commit, so two processes appending
-    # to one session take turns; SQLite's write lock already did that.
-    start = conn.execute(
-        select(s.messages).where(s.id == session_id).with_for_update()
-    ).scalar_one()
+    added, users = len(messages), sum(1 for m in messages if m.role == "user")
+    dialect = conn.dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        # One statement creates the session or counts the turn in, and says where the turn
+        # starts: the row stays locked until commit (PostgreSQL's row lock, SQLite's write
+        # lock), so two processes appending to one session take turns.
+        insert_for = _dialect_insert(dialect)
+        counted = insert_for(sessions_table).values(
+            id=session_id, created_ns=now, updated_ns=now, turns=users, messages=added
+        )
+        total = conn.execute(
+            counted.on_conflict_do_update(
+                index_elements=[s.id],
+                set_={"updated_ns": now, "messages": s.messages + added, "turns": s.turns + users},
+            ).returning(s.messages)
+        ).scalar_one()
+        start = int(total) - added
+    else:
+        _insert_session_if_missing(conn, session_id, now)
+        start = conn.execute(
+            select(s.messages).where(s.id == session_id).with_for_update()
+        ).scalar_one()
+        conn.execute(
+            update(sessions_table)
+            .where(s.id == session_id)
+            .values(updated_ns=now, messages=s.messages + added, turns=s.turns + users)
+        )
     conn.execute(
         insert(messages_table),
         [_message_row(session_id, start + i, m) for i, m in enumerate(messages)],
     )
-    conn.execute(
-        update(sessions_table)
-        .where(s.id == session_id)
-        .values(
-            updated_ns=now,
-            messages=s.messages + len(messages),
-            turns=s.turns + sum(1 for m in messages if m.role == "user"),
-        )
-    )
+
+
+def _dialect_insert(dialect: str) -> Any:
+    """The ``insert`` of ``dialect``'s SQLAlchemy module (the one with ``ON CONFLICT``)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
 
 
 def _iso(ns: int) -> str:

@@ -136,6 +136,11 @@ class FencedWrites(LeasedRuns):
             ).first()
             if row is None or row.lease_token != token or row.status != "running":
                 raise LeaseLost(f"run {request_id}: the lease passed to another worker")
+            ends_with_event = event is not None
+            if event is not None and batch is not None and batch.events:
+                # Numbered after the holder's own, and written with them: one statement.
+                ending = (batch.events[-1][0] + 1, event)
+                batch, event = dataclasses.replace(batch, events=[*batch.events, ending]), None
             if batch:
                 insert_batch(conn, request_id, token, batch)
             if turn and not row.turn_saved:
@@ -157,18 +162,10 @@ class FencedWrites(LeasedRuns):
                 add_last_record(conn, output)
             elif status != "completed":
                 write_ending(
-                    conn, request_id, row.session_id, status, error, add_event=event is None
+                    conn, request_id, row.session_id, status, error, add_event=not ends_with_event
                 )
             if event is not None:
-                if batch is not None and batch.events:  # numbered after the holder's own
-                    seq = batch.events[-1][0] + 1
-                    conn.execute(
-                        insert(events_table).values(
-                            request_id=request_id, seq=seq, payload=dumps(event)
-                        )
-                    )
-                else:
-                    append_event(conn, request_id, event)
+                append_event(conn, request_id, event, locked=True)
             return next_parked(conn, row.session_id)
 
     def write_records(self, request_id: str, token: int, records: Sequence[AuditRecord]) -> None:

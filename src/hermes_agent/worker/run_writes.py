@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import Connection, Table, func, insert, select
+from sqlalchemy import Connection, Table, case, func, insert, select
 
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import AuditRecord, Role
@@ -64,10 +64,10 @@ def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) ->
 def add_last_record(conn: Connection, record: AuditRecord) -> None:
     """Add the trail's ending, numbered after every record the trail holds."""
     a = audit_table.c
-    latest = conn.execute(select(func.max(a.seq)).where(a.request_id == record.request_id)).scalar()
-    if latest is not None and record.seq <= latest:
-        record = dataclasses.replace(record, seq=int(latest) + 1)
-    conn.execute(insert(audit_table).values(**dataclasses.asdict(record)))
+    # One statement: the trail's latest number is read where the record is inserted.
+    latest = select(func.max(a.seq)).where(a.request_id == record.request_id).scalar_subquery()
+    after_latest = case((latest >= record.seq, latest + 1), else_=record.seq)
+    conn.execute(insert(audit_table).values(**{**dataclasses.asdict(record), "seq": after_latest}))
 
 
 def write_ending(
@@ -104,12 +104,16 @@ def write_ending(
         append_event(conn, request_id, RunStoppedEvent(status, error).to_dict())
 
 
-def append_event(conn: Connection, request_id: str, wire: dict[str, Any]) -> int:
-    """Append one event to a run's log, inside the caller's transaction."""
+def append_event(
+    conn: Connection, request_id: str, wire: dict[str, Any], *, locked: bool = False
+) -> int:
+    """Append one event to a run's log, inside the caller's transaction (``locked``: which
+    holds the run's row already)."""
     e = events_table.c
     r = runs_table.c
-    # The run's row orders its event writers (an attempt and a service writing at once).
-    conn.execute(select(r.request_id).where(r.request_id == request_id).with_for_update())
+    if not locked:
+        # The run's row orders its event writers (an attempt and a service writing at once).
+        conn.execute(select(r.request_id).where(r.request_id == request_id).with_for_update())
     seq = (
         conn.execute(
             select(func.coalesce(func.max(e.seq), 0)).where(e.request_id == request_id)
