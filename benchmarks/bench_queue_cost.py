@@ -26,6 +26,7 @@ of the thread holding the GIL, one file per worker; its own CPU inflates that ro
 
     python benchmarks/bench_queue_cost.py --rounds 2 --runs 300 --json queue_cost.json
     python benchmarks/bench_queue_cost.py --src before=OLD_TREE --src after=NEW_TREE
+    python benchmarks/bench_queue_cost.py --src on=TREE --src off=TREE --task-events-off off
     python benchmarks/bench_queue_cost.py --rounds 1 --runs 1000 --profile profiles/
 """
 
@@ -106,8 +107,11 @@ def run(message):
 """
 
 
-def write_hermes(folder: Path, model_url: str, db_url: str, broker: str, queue: str) -> Path:
+def write_hermes(
+    folder: Path, model_url: str, db_url: str, broker: str, queue: str, *, task_events: bool
+) -> Path:
     config = folder / "config.yaml"
+    events = "" if task_events else "  task_events: false\n"
     config.write_text(
         f"""
 model:
@@ -129,7 +133,7 @@ queue:
   broker: {broker}
   queue_name: {queue}
   lease_ttl: 60
-""",
+{events}""",
         encoding="utf-8",
     )
     (folder / "tools.py").write_text(TOOLS, encoding="utf-8")
@@ -395,6 +399,7 @@ def submit_runs(
 def measure_hermes(
     args: argparse.Namespace,
     folder: Path,
+    src_name: str,
     src: Path,
     db_url: str,
     db_name: str,
@@ -402,7 +407,8 @@ def measure_hermes(
     model_url: str,
 ) -> dict[str, Any]:
     conninfo = db_url.replace("postgresql+psycopg://", "postgresql://")
-    config = write_hermes(folder, model_url, db_url, args.broker, queue)
+    quiet = src_name in (args.task_events_off or [])
+    config = write_hermes(folder, model_url, db_url, args.broker, queue, task_events=not quiet)
     log = f"hermes-{uuid.uuid4().hex[:6]}.log"
     profiler: list[str] = []
     if args.profile is not None:
@@ -595,6 +601,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             row = measure_hermes(
                                 args,
                                 folder,
+                                name,
                                 Path(sources[name]).resolve(),
                                 db_url,
                                 db_name,
@@ -648,6 +655,12 @@ def main() -> None:
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/0")
     parser.add_argument(
         "--src", action="append", help="NAME=TREE: a source tree to measure (repeatable)"
+    )
+    parser.add_argument(
+        "--task-events-off",
+        action="append",
+        metavar="NAME",
+        help="a --src whose workers send no Celery task events (queue.task_events: false)",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument(

@@ -275,3 +275,51 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
         assert {"worker-online", "worker-heartbeat", "task-received", "task-succeeded"} <= kinds
         names = {e.get("name") for e in events if e.get("type") == "task-received"}
         assert names == {"hermes_agent.run"}
+
+
+def test_task_events_off_leave_the_runs_out_of_the_event_stream(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """``queue.task_events: false``: neither the worker nor the submitter publishes a task
+    event (sent, received, started, succeeded); the worker's own (online, heartbeats) go on,
+    so Flower still lists it. The default, on, is the test above."""
+    import threading
+
+    from hermes_agent.config import QueueConfig
+    from hermes_agent.worker.app import make_celery
+
+    with (
+        running_step_model(free_port(), latency=0.01) as model_url,
+        cluster(tmp_path, pg_url, REDIS, model_url, task_events=False) as c,
+    ):
+        events: list[dict[str, object]] = []
+        app = make_celery(QueueConfig(broker=REDIS, queue_name=c.queue_name))
+        connection = app.connection_for_read()
+        receiver = app.events.Receiver(connection, handlers={"*": events.append})
+        listening = threading.Thread(
+            target=lambda: receiver.capture(limit=None, timeout=None, wakeup=True), daemon=True
+        )
+        listening.start()
+
+        def ours() -> set[str]:
+            prefix = f"w0-{c.queue_name}@"
+            return {str(e.get("type")) for e in events if str(e.get("hostname")).startswith(prefix)}
+
+        try:
+            c.start_worker(concurrency=1)
+            c.wait_ready()
+            submitter = build_agent(tmp_path / "config.yaml")
+            try:
+                result = submit(submitter, "job q steps=1", session_id="quiet").result(timeout=60)
+                assert result.output.startswith("done q after 1 steps")
+            finally:
+                submitter.close()
+            deadline = time.monotonic() + 10  # its heartbeats: the receiver hears the worker
+            while "worker-heartbeat" not in ours() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert ours() == {"worker-online", "worker-heartbeat"}
+            assert not [e for e in events if str(e.get("type")).startswith("task-")]
+        finally:
+            receiver.should_stop = True
+            listening.join(timeout=5)
+            connection.release()

@@ -102,6 +102,7 @@ class Cluster:
     step_sleep: float = 0.05
     step_requires_approval: bool = False
     """Every call of ``step`` waits for its owner's approval (the run is set aside meanwhile)."""
+    task_events: bool = True
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def write_config(self) -> Path:
@@ -129,6 +130,7 @@ queue:
   lease_ttl: {self.lease_ttl}
   sweep_interval: 0.5
   max_redeliveries: {self.max_redeliveries}
+  task_events: {str(self.task_events).lower()}
 """,
             encoding="utf-8",
         )

@@ -5,8 +5,8 @@ Celery settings chosen for long agent runs (docs/scale-out.md explains each):
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a delivery is acknowledged when the run
   has finished with it, so a worker that dies leaves its runs to be delivered again;
 - ``worker_prefetch_multiplier = 1``: a worker holds no more runs than it is running;
-- ``worker_send_task_events`` + ``task_send_sent_event``: Flower (or ``celery events``) sees
-  the workers and the runs;
+- ``worker_send_task_events`` + ``task_send_sent_event`` (``queue.task_events``, on unless
+  turned off): Flower (or ``celery events``) sees the workers and the runs;
 - the Redis broker's ``visibility_timeout`` comes from the config: a run that lasts longer is
   delivered again while it runs, and the copy stops at once (the run's lease says it is alive).
 
@@ -56,8 +56,8 @@ def make_celery(queue: QueueConfig) -> Any:
         task_default_queue=queue.queue_name,
         task_serializer="json",
         accept_content=["json"],
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=queue.task_events,
+        task_send_sent_event=queue.task_events,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": queue.visibility_timeout},
         worker_hijack_root_logger=False,
@@ -307,10 +307,12 @@ def run_worker(
         f"--concurrency={concurrency}",
         f"--pool={pool}",
         f"--loglevel={loglevel}",
-        "--events",
         "--without-gossip",
         "--without-mingle",
     ]
+    assert config.queue is not None  # checked by worker_app
+    if config.queue.task_events:
+        argv.append("--events")
     if hostname:
         argv.append(f"--hostname={hostname}")
     if pool != "prefork":
@@ -324,7 +326,6 @@ def run_worker(
         from hermes_agent.storage.sql import SqlStorage
         from hermes_agent.worker.store import RunStore
 
-        assert config.queue is not None  # checked by worker_app
         url = (config.storage or StorageConfig()).url
         _main_store = RunStore(SqlStorage(url), max_redeliveries=config.queue.max_redeliveries)
     app.worker_main(argv)
