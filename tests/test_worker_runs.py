@@ -109,7 +109,8 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
         transactions.append([])
 
     def executed(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if transactions and not statement.lstrip().upper().startswith(("BEGIN", "SELECT 1", "PRAGMA")):
+        plumbing = statement.lstrip().upper().startswith(("BEGIN", "SELECT 1", "PRAGMA"))
+        if transactions and not plumbing:
             transactions[-1].append(" ".join(statement.split())[:60])
 
     engine = agent.storage.engine

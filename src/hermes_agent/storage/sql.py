@@ -379,7 +379,9 @@ def _insert_session_if_missing(conn: Connection, session_id: str, now: int) -> N
     values = {"id": session_id, "created_ns": now, "updated_ns": now, "turns": 0, "messages": 0}
     dialect = conn.dialect.name
     if dialect in ("postgresql", "sqlite"):
-        conn.execute(_dialect_insert(dialect)(sessions_table).values(values).on_conflict_do_nothing())
+        conn.execute(
+            _dialect_insert(dialect)(sessions_table).values(values).on_conflict_do_nothing()
+        )
     else:
         found = conn.execute(
             select(sessions_table.c.id).where(sessions_table.c.id == session_id)

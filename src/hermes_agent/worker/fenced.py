@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 
 from hermes_agent.audit.records import AuditRecord
-from hermes_agent.storage.schema import audit_table, events_table, journal_table, runs_table
+from hermes_agent.storage.schema import audit_table, journal_table, runs_table
 from hermes_agent.storage.sql import append_messages
 from hermes_agent.types import Message
 from hermes_agent.worker.leases import LeasedRuns, next_parked
