@@ -26,6 +26,7 @@ JSON's own, so that text reads back exactly as it was. No text can make a write 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -35,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import BindParameter, Connection, bindparam, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
@@ -281,6 +282,14 @@ _RECORD_FIELDS = (
 # -- sessions ----------------------------------------------------------------------------
 
 
+_LOAD_SESSION = (
+    select(messages_table)
+    .where(messages_table.c.session_id == bindparam("p_session_id"))
+    .order_by(messages_table.c.position)
+)
+"""A session's messages in order (built once: see ``_count_in_statement``)."""
+
+
 class SqlSessionStore:
     """Conversations in SQL: the ``StoredSessions`` seam (``SessionStore`` plus listing and
     deleting).
@@ -298,10 +307,9 @@ class SqlSessionStore:
         self._guard = threading.Lock()
 
     def load(self, session_id: str) -> list[Message]:
-        m = messages_table.c
-        query = select(messages_table).where(m.session_id == session_id).order_by(m.position)
         with _failing_as("read session", session_id), self._storage.transaction() as conn:
-            return [_message_from_row(row._mapping) for row in conn.execute(query)]
+            rows = conn.execute(_LOAD_SESSION, {"p_session_id": session_id})
+            return [_message_from_row(row._mapping) for row in rows]
 
     def append(self, session_id: str, messages: Sequence[Message]) -> None:
         if not messages:
@@ -492,15 +500,9 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
         # One statement creates the session or counts the turn in, and says where the turn
         # starts: the row stays locked until commit (PostgreSQL's row lock, SQLite's write
         # lock), so two processes appending to one session take turns.
-        insert_for = _dialect_insert(dialect)
-        counted = insert_for(sessions_table).values(
-            id=session_id, created_ns=now, updated_ns=now, turns=users, messages=added
-        )
         total = conn.execute(
-            counted.on_conflict_do_update(
-                index_elements=[s.id],
-                set_={"updated_ns": now, "messages": s.messages + added, "turns": s.turns + users},
-            ).returning(s.messages)
+            _count_in_statement(dialect),
+            {"p_id": session_id, "p_now": now, "p_added": added, "p_users": users},
         ).scalar_one()
         start = int(total) - added
     else:
@@ -514,9 +516,28 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
             .values(updated_ns=now, messages=s.messages + added, turns=s.turns + users)
         )
     conn.execute(
-        insert(messages_table),
-        [_message_row(session_id, start + i, m) for i, m in enumerate(messages)],
+        _INSERT_MESSAGES, [_message_row(session_id, start + i, m) for i, m in enumerate(messages)]
     )
+
+
+@functools.cache
+def _count_in_statement(dialect: str) -> Any:
+    """Create the session, or count a turn in, returning its message count (built once per
+    dialect: building a statement costs more than running it)."""
+    s = sessions_table.c
+    now: BindParameter[Any] = bindparam("p_now")
+    added: BindParameter[Any] = bindparam("p_added")
+    users: BindParameter[Any] = bindparam("p_users")
+    counted = _dialect_insert(dialect)(sessions_table).values(
+        id=bindparam("p_id"), created_ns=now, updated_ns=now, turns=users, messages=added
+    )
+    return counted.on_conflict_do_update(
+        index_elements=[s.id],
+        set_={"updated_ns": now, "messages": s.messages + added, "turns": s.turns + users},
+    ).returning(s.messages)
+
+
+_INSERT_MESSAGES = insert(messages_table)
 
 
 def _dialect_insert(dialect: str) -> Any:

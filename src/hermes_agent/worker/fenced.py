@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Select, Update, bindparam, insert, select, update
 
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.schema import audit_table, journal_table, runs_table
@@ -34,6 +34,37 @@ from hermes_agent.worker.run_writes import (
     insert_batch,
     write_ending,
 )
+
+
+def _ending_row_statement() -> Select[Any]:
+    r = runs_table.c
+    return (
+        select(r.lease_token, r.status, r.session_id, r.turn_saved)
+        .where(r.request_id == bindparam("p_request_id"))
+        .with_for_update()
+    )
+
+
+def _end_run_statement() -> Update:
+    r = runs_table.c
+    return (
+        update(runs_table)
+        .where(r.request_id == bindparam("p_request_id"))
+        .values(
+            status=bindparam("p_status"),
+            updated_ns=bindparam("p_now"),
+            lease_owner=None,
+            lease_expires_ns=None,
+            result=bindparam("p_result"),
+            error=bindparam("p_error"),
+            turn_saved=bindparam("p_turn_saved"),
+        )
+    )
+
+
+# Built once (see leases.py: building a statement costs more than running it).
+_ENDING_ROW = _ending_row_statement()
+_END_RUN = _end_run_statement()
 
 
 class FencedWrites(LeasedRuns):
@@ -127,13 +158,8 @@ class FencedWrites(LeasedRuns):
         of them (the attempt ends, and the run resumes). Returns the session's next run if it
         is parked waiting for this one (read in the same transaction: the hand-over costs no
         read of its own)."""
-        r = runs_table.c
         with self._tx() as conn:
-            row = conn.execute(
-                select(r.lease_token, r.status, r.session_id, r.turn_saved)
-                .where(r.request_id == request_id)
-                .with_for_update()
-            ).first()
+            row = conn.execute(_ENDING_ROW, {"p_request_id": request_id}).first()
             if row is None or row.lease_token != token or row.status != "running":
                 raise LeaseLost(f"run {request_id}: the lease passed to another worker")
             ends_with_event = event is not None
@@ -146,17 +172,15 @@ class FencedWrites(LeasedRuns):
             if turn and not row.turn_saved:
                 append_messages(conn, row.session_id, turn)
             conn.execute(
-                update(runs_table)
-                .where(r.request_id == request_id)
-                .values(
-                    status=status,
-                    updated_ns=now_ns(),
-                    lease_owner=None,
-                    lease_expires_ns=None,
-                    result=dumps(result) if result is not None else None,
-                    error=error,
-                    turn_saved=bool(turn) or row.turn_saved,
-                )
+                _END_RUN,
+                {
+                    "p_request_id": request_id,
+                    "p_status": status,
+                    "p_now": now_ns(),
+                    "p_result": dumps(result) if result is not None else None,
+                    "p_error": error,
+                    "p_turn_saved": bool(turn) or row.turn_saved,
+                },
             )
             if status == "completed" and output is not None:
                 add_last_record(conn, output)

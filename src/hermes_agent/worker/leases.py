@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy import BindParameter, Connection, Select, and_, bindparam, func, select, update
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.schema import events_table, journal_table, runs_table
@@ -28,16 +30,84 @@ from hermes_agent.worker.run_rows import (
 )
 from hermes_agent.worker.run_writes import write_ending
 
+# The statements every run makes, built once: building one (and computing its cache key)
+# costs more CPU than PostgreSQL spends running it. Their values are bound at execution.
+
+
+def _next_parked_statement() -> Select[Any]:
+    r = runs_table.c
+    return (
+        select(r.request_id, r.parked)
+        .where(r.session_id == bindparam("p_session_id"), r.status.not_in(FINISHED))
+        .order_by(r.created_ns, r.request_id)
+        .limit(1)
+    )
+
+
+def _fence_statement() -> Select[Any]:
+    r = runs_table.c
+    return (
+        select(r.lease_token, r.status)
+        .where(r.request_id == bindparam("p_request_id"))
+        .with_for_update()
+    )
+
+
+def _claim_queued_statement() -> ReturningUpdate[Any]:
+    r = runs_table.c
+    older = runs_table.alias("older")
+    o = older.c
+    e, j = events_table.c, journal_table.c
+    request_id: BindParameter[Any] = bindparam("p_request_id")
+    now: BindParameter[Any] = bindparam("p_now")
+    return (
+        update(runs_table)
+        .where(
+            r.request_id == request_id,
+            r.status == "queued",
+            ~select(o.request_id)
+            .where(
+                o.session_id == r.session_id,
+                o.status.not_in(FINISHED),
+                (o.created_ns < r.created_ns)
+                | and_(o.created_ns == r.created_ns, o.request_id < r.request_id),
+            )
+            .exists(),
+        )
+        .values(
+            status="running",
+            parked=False,
+            delivered_ns=None,
+            claims=r.claims + 1,
+            lease_token=r.lease_token + 1,
+            lease_owner=bindparam("p_worker"),
+            lease_expires_ns=bindparam("p_expires"),
+            heartbeat_ns=now,
+            updated_ns=now,
+        )
+        .returning(
+            *runs_table.c,
+            select(func.coalesce(func.max(e.seq), 0))
+            .where(e.request_id == request_id)
+            .scalar_subquery()
+            .label("last_seq"),
+            select(func.count())
+            .select_from(journal_table)
+            .where(j.request_id == request_id, j.key.in_([LIMITS_KEY, DEADLINE_KEY]))
+            .scalar_subquery()
+            .label("limits"),
+        )
+    )
+
+
+_NEXT_PARKED = _next_parked_statement()
+_FENCE = _fence_statement()
+_CLAIM_QUEUED = _claim_queued_statement()
+
 
 def next_parked(conn: Connection, session_id: str) -> str | None:
     """The oldest unfinished run of a session, if it is parked (waiting for its turn)."""
-    r = runs_table.c
-    row = conn.execute(
-        select(r.request_id, r.parked)
-        .where(r.session_id == session_id, r.status.not_in(FINISHED))
-        .order_by(r.created_ns, r.request_id)
-        .limit(1)
-    ).first()
+    row = conn.execute(_NEXT_PARKED, {"p_session_id": session_id}).first()
     return row.request_id if row is not None and row.parked else None
 
 
@@ -153,50 +223,14 @@ class LeasedRuns:
         statement returns the row, the number of its latest event and whether it was
         submitted with a deadline. ``None``: any other case (the full claim decides)."""
         now = now_ns()
-        r = runs_table.c
-        older = runs_table.alias("older")
-        o = older.c
-        e, j = events_table.c, journal_table.c
-        statement = (
-            update(runs_table)
-            .where(
-                r.request_id == request_id,
-                r.status == "queued",
-                ~select(o.request_id)
-                .where(
-                    o.session_id == r.session_id,
-                    o.status.not_in(FINISHED),
-                    (o.created_ns < r.created_ns)
-                    | and_(o.created_ns == r.created_ns, o.request_id < r.request_id),
-                )
-                .exists(),
-            )
-            .values(
-                status="running",
-                parked=False,
-                delivered_ns=None,
-                claims=r.claims + 1,
-                lease_token=r.lease_token + 1,
-                lease_owner=worker,
-                lease_expires_ns=now + int(lease_ttl * 1e9),
-                heartbeat_ns=now,
-                updated_ns=now,
-            )
-            .returning(
-                *runs_table.c,
-                select(func.coalesce(func.max(e.seq), 0))
-                .where(e.request_id == request_id)
-                .scalar_subquery()
-                .label("last_seq"),
-                select(func.count())
-                .select_from(journal_table)
-                .where(j.request_id == request_id, j.key.in_([LIMITS_KEY, DEADLINE_KEY]))
-                .scalar_subquery()
-                .label("limits"),
-            )
-        )
+        bound = {
+            "p_request_id": request_id,
+            "p_worker": worker,
+            "p_expires": now + int(lease_ttl * 1e9),
+            "p_now": now,
+        }
         with self._tx() as conn:
-            row = conn.execute(statement).first()
+            row = conn.execute(_CLAIM_QUEUED, bound).first()
         if row is None:
             return None
         run = queued_run(row)
@@ -238,10 +272,7 @@ class LeasedRuns:
 
     def _fence(self, conn: Connection, request_id: str, token: int) -> None:
         """Hold the run's row for this transaction, or raise ``LeaseLost``."""
-        r = runs_table.c
-        held = conn.execute(
-            select(r.lease_token, r.status).where(r.request_id == request_id).with_for_update()
-        ).first()
+        held = conn.execute(_FENCE, {"p_request_id": request_id}).first()
         if held is None or held.lease_token != token or held.status != "running":
             raise LeaseLost(f"run {request_id}: the lease passed to another worker")
 

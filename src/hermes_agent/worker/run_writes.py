@@ -6,9 +6,10 @@ run's log (``append_event``), and the trail's ending (``add_last_record`` for an
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
-from sqlalchemy import Connection, Table, case, func, insert, select
+from sqlalchemy import Connection, Insert, Integer, Table, bindparam, case, func, insert, select
 
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import AuditRecord, Role
@@ -18,15 +19,48 @@ from hermes_agent.storage.schema import audit_table, events_table, journal_table
 from hermes_agent.worker.run_rows import Batch, dumps, now_ns
 
 
-def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
-    """Insert ``rows``, replacing those whose ``keys`` are there already, in one statement."""
-    if conn.dialect.name == "postgresql":
+@functools.cache
+def _upsert_statement(
+    dialect: str, table: Table, columns: tuple[str, ...], keys: tuple[str, ...]
+) -> Any:
+    if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as upsert
     else:
         from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
     statement = upsert(table)
-    changed = {c: statement.excluded[c] for c in rows[0] if c not in keys}
-    conn.execute(statement.on_conflict_do_update(index_elements=keys, set_=changed), rows)
+    changed = {c: statement.excluded[c] for c in columns if c not in keys}
+    return statement.on_conflict_do_update(index_elements=list(keys), set_=changed)
+
+
+def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
+    """Insert ``rows``, replacing those whose ``keys`` are there already, in one statement
+    (built once per table and columns)."""
+    statement = _upsert_statement(conn.dialect.name, table, tuple(rows[0]), tuple(keys))
+    conn.execute(statement, rows)
+
+
+# The statements every run makes, built once (see leases.py).
+_INSERT_EVENTS = insert(events_table)
+_INSERT_RECORDS = insert(audit_table)
+
+
+def _last_record_statement() -> Insert:
+    """The trail's ending, numbered after every record the trail holds, in one statement: the
+    latest number is read by a subquery of the insert."""
+    a = audit_table.c
+    latest = (
+        select(func.max(a.seq)).where(a.request_id == bindparam("p_request_id")).scalar_subquery()
+    )
+    wanted = bindparam("p_seq", type_=Integer)
+    values: dict[str, Any] = {
+        f.name: bindparam(f"p_{f.name}") for f in dataclasses.fields(AuditRecord) if f.name != "seq"
+    }
+    return insert(audit_table).values(
+        **values, seq=case((latest >= wanted, latest + 1), else_=wanted)
+    )
+
+
+_LAST_RECORD = _last_record_statement()
 
 
 def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) -> None:
@@ -51,23 +85,21 @@ def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) ->
         )
     if batch.events:
         conn.execute(
-            insert(events_table),
+            _INSERT_EVENTS,
             [
                 {"request_id": request_id, "seq": seq, "payload": dumps(wire)}
                 for seq, wire in batch.events
             ],
         )
     if batch.records:
-        conn.execute(insert(audit_table), [dataclasses.asdict(r) for r in batch.records])
+        conn.execute(_INSERT_RECORDS, [dataclasses.asdict(r) for r in batch.records])
 
 
 def add_last_record(conn: Connection, record: AuditRecord) -> None:
     """Add the trail's ending, numbered after every record the trail holds."""
-    a = audit_table.c
-    # One statement: the trail's latest number is read where the record is inserted.
-    latest = select(func.max(a.seq)).where(a.request_id == record.request_id).scalar_subquery()
-    after_latest = case((latest >= record.seq, latest + 1), else_=record.seq)
-    conn.execute(insert(audit_table).values(**{**dataclasses.asdict(record), "seq": after_latest}))
+    conn.execute(
+        _LAST_RECORD, {f"p_{name}": value for name, value in dataclasses.asdict(record).items()}
+    )
 
 
 def write_ending(
