@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from hermes_agent import Agent, ScriptedModel
-from hermes_agent.models.base import ModelSettings
+from hermes_agent.models.base import ModelResponse, ModelSettings
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.server.auth import MemoryKeyStore
 from hermes_agent.server.routes_console import CONTENT_SECURITY_POLICY
@@ -86,7 +86,18 @@ def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str
 
 
 class SlowStream(ScriptedModel):
-    """Streams each completion a few characters at a time, 30 ms apart."""
+    """Streams each completion a few characters at a time, 30 ms apart (and takes as long to
+    give it whole, for a run nobody streams)."""
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> ModelResponse:
+        response = await super().complete(messages, tools, settings)
+        await asyncio.sleep(0.03 * max(1, -(-len(response.text) // self.chunk_size)))
+        return response
 
     async def stream(
         self,

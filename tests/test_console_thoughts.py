@@ -7,7 +7,9 @@ first shown as the answer into that box, and the run view shows each step's thou
 from __future__ import annotations
 
 import asyncio
+import queue
 import shutil
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -228,9 +230,20 @@ def test_the_run_view_shows_each_steps_thought_and_notes(page: Any, agent: Agent
 def test_the_live_events_list_thought_deltas_and_the_steps_thought(page: Any, agent: Agent) -> None:
     with serve(create_app(agent=agent, settings=local())) as url:
         client = httpx.Client(base_url=url, timeout=30)
-        reply = client.post("/v1/runs", json={"message": "delete"})
-        assert reply.status_code == 202, reply.text
-        request_id = reply.json()["request_id"]
+        # Deltas are for a caller who streams the run: one does, in the background, while
+        # the console watches the same run.
+        started: queue.Queue[str] = queue.Queue()
+
+        def follow() -> None:
+            body = {"message": "delete", "stream": True}
+            with client.stream("POST", "/v1/runs", json=body) as reply:
+                started.put(reply.headers["x-run-id"])
+                for _ in reply.iter_lines():
+                    pass
+
+        following = threading.Thread(target=follow, daemon=True)
+        following.start()
+        request_id = started.get(timeout=30)
 
         open_console(page, url, f"#/runs/{request_id}")
         log = page.locator(".live-log")
@@ -247,3 +260,4 @@ def test_the_live_events_list_thought_deltas_and_the_steps_thought(page: Any, ag
             ["I must ask before deleting.", "The file is gone."]
         )
         assert poll_run(client, request_id)["result"]["output"] == "done"
+        following.join(timeout=10)

@@ -30,12 +30,14 @@ def test_two_runs_on_one_socket_with_an_approval_answered_there(tmp_path: Path) 
             socket.send(json.dumps({"type": "cancel", "request_id": "nope"}))
             results: dict[Any, dict[str, Any]] = {}
             errors = []
+            kinds: set[str] = set()
             while len(results) < 2:
                 message = json.loads(socket.recv(timeout=20))
                 if message["type"] == "error":
                     errors.append(message)
                 elif message["type"] == "event":
                     event = message["event"]
+                    kinds.add(event["kind"])
                     if event["kind"] == "approval_required":
                         assert event["arguments"] == {"path": "/a"}
                         socket.send(
@@ -50,6 +52,7 @@ def test_two_runs_on_one_socket_with_an_approval_answered_there(tmp_path: Path) 
                     elif event["kind"] == "result":
                         results[message["client_ref"]] = event["result"]
             assert [e["status"] for e in errors] == [404]
+            assert {"text_delta", "tool_call_parsed"} <= kinds  # a socket gets the pieces
             assert results[2]["output"] == "Hello!"
             assert results[1]["approvals"][0]["approved"] is True
             assert results[1]["tool_calls"][-1]["status_code"] == 200
