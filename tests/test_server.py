@@ -116,43 +116,6 @@ def test_a_stream_sends_typed_events_and_a_dropped_client_gets_every_missed_one(
         assert comments >= 2
 
 
-def test_a_plain_post_asks_the_model_whole_and_a_streamed_one_gets_the_pieces(
-    tmp_path: Path,
-) -> None:
-    """The model's reply streams (delta events) only to a caller who asked for a stream; a
-    plain POST gets the same stages' events, and the model's reply whole."""
-    agent = make_agent(sqlite(tmp_path))
-    asked: list[str] = []
-    model = agent.model
-    complete, stream = model.complete, model.stream
-
-    async def whole(*args: Any, **kwargs: Any) -> Any:
-        asked.append("complete")
-        return await complete(*args, **kwargs)
-
-    def pieces(*args: Any, **kwargs: Any) -> Any:
-        asked.append("stream")
-        return stream(*args, **kwargs)
-
-    model.complete, model.stream = whole, pieces  # type: ignore[method-assign]
-    with serve(create_app(agent=agent, settings=local())) as url:
-        client = httpx.Client(base_url=url, timeout=30)
-        plain = client.post("/v1/runs", json={"message": "slow"})
-        assert plain.status_code == 200, plain.text
-        with client.stream("GET", f"/v1/runs/{plain.json()['request_id']}/events") as r:
-            kinds = [f["event"] for f in sse_events(r.iter_lines()) if "event" in f]
-        assert asked == ["complete", "complete"]
-        assert not [k for k in kinds if k.endswith("_delta") or k.startswith("tool_call_")]
-        assert {"input", "thought", "selection", "tool_results", "output", "result"} <= set(kinds)
-
-        asked.clear()
-        with client.stream("POST", "/v1/runs", json={"message": "slow", "stream": True}) as r:
-            streamed = [f["event"] for f in sse_events(r.iter_lines()) if "event" in f]
-        assert asked == ["stream", "stream"]
-        assert {"text_delta", "tool_call_started", "tool_call_parsed"} <= set(streamed)
-        assert set(kinds) <= set(streamed)
-
-
 def _start_nap(client: httpx.Client, pid_file: Path) -> str:
     with client.stream(
         "POST", "/v1/runs", json={"message": f"nap {pid_file}", "stream": True}

@@ -286,9 +286,7 @@ class RunManager:
                             tool_choice=request.tool_choice,  # type: ignore[arg-type]
                             toolsets=request.toolsets,
                             listener=listener,
-                            # The model's reply streams only to a caller who asked for its
-                            # pieces; the other events are built either way.
-                            stream=request.stream,
+                            stream=True,
                             dry_run=request.dry_run,
                             output_format=request.output_format,
                             channel=request.channel,

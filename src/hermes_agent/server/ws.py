@@ -156,7 +156,7 @@ class _Socket:
         client_ref = message.pop("client_ref", None)
         message.pop("stream", None)
         try:
-            request = RunRequest(**message, stream=True)  # a socket always gets the pieces
+            request = RunRequest(**message)
         except ValidationError as exc:
             await self._error(422, str(exc), client_ref=client_ref)
             return
