@@ -563,6 +563,9 @@ def delete_queue(broker: str, queue: str) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sources = dict(item.split("=", 1) for item in args.src) if args.src else {"hermes": str(ROOT)}
+    unknown = set(args.task_events_off or []) - set(sources)
+    if unknown:
+        raise SystemExit(f"--task-events-off names no --src: {', '.join(sorted(unknown))}")
     model_port = free_port()
     model = subprocess.Popen(
         [

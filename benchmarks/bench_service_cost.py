@@ -173,7 +173,7 @@ def sdk_app(model_url: str) -> Any:
     return app
 
 
-def httpx_app(model_url: str, library: str = "httpx") -> Any:
+def httpx_app(model_url: str, library: str = "httpx2") -> Any:
     """The same endpoint with the model calls made by a raw httpx client (no SDK);
     ``library``: ``httpx`` or ``httpx2`` (same API)."""
     import importlib
@@ -295,8 +295,8 @@ class BackendMeter:
         path = f"/proc/{self.postmaster}/task/{self.postmaster}/children"
         try:
             return [int(pid) for pid in Path(path).read_text().split()]
-        except OSError:
-            return []
+        except OSError as exc:  # a PostgreSQL row that counted no backend would mislead
+            raise SystemExit(f"cannot list PostgreSQL's backends ({path}): {exc}") from None
 
     def _kind(self, pid: int) -> str | None:
         """The backend's kind, or None while it is too young to tell (asked again later)."""

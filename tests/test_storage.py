@@ -152,6 +152,17 @@ def test_concurrent_appends_to_one_session_keep_every_message(db_url: str) -> No
         assert storage.sessions.list_sessions()[0]["messages"] == 60
 
 
+def test_a_sqlite_without_returning_appends_with_three_statements_instead(tmp_path: Path) -> None:
+    # SQLite before 3.35 has no RETURNING: the session is counted in as it used to be.
+    with SqlStorage(f"sqlite:///{tmp_path / 'old.db'}") as storage:
+        storage.engine.dialect.insert_returning = False
+        storage.sessions.append("s", [Message("user", "a"), Message("assistant", "b")])
+        storage.sessions.append("s", [Message("user", "c")])
+        assert [m.content for m in storage.sessions.load("s")] == ["a", "b", "c"]
+        listed = storage.sessions.list_sessions()[0]
+        assert (listed["turns"], listed["messages"]) == (2, 3)
+
+
 def test_list_and_delete_sessions(db_url: str) -> None:
     with open_storage(db_url) as storage:
         storage.sessions.append("old", [Message("user", "hi"), Message("assistant", "hello")])

@@ -103,15 +103,18 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     agent, _, store, worker, _ = setup(url, ledger, cleanup)
     assert isinstance(agent.storage, SqlStorage)
     agent.sessions.append("s1", [Message("user", "before"), Message("assistant", "hi")])
-    transactions: list[list[str]] = []
+    # Per connection (the lease's heartbeat writes from a thread of its own): each
+    # transaction's statements, in order.
+    transactions: list[tuple[int, list[str]]] = []
 
-    def began(_conn: Any) -> None:
-        transactions.append([])
+    def began(conn: Any) -> None:
+        transactions.append((id(conn), []))
 
-    def executed(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+    def executed(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         plumbing = statement.lstrip().upper().startswith(("BEGIN", "SELECT 1", "PRAGMA"))
-        if transactions and not plumbing:
-            transactions[-1].append(" ".join(statement.split())[:60])
+        mine = [t for owner, t in transactions if owner == id(conn)]
+        if mine and not plumbing:
+            mine[-1].append(_shape(statement))
 
     engine = agent.storage.engine
     event.listen(engine, "begin", began)
@@ -122,8 +125,19 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     finally:
         event.remove(engine, "begin", began)
         event.remove(engine, "before_cursor_execute", executed)
-    ending = next(t for t in reversed(transactions) if any("UPDATE hermes_runs" in s for s in t))
-    assert len(ending) <= 9, "\n".join(ending)
+    endings = [t for _, t in transactions if "UPDATE hermes_runs" in t and "INSERT sessions" in t]
+    assert len(endings) == 1, endings
+    assert endings[0] == [
+        "SELECT hermes_runs",  # the fence (FOR UPDATE on PostgreSQL): still this attempt's
+        "INSERT hermes_run_journal",  # the batch: journal entries, events, trail records
+        "INSERT hermes_run_events",  # (the ending's event among them)
+        "INSERT audit_records",
+        "INSERT sessions",  # the session created or counted in, where the turn starts
+        "INSERT messages",
+        "UPDATE hermes_runs",
+        "INSERT audit_records",  # the answer's record, numbered after the trail
+        "SELECT hermes_runs",  # the session's next parked run
+    ]
 
     history = agent.sessions.load("s1")
     assert [m.role for m in history] == ["user", "assistant"] * 2 + ["tool", "assistant"]
@@ -147,6 +161,19 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     seqs = [seq for seq, _ in store.events(rid)]
     assert seqs == list(range(1, len(seqs) + 1))
     assert store.events(rid)[-1][1]["kind"] == "result"
+
+
+def _shape(statement: str) -> str:
+    """``SELECT|INSERT|UPDATE <table>`` of a SQL statement."""
+    words = statement.split()
+    verb = words[0].upper()
+    if verb == "INSERT":
+        table = words[2]
+    elif verb == "UPDATE":
+        table = words[1]
+    else:
+        table = words[[w.upper() for w in words].index("FROM") + 1]
+    return f"{verb} {table}"
 
 
 def _died_mid_call(store: RunStore, rid: str, *, finished: bool) -> None:

@@ -496,7 +496,8 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
     s = sessions_table.c
     added, users = len(messages), sum(1 for m in messages if m.role == "user")
     dialect = conn.dialect.name
-    if dialect in ("postgresql", "sqlite"):
+    if dialect in ("postgresql", "sqlite") and conn.dialect.insert_returning:
+        # (SQLite before 3.35 has no RETURNING: the three statements below.)
         # One statement creates the session or counts the turn in, and says where the turn
         # starts: the row stays locked until commit (PostgreSQL's row lock, SQLite's write
         # lock), so two processes appending to one session take turns.

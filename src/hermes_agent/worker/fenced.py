@@ -186,7 +186,13 @@ class FencedWrites(LeasedRuns):
                 add_last_record(conn, output)
             elif status != "completed":
                 write_ending(
-                    conn, request_id, row.session_id, status, error, add_event=not ends_with_event
+                    conn,
+                    request_id,
+                    row.session_id,
+                    status,
+                    error,
+                    add_event=not ends_with_event,
+                    locked=True,
                 )
             if event is not None:
                 append_event(conn, request_id, event, locked=True)

@@ -110,9 +110,11 @@ def write_ending(
     error: str | None,
     *,
     add_event: bool = True,
+    locked: bool = False,
 ) -> None:
     """The ending of a run that ended without an answer, inside the transaction that ends it:
-    a ``stopped`` record last in its trail and a ``run_stopped`` event last in its log."""
+    a ``stopped`` record last in its trail and a ``run_stopped`` event last in its log
+    (``locked``: the transaction holds the run's row already)."""
     a = audit_table.c
     last = conn.execute(
         select(audit_table).where(a.request_id == request_id).order_by(a.seq.desc()).limit(1)
@@ -133,7 +135,7 @@ def write_ending(
     )
     conn.execute(insert(audit_table).values(**dataclasses.asdict(record)))
     if add_event:
-        append_event(conn, request_id, RunStoppedEvent(status, error).to_dict())
+        append_event(conn, request_id, RunStoppedEvent(status, error).to_dict(), locked=locked)
 
 
 def append_event(
