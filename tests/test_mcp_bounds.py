@@ -6,6 +6,7 @@ ends (and keeps talking) ends at its timeout, and the agent goes on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -89,3 +90,26 @@ def test_a_call_that_never_ends_stops_at_its_timeout_and_the_agent_goes_on(
         assert after.tool_calls[0].status_code == 200
     finally:
         agent.close()
+
+
+def test_the_session_gives_a_call_more_time_than_the_executor_so_its_deadline_ends_it() -> None:
+    """A call's session deadline falls after the tool's timeout (the executor's deadline):
+    were they the same, the session's ``TimeoutError`` could fire first and read as the
+    tool's own failure (500) instead of a timeout (408)."""
+    from hermes_agent.config import McpServerConfig
+    from hermes_agent.tools.mcp.client import DEADLINE_BACKUP, McpToolsets
+
+    toolsets = McpToolsets({"srv": McpServerConfig(command="unused", timeout=3)})
+    given: list[float] = []
+
+    async def call(server: str, tool: str, arguments: dict[str, Any], timeout: float) -> str:
+        given.append(timeout)
+        return "ok"
+
+    toolsets.call = call  # type: ignore[method-assign]
+    try:
+        call_tool = toolsets._caller("srv", "remote", [])
+        assert asyncio.run(call_tool(x=1)) == "ok"
+    finally:
+        toolsets.close()
+    assert DEADLINE_BACKUP > 0 and given == [3 + DEADLINE_BACKUP]
