@@ -1,5 +1,6 @@
-"""Helpers the benchmark scripts share: the commit a result came from, a free loopback port, and
-a throwaway PostgreSQL database. Nothing here is measured.
+"""Helpers the benchmark scripts share: the commit a result came from, a free loopback port, a
+throwaway PostgreSQL database, processes started in groups of their own, and CPU time read from
+``/proc``. Nothing here is measured.
 
 The scripts run as ``python benchmarks/<script>.py``, so this folder is on ``sys.path`` and they
 import this module as ``_common``.
@@ -7,6 +8,9 @@ import this module as ``_common``.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import uuid
@@ -65,3 +69,78 @@ def pg_database() -> tuple[str, str, Callable[[], None]]:
 
     url = f"postgresql+psycopg://{connection.info.user}@{PG['host']}:{PG['port']}/{name}"
     return url, name, drop
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def start_process(
+    command: list[str], folder: Path, log: str, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``command`` in a process group of its own, in ``folder`` (its ``HOME`` too), with
+    ``env`` over this process's environment, its output in ``folder / log``."""
+    with (folder / log).open("wb") as output:
+        return subprocess.Popen(
+            command,
+            cwd=folder,
+            env={**os.environ, "HOME": str(folder), **env},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_group(process: subprocess.Popen[bytes], *, timeout: float = 20.0) -> None:
+    """SIGTERM to the process group ``process`` leads; SIGKILL if it lingers past ``timeout``."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+# -- CPU from /proc -------------------------------------------------------------------------
+
+
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (field 3 onwards), or None
+    once the process is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def cpu_ticks(pid: int) -> int | None:
+    """utime + stime of one process, in clock ticks (None once it is gone)."""
+    fields = proc_stat(pid)
+    return int(fields[11]) + int(fields[12]) if fields is not None else None
+
+
+def group_ticks(pgrp: int) -> int:
+    """utime + stime of every process in the group, and of its children that were reaped."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = proc_stat(entry.name)
+            if fields is not None and int(fields[2]) == pgrp:
+                total += sum(int(value) for value in fields[11:15])
+    return total
+
+
+def find_postmaster() -> int:
+    """The pid of the local PostgreSQL server's main process (its backends are its children)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"postgres") and b"-D" in argv:
+            return int(entry.name)
+    raise RuntimeError("no PostgreSQL server process in /proc: its backends' CPU cannot be read")

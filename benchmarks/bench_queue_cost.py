@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -46,7 +47,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _common import PG, ROOT, code_version, free_port, pg_database
+from _common import (
+    PG,
+    ROOT,
+    code_version,
+    cpu_ticks,
+    find_postmaster,
+    free_port,
+    group_ticks,
+    pg_database,
+    start_process,
+    stop_group,
+)
 
 SUBMITTER = "hermes-bench-submitter"
 
@@ -140,42 +152,6 @@ queue:
     return config
 
 
-def ticks(pid: int) -> int | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
-
-
-def group_ticks(pgrp: int) -> int:
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = raw[raw.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgrp:
-            total += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-    return total
-
-
-def postmaster() -> int:
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                command = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if command and command[0].endswith(b"postgres") and b"-D" in command:
-                return int(entry.name)
-    raise RuntimeError("no PostgreSQL server process found")
-
-
 class BackendMeter:
     """CPU ticks of the backends of one database, sampled every 20 ms: the submitter's (its
     ``application_name``) apart from the others (the worker's); this meter's own connection
@@ -185,7 +161,7 @@ class BackendMeter:
         import psycopg
 
         self.database = database.encode()
-        self.parent = postmaster()
+        self.parent = find_postmaster()
         # Connected to another database: its queries are not counted as the worker's
         # transactions (``transactions``).
         self.conn = psycopg.connect(conninfo, dbname=PG["dbname"], autocommit=True)
@@ -232,7 +208,7 @@ class BackendMeter:
                 self.first.pop(pid, None)
                 self.last.pop(pid, None)
                 continue
-            found = ticks(pid)
+            found = cpu_ticks(pid)
             if found is None:
                 continue
             self.last[pid] = found
@@ -283,18 +259,6 @@ def transactions(conninfo: str, database: str) -> int:
     return int(row[0]) if row else 0
 
 
-def start_process(command: list[str], folder: Path, env: dict[str, str], log: str) -> Any:
-    with (folder / log).open("wb") as output:
-        return subprocess.Popen(
-            command,
-            cwd=folder,
-            env={**os.environ, "HOME": str(folder), **env},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
 def wait_ready(process: Any, log: Path) -> None:
     deadline = time.monotonic() + 120
     while b" ready." not in log.read_bytes():
@@ -304,22 +268,19 @@ def wait_ready(process: Any, log: Path) -> None:
 
 
 def stop(process: Any, *, profiled: bool = False) -> None:
-    import signal
-
-    if process.poll() is None:
-        if profiled:
-            # py-spy writes its profile once the worker it started has exited: stop the
-            # worker only, and let py-spy end by itself.
-            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
-            for pid in children.split():
-                os.kill(int(pid), signal.SIGTERM)
-        else:
-            os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
+    if profiled and process.poll() is None:
+        # py-spy writes its profile once the worker it started has exited: stop the worker
+        # only, and let py-spy end by itself.
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text()
+        for pid in children.split():
+            os.kill(int(pid), signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+        return
+    stop_group(process)
 
 
 def wait_finished(conninfo: str, ids: list[str], timeout: float) -> list[tuple[Any, ...]]:
@@ -438,8 +399,8 @@ def measure_hermes(
             f"bench-{uuid.uuid4().hex[:6]}@%h",
         ],
         folder,
-        {"PYTHONPATH": str(src / "src")},
         log,
+        {"PYTHONPATH": str(src / "src")},
     )
     submit_url = f"{db_url}?application_name={SUBMITTER}"
     meter = BackendMeter(db_name, conninfo)
@@ -517,8 +478,8 @@ def measure_bare(
             f"bare-{uuid.uuid4().hex[:6]}@%h",
         ],
         folder,
-        env,
         log,
+        env,
     )
     app = Celery("bare", broker=args.broker, backend=args.broker)
     app.conf.task_default_queue = queue

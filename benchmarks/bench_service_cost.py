@@ -43,14 +43,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
-import signal
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,7 +57,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import PG, ROOT, code_version, free_port, pg_database
+from _common import (
+    PG,
+    ROOT,
+    code_version,
+    find_postmaster,
+    free_port,
+    group_ticks,
+    pg_database,
+    proc_stat,
+    start_process,
+    stop_group,
+)
 from pydantic import BaseModel
 
 SERVICE_APP = "hermes-bench-service"  # application_name of the service's PostgreSQL sessions
@@ -238,42 +246,6 @@ def serve(
 # -- CPU from /proc ---------------------------------------------------------------------------
 
 
-def _stat(path: str) -> list[str] | None:
-    """The fields of a /proc stat file after the command name (field 3 onwards)."""
-    try:
-        raw = Path(path).read_text()
-    except OSError:
-        return None
-    return raw[raw.rindex(")") + 2 :].split()
-
-
-def group_ticks(pgrp: int) -> int:
-    """utime + stime of every process in the group, and of its children that were reaped."""
-    total = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            fields = _stat(f"{entry.path}/stat")
-            if fields is not None and int(fields[2]) == pgrp:
-                total += sum(int(value) for value in fields[11:15])
-    return total
-
-
-def find_postmaster() -> int:
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = Path(entry.path, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"postgres") and b"-D" in argv:
-            return int(entry.name)
-    raise RuntimeError(
-        "no PostgreSQL server process in /proc: its backends' CPU cannot be read "
-        "(leave postgresql out with --storage memory sqlite)"
-    )
-
-
 class BackendMeter:
     """CPU ticks of the service's backends in one database: the postmaster's children whose
     title names the database and whose ``application_name`` is the service's, sampled every
@@ -321,7 +293,7 @@ class BackendMeter:
                     self.kind[pid] = kind
             if self.kind.get(pid) == "other":
                 continue
-            fields = _stat(f"/proc/{pid}/stat")
+            fields = proc_stat(pid)
             if fields is None:
                 continue
             used = int(fields[11]) + int(fields[12])
@@ -358,29 +330,6 @@ class BackendMeter:
 
 
 # -- processes --------------------------------------------------------------------------------
-
-
-def start(command: list[str], folder: Path, log: str, env: dict[str, str]) -> Any:
-    with (folder / log).open("wb") as output:
-        return subprocess.Popen(
-            command,
-            cwd=folder,
-            env={**os.environ, "HOME": str(folder), **env},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def stop(process: Any) -> None:
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
 
 
 async def wait_up(url: str, process: Any, log: Path, timeout: float = 120.0) -> None:
@@ -512,7 +461,7 @@ async def measure_contender(
     process = None
     rows = []
     try:
-        process = start(command, folder, log, env)
+        process = start_process(command, folder, log, env)
         base = f"http://127.0.0.1:{port}"
         await wait_up(f"{base}/healthz", process, folder / log)
         if database:
@@ -522,7 +471,7 @@ async def measure_contender(
             rows.append(row)
     finally:
         if process is not None:
-            stop(process)
+            stop_group(process, timeout=30)
         if meter is not None:
             meter.close()
         if drop is not None:
@@ -580,7 +529,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as tmp:
         model_log = Path(tmp) / "step_model.log"
-        model = start(
+        model = start_process(
             [
                 sys.executable,
                 str(ROOT / "tests" / "step_model.py"),
@@ -609,7 +558,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         print(json.dumps({name: row}), flush=True)
                         results[name].append(row)
         finally:
-            stop(model)
+            stop_group(model, timeout=30)
     return {
         "benchmark": "service_cost",
         "command": " ".join(["python", "benchmarks/bench_service_cost.py", *sys.argv[1:]]),

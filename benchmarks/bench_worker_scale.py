@@ -41,7 +41,6 @@ import asyncio
 import json
 import os
 import platform
-import signal
 import socket
 import statistics
 import subprocess
@@ -54,6 +53,7 @@ from typing import Any
 
 # Helpers the benchmarks share (this folder is on sys.path when run as a script).
 from _common import ROOT, code_version, free_port, pg_database
+from _common import stop_group as stop
 
 from hermes_agent.worker import submit
 
@@ -118,17 +118,6 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"nothing listens on port {port}") from None
             time.sleep(0.1)
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the process group this benchmark started, SIGKILL if it lingers."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
 
 
 class Workers:
