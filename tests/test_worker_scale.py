@@ -9,6 +9,8 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -191,16 +193,36 @@ def test_two_runs_of_one_session_on_two_workers_take_turns(tmp_path: Path, pg_ur
             submitter.close()
 
 
+@contextmanager
+def celery_events(queue_name: str) -> Iterator[list[dict[str, object]]]:
+    """The Celery events on the test broker while the block runs (what Flower would see)."""
+    import threading
+
+    from hermes_agent.config import QueueConfig
+    from hermes_agent.worker.app import make_celery
+
+    events: list[dict[str, object]] = []
+    app = make_celery(QueueConfig(broker=REDIS, queue_name=queue_name))
+    connection = app.connection_for_read()
+    receiver = app.events.Receiver(connection, handlers={"*": events.append})
+    listening = threading.Thread(
+        target=lambda: receiver.capture(limit=None, timeout=None, wakeup=True), daemon=True
+    )
+    listening.start()
+    try:
+        yield events
+    finally:
+        receiver.should_stop = True
+        listening.join(timeout=5)
+        connection.release()
+
+
 def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg_url: str) -> None:
     """Workers send Celery events (what Flower shows); a run lost with its worker more than
     max_redeliveries times is dead-lettered; `hermes-agent runs requeue` puts it back."""
-    import threading
-
     from typer.testing import CliRunner
 
     from hermes_agent.cli.app import app as cli
-    from hermes_agent.config import QueueConfig
-    from hermes_agent.worker.app import make_celery
 
     with (
         running_step_model(free_port(), latency=0.05) as model_url,
@@ -208,69 +230,62 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
             tmp_path, pg_url, REDIS, model_url, lease_ttl=1.0, step_sleep=2.0, max_redeliveries=0
         ) as c,
     ):
-        events: list[dict[str, object]] = []
-        app = make_celery(QueueConfig(broker=REDIS, queue_name=c.queue_name))
-        connection = app.connection_for_read()
-        receiver = app.events.Receiver(connection, handlers={"*": events.append})
-        listening = threading.Thread(
-            target=lambda: receiver.capture(limit=None, timeout=None, wakeup=True), daemon=True
-        )
-        listening.start()
-        doomed = c.start_worker(concurrency=1)
-        c.wait_ready()
-        submitter = build_agent(tmp_path / "config.yaml")
-        try:
-            handle = submit(submitter, "job d steps=1", session_id="dl")
-            deadline = time.monotonic() + 30
-            while handle.status() != "running" and time.monotonic() < deadline:
-                time.sleep(0.05)
-
-            def started() -> int:  # the two-second tool records its start, then sleeps
-                with c.effects_db() as conn:
-                    row = conn.execute("SELECT count(*) FROM executions").fetchone()
-                return int(row[0]) if row else 0
-
-            while not started() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            c.kill(doomed)  # inside the tool
-            c.start_worker(concurrency=1)  # its sweeper finds the run, which is dead
+        with celery_events(c.queue_name) as events:
+            doomed = c.start_worker(concurrency=1)
             c.wait_ready()
-            deadline = time.monotonic() + 30
-            while handle.status() != "dead" and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert handle.status() == "dead"
-            assert "dead-lettered" in (handle.state().error or "")
-            config = str(tmp_path / "config.yaml")
-            runner = CliRunner()
-            listed = runner.invoke(
-                cli, ["runs", "list", "--config", config, "--status", "dead", "--json"]
-            )
-            assert listed.exit_code == 0, listed.output
-            assert json.loads(listed.output.splitlines()[0])["request_id"] == handle.request_id
-            requeued = runner.invoke(
-                cli, ["runs", "requeue", handle.request_id, "--config", config]
-            )
-            assert requeued.exit_code == 0, requeued.output
-            assert f"requeued {handle.request_id}" in requeued.output
-            result = handle.result(timeout=60)
-            assert result.output.startswith("done d after 1 steps")
-            # The step had started when its worker died: being idempotent, it ran again under
-            # the same call id, and took effect once.
-            assert result.tool_calls[0].status_code == 200
-            with c.effects_db() as conn:
-                runs_of_call = conn.execute("SELECT call_key FROM executions").fetchall()
-                effects = conn.execute("SELECT call_key FROM effects").fetchall()
-            assert [row[0] for row in runs_of_call] == [f"{handle.request_id}/0/0"] * 2
-            assert [row[0] for row in effects] == [f"{handle.request_id}/0/0"]
-            refused = runner.invoke(cli, ["runs", "requeue", handle.request_id, "--config", config])
-            assert refused.exit_code != 0 and "is completed; only a dead, failed, cancelled" in (
-                refused.output
-            )
-        finally:
-            submitter.close()
-            receiver.should_stop = True
-            listening.join(timeout=5)
-            connection.release()
+            submitter = build_agent(tmp_path / "config.yaml")
+            try:
+                handle = submit(submitter, "job d steps=1", session_id="dl")
+                deadline = time.monotonic() + 30
+                while handle.status() != "running" and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+                def started() -> int:  # the two-second tool records its start, then sleeps
+                    with c.effects_db() as conn:
+                        row = conn.execute("SELECT count(*) FROM executions").fetchone()
+                    return int(row[0]) if row else 0
+
+                while not started() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                c.kill(doomed)  # inside the tool
+                c.start_worker(concurrency=1)  # its sweeper finds the run, which is dead
+                c.wait_ready()
+                deadline = time.monotonic() + 30
+                while handle.status() != "dead" and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert handle.status() == "dead"
+                assert "dead-lettered" in (handle.state().error or "")
+                config = str(tmp_path / "config.yaml")
+                runner = CliRunner()
+                listed = runner.invoke(
+                    cli, ["runs", "list", "--config", config, "--status", "dead", "--json"]
+                )
+                assert listed.exit_code == 0, listed.output
+                assert json.loads(listed.output.splitlines()[0])["request_id"] == handle.request_id
+                requeued = runner.invoke(
+                    cli, ["runs", "requeue", handle.request_id, "--config", config]
+                )
+                assert requeued.exit_code == 0, requeued.output
+                assert f"requeued {handle.request_id}" in requeued.output
+                result = handle.result(timeout=60)
+                assert result.output.startswith("done d after 1 steps")
+                # The step had started when its worker died: being idempotent, it ran again under
+                # the same call id, and took effect once.
+                assert result.tool_calls[0].status_code == 200
+                with c.effects_db() as conn:
+                    runs_of_call = conn.execute("SELECT call_key FROM executions").fetchall()
+                    effects = conn.execute("SELECT call_key FROM effects").fetchall()
+                assert [row[0] for row in runs_of_call] == [f"{handle.request_id}/0/0"] * 2
+                assert [row[0] for row in effects] == [f"{handle.request_id}/0/0"]
+                refused = runner.invoke(
+                    cli, ["runs", "requeue", handle.request_id, "--config", config]
+                )
+                assert (
+                    refused.exit_code != 0
+                    and "is completed; only a dead, failed, cancelled" in (refused.output)
+                )
+            finally:
+                submitter.close()
         kinds = {str(e.get("type")) for e in events}
         assert {"worker-online", "worker-heartbeat", "task-received", "task-succeeded"} <= kinds
         names = {e.get("name") for e in events if e.get("type") == "task-received"}
@@ -283,43 +298,26 @@ def test_task_events_off_leave_the_runs_out_of_the_event_stream(
     """``queue.task_events: false``: neither the worker nor the submitter publishes a task
     event (sent, received, started, succeeded); the worker's own (online, heartbeats) go on,
     so Flower still lists it. The default, on, is the test above."""
-    import threading
-
-    from hermes_agent.config import QueueConfig
-    from hermes_agent.worker.app import make_celery
-
     with (
         running_step_model(free_port(), latency=0.01) as model_url,
         cluster(tmp_path, pg_url, REDIS, model_url, task_events=False) as c,
+        celery_events(c.queue_name) as events,
     ):
-        events: list[dict[str, object]] = []
-        app = make_celery(QueueConfig(broker=REDIS, queue_name=c.queue_name))
-        connection = app.connection_for_read()
-        receiver = app.events.Receiver(connection, handlers={"*": events.append})
-        listening = threading.Thread(
-            target=lambda: receiver.capture(limit=None, timeout=None, wakeup=True), daemon=True
-        )
-        listening.start()
 
         def ours() -> set[str]:
             prefix = f"w0-{c.queue_name}@"
             return {str(e.get("type")) for e in events if str(e.get("hostname")).startswith(prefix)}
 
+        c.start_worker(concurrency=1)
+        c.wait_ready()
+        submitter = build_agent(tmp_path / "config.yaml")
         try:
-            c.start_worker(concurrency=1)
-            c.wait_ready()
-            submitter = build_agent(tmp_path / "config.yaml")
-            try:
-                result = submit(submitter, "job q steps=1", session_id="quiet").result(timeout=60)
-                assert result.output.startswith("done q after 1 steps")
-            finally:
-                submitter.close()
-            deadline = time.monotonic() + 10  # its heartbeats: the receiver hears the worker
-            while "worker-heartbeat" not in ours() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert ours() == {"worker-online", "worker-heartbeat"}
-            assert not [e for e in events if str(e.get("type")).startswith("task-")]
+            result = submit(submitter, "job q steps=1", session_id="quiet").result(timeout=60)
+            assert result.output.startswith("done q after 1 steps")
         finally:
-            receiver.should_stop = True
-            listening.join(timeout=5)
-            connection.release()
+            submitter.close()
+        deadline = time.monotonic() + 10  # its heartbeats: the receiver hears the worker
+        while "worker-heartbeat" not in ours() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ours() == {"worker-online", "worker-heartbeat"}
+        assert not [e for e in events if str(e.get("type")).startswith("task-")]
