@@ -43,6 +43,9 @@ class Reply:
     stream_usage: bool = True  # False: ignore stream_options, like some servers do
     delay: float = 0.0  # seconds to wait before answering (for timeout tests)
     abort: bool = False  # stream: answer 200, then end the stream with no event at all
+    raw: str | None = None  # the whole body as given (a malformed or non-JSON answer)...
+    raw_type: str = "application/json"  # ...with this content type
+    raw_chunks: list[str] | None = None  # stream: these data lines as given, then [DONE]
 
 
 def text(content: str, **kwargs: Any) -> Reply:
@@ -96,6 +99,10 @@ class ScriptedServer:
             if reply.status != 200:
                 failure = {"error": {"message": reply.content, "type": "server_error"}}
                 return JSONResponse(failure, status_code=reply.status)
+            if body.get("stream") and reply.raw_chunks is not None:
+                return StreamingResponse(_raw_sse(reply.raw_chunks), media_type="text/event-stream")
+            if reply.raw is not None:
+                return Response(reply.raw, media_type=reply.raw_type)
             if body.get("stream") and reply.abort:
                 return StreamingResponse(_nothing(), media_type="text/event-stream")
             if body.get("stream"):
@@ -172,6 +179,12 @@ async def _sse(reply: Reply, include_usage: bool) -> AsyncIterator[str]:
     yield event({}, "tool_calls" if reply.tool_calls else "stop")
     if include_usage:
         yield event({}, usage=_usage(reply))
+    yield "data: [DONE]\n\n"
+
+
+async def _raw_sse(chunks: list[str]) -> AsyncIterator[str]:
+    for data in chunks:
+        yield f"data: {data}\n\n"
     yield "data: [DONE]\n\n"
 
 

@@ -58,15 +58,16 @@ from openai import (
     AsyncOpenAI,
     AsyncStream,
 )
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from hermes_agent.errors import ConfigError, ModelError
+from hermes_agent.models import openai_reply as json_reply
 from hermes_agent.models.base import (
     ModelBase,
     ModelProfile,
     ModelSettings,
     ToolChoiceEnforcement,
 )
+from hermes_agent.models.openai_reply import JSON, NotAReply
 from hermes_agent.models.openai_wire import WireCache, native_tool_choice
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
@@ -255,27 +256,29 @@ class OpenAICompatible(ModelBase):
         usage = Usage()
         for attempt in range(self.max_retries + 1):
             try:
-                response = await self._client().post(
-                    _PATH, body=body, cast_to=ChatCompletion, options=_OPTIONS
-                )
+                # The reply's JSON as decoded, not the SDK's models (``openai_reply``).
+                data = await self._client().post(_PATH, body=body, cast_to=object, options=_OPTIONS)
             except APIError as exc:
                 raise self._model_error(exc) from exc
-            choice = response.choices[0] if response.choices else None
-            message = choice.message if choice else None
-            content = (message.content if message else None) or ""
+            response = self._reply(data)
+            choice = json_reply.first_choice(response)
+            message = json_reply.part(choice, "message")
+            content = json_reply.text(message, "content")
             # Structured calls are read in hermes mode too: some servers parse the text for us.
-            native = (message.tool_calls if message else None) or []
-            usage.add(_usage(response.usage))
+            native = json_reply.tool_calls(message)
+            usage.add(_usage(response.get("usage")))
             if content.strip() or native:
-                reasoning = _reasoning(message)
+                reasoning = json_reply.reasoning(message)
                 completion, text = _merge_native(content, native, reasoning)
                 return ModelResponse(
                     completion=completion,
                     text=text,
                     usage=usage,
-                    model_name=response.model or self.name,
+                    model_name=json_reply.text(response, "model") or self.name,
                 )
-            finish = choice.finish_reason if choice else "no choices"
+            finish = (
+                "no choices" if choice is None else json_reply.text(choice, "finish_reason")[:40]
+            ) or "none"
             logger.warning(
                 "%s returned an empty reply (finish_reason=%s, attempt %d of %d)",
                 self._where(), finish, attempt + 1, self.max_retries + 1,
@@ -307,37 +310,37 @@ class OpenAICompatible(ModelBase):
         when = asyncio.get_running_loop().time() + self.deadline
         try:
             async with asyncio.timeout_at(when):
+                # Each chunk's JSON as decoded, not the SDK's models (``openai_reply``).
                 stream = await self._client().post(
                     _PATH,
                     body=body,
-                    cast_to=ChatCompletion,
+                    cast_to=object,
                     options=_OPTIONS,
                     stream=True,
-                    stream_cls=AsyncStream[ChatCompletionChunk],
+                    stream_cls=AsyncStream[object],
                 )
             try:
-                async for chunk in _before(when, stream):
-                    if chunk.usage is not None:
-                        usage = _usage(chunk.usage)
-                    if not chunk.choices:
+                async for data in _before(when, stream):
+                    chunk = self._reply(data)
+                    if chunk.get("usage") is not None:
+                        usage = _usage(chunk["usage"])
+                    if not json_reply.has_choices(chunk):
                         continue
-                    delta = chunk.choices[0].delta
-                    reasoning = _reasoning(delta)
-                    received = received or bool(
-                        (delta.content and delta.content.strip())
-                        or delta.tool_calls
-                        or reasoning.strip()
-                    )
+                    delta = json_reply.part(json_reply.first_choice(chunk), "delta")
+                    reasoning = json_reply.reasoning(delta)
+                    content = json_reply.text(delta, "content")
+                    call_deltas = json_reply.tool_calls(delta)
+                    received = received or bool(content.strip() or call_deltas or reasoning.strip())
                     if reasoning:
                         text = calls.finish() + thought.feed(reasoning)
                         calls.wrote(text)
                         yield StreamChunk(text)
-                    if delta.content:
+                    if content:
                         # Text after a native call would land inside its tags: close it first.
-                        text = thought.finish() + calls.finish() + delta.content
+                        text = thought.finish() + calls.finish() + content
                         calls.wrote(text)
                         yield StreamChunk(text)
-                    for call_delta in delta.tool_calls or []:
+                    for call_delta in call_deltas:
                         text = thought.finish() + calls.feed(call_delta)
                         if text:
                             yield StreamChunk(text)
@@ -426,6 +429,17 @@ class OpenAICompatible(ModelBase):
 
     # -- errors ---------------------------------------------------------------------------------
 
+    def _reply(self, data: object) -> JSON:
+        """The reply (or a chunk of a stream) as a JSON object, or ``ModelError``."""
+        try:
+            return json_reply.as_reply(data)
+        except NotAReply as exc:
+            raise ModelError(
+                f"{self._where()} answered with {exc} instead of a chat completion. Check that "
+                "`base_url` points at an OpenAI-compatible API (often .../v1), not a web page "
+                "or a proxy's error page."
+            ) from None
+
     def _where(self) -> str:
         return f"The model endpoint at {self.base_url.rstrip('/')} (model {self.name!r})"
 
@@ -483,7 +497,7 @@ async def _before(when: float, items: AsyncIterator[_T]) -> AsyncIterator[_T]:
 
 
 def _merge_native(
-    content: str, native: Sequence[Any], reasoning: str = ""
+    content: str, native: Sequence[JSON], reasoning: str = ""
 ) -> tuple[Completion, str]:
     """The server's reasoning as a thought first, then calls a local model leaked into
     ``content`` (they were written first), then the native ``tool_calls``; the text shows them
@@ -493,18 +507,19 @@ def _merge_native(
     completion = parse_completion(content)
     parts = [content] if content else []
     for native_call in native:
-        function = getattr(native_call, "function", None)
+        function = json_reply.part(native_call, "function")
         if function is None:  # a non-function (custom) tool call: nothing we can run
             continue
-        name = function.name or ""
-        raw = function.arguments or ""
+        name = json_reply.text(function, "name")
+        raw = json_reply.arguments_text(function)
         arguments, problem = _decode_arguments(name, raw)
         if arguments is None:
             block = _call_head(name) + raw + "}"
             completion.errors.append(ParseError(block=block, message=problem))
             parts.append(wrap_tool_call(block))
         else:
-            call = ToolCall(name=name, arguments=arguments, id=native_call.id or new_call_id())
+            call_id = json_reply.text(native_call, "id") or new_call_id()
+            call = ToolCall(name=name, arguments=arguments, id=call_id)
             completion.tool_calls.append(call)
             parts.append(render_tool_call(call))
     return completion, "\n".join(parts)
@@ -538,17 +553,6 @@ _THINK_CLOSE = "\n</think>\n"
 _END_OF_THOUGHT = "</think>"
 # What a literal </think> inside a server's reasoning becomes: still readable, no longer a tag.
 _DEFUSED_END = "</think >"
-
-
-def _reasoning(part: Any) -> str:
-    """A server's reasoning text on a message or a stream delta: ``reasoning_content`` (vLLM,
-    llama.cpp's server, SGLang, DeepSeek) or ``reasoning`` (newer vLLM, OpenRouter). The SDK
-    does not declare either; its models keep unknown fields as attributes."""
-    for key in ("reasoning_content", "reasoning"):
-        value = getattr(part, key, None)
-        if isinstance(value, str) and value:
-            return value
-    return ""
 
 
 def _defused(reasoning: str) -> str:
@@ -606,18 +610,20 @@ class _StreamedCalls:
     def wrote(self, text: str) -> None:
         self._written = self._written or bool(text)
 
-    def feed(self, delta: Any) -> str:
+    def feed(self, delta: JSON) -> str:
         out = ""
-        if delta.index != self._index:
+        index = json_reply.call_index(delta)
+        if index != self._index:
             out += self.finish()
-            self._index, self._name, self._pending = delta.index, None, ""
+            self._index, self._name, self._pending = index, None, ""
             self._id = None
-        if getattr(delta, "id", None):
-            self._id = delta.id
-        function = delta.function
-        if function is not None and function.name and self._name is None:
-            self._name = function.name
-        arguments = (function.arguments if function is not None else None) or ""
+        if json_reply.text(delta, "id"):
+            self._id = json_reply.text(delta, "id")
+        function = json_reply.part(delta, "function")
+        name = json_reply.text(function, "name")
+        if name and self._name is None:
+            self._name = name
+        arguments = json_reply.arguments_text(function)
         if self._name is None:
             self._pending += arguments
             return out
@@ -645,12 +651,10 @@ class _StreamedCalls:
 # -- small helpers --------------------------------------------------------------------------------
 
 
-def _usage(usage: Any) -> Usage:
-    if usage is None:
-        return Usage(requests=1)
+def _usage(usage: object) -> Usage:
     return Usage(
-        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        prompt_tokens=json_reply.count(usage, "prompt_tokens"),
+        completion_tokens=json_reply.count(usage, "completion_tokens"),
         requests=1,
     )
 

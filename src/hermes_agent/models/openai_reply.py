@@ -1,0 +1,104 @@
+"""What an OpenAI-compatible server answers, read as the plain JSON it is.
+
+``OpenAICompatible`` asks the SDK for the reply's decoded JSON (``cast_to=object``) instead of
+its response models: building a ``ChatCompletionChunk`` for every chunk of a stream, and a
+``ChatCompletion`` for a whole reply, was about a tenth of what the service spends on a run
+(docs/benchmarks.md, issue 29), and nothing here needs more than a few of their fields. The SDK
+keeps everything else: auth headers, retries, timeouts, error classes, the SSE decoding.
+
+The reply is the server's, so it is untrusted: every reader takes any JSON value and returns
+only what has the expected type — a field of the wrong type reads as absent (the caller then
+reports an empty reply, as for a server that sent nothing) — and ``as_reply`` refuses a reply
+that is not a JSON object at all, with a message that says what came instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes_agent.protocol.chatml import to_json
+
+JSON = dict[str, Any]
+
+
+class NotAReply(ValueError):
+    """The server's answer is not a JSON object (HTML from a proxy, plain text, a list)."""
+
+
+def as_reply(data: object) -> JSON:
+    """``data`` if it is a JSON object; ``NotAReply`` naming what it is otherwise."""
+    if isinstance(data, dict):
+        return data
+    if isinstance(data, str):
+        shown = " ".join(data.split())[:200]
+        raise NotAReply(f"text, not a JSON object: {shown!r}")
+    raise NotAReply(f"JSON that is not an object: a {type(data).__name__}")
+
+
+def first_choice(reply: JSON) -> JSON | None:
+    """The reply's first choice, if it has one that is an object."""
+    choices = reply.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return None
+
+
+def has_choices(reply: JSON) -> bool:
+    choices = reply.get("choices")
+    return isinstance(choices, list) and bool(choices)
+
+
+def part(value: JSON | None, key: str) -> JSON | None:
+    """``value[key]`` when it is an object (a choice's ``message`` or ``delta``)."""
+    found = value.get(key) if value is not None else None
+    return found if isinstance(found, dict) else None
+
+
+def text(value: JSON | None, key: str) -> str:
+    """``value[key]`` when it is a string, else ``""``."""
+    found = value.get(key) if value is not None else None
+    return found if isinstance(found, str) else ""
+
+
+def tool_calls(message: JSON | None) -> list[JSON]:
+    """A message's or a delta's ``tool_calls``: the entries that are objects."""
+    found = message.get("tool_calls") if message is not None else None
+    if not isinstance(found, list):
+        return []
+    return [call for call in found if isinstance(call, dict)]
+
+
+def reasoning(message: JSON | None) -> str:
+    """A server's reasoning text on a message or a stream delta: ``reasoning_content`` (vLLM,
+    llama.cpp's server, SGLang, DeepSeek) or ``reasoning`` (newer vLLM, OpenRouter)."""
+    for key in ("reasoning_content", "reasoning"):
+        found = text(message, key)
+        if found:
+            return found
+    return ""
+
+
+def count(usage: object, key: str) -> int:
+    """A token count of ``usage``: a non-negative integer, else 0."""
+    found = usage.get(key) if isinstance(usage, dict) else None
+    if isinstance(found, int) and not isinstance(found, bool) and found >= 0:
+        return found
+    return 0
+
+
+def call_index(call: JSON) -> int | None:
+    """A streamed call delta's ``index`` (which call it continues)."""
+    found = call.get("index")
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def arguments_text(function: JSON | None) -> str:
+    """A call's (or a call delta's) ``arguments`` as text: the JSON string the API sends, as
+    is; an object some servers send in its place, as its JSON; absent, ``""``. Anything else
+    is kept as its JSON too, so that decoding it reports what it was."""
+    found = function.get("arguments") if function is not None else None
+    if found is None:
+        return ""
+    if isinstance(found, str):
+        return found
+    return to_json(found)
