@@ -185,5 +185,5 @@ def test_readers_take_any_json_value() -> None:
     assert json_reply.call_index({"index": False}) is None
     assert json_reply.arguments_text({"arguments": None}) == ""
     assert json_reply.arguments_text({"arguments": {"é": 1}}) == '{"é": 1}'
-    with pytest.raises(json_reply.NotAReply, match="a int"):
-        json_reply.as_reply(3)
+    assert json_reply.describe(3) == "JSON that is not an object: a int"
+    assert json_reply.describe("a\n  b") == "text, not a JSON object: 'a b'"

@@ -116,6 +116,75 @@ def test_a_stream_sends_typed_events_and_a_dropped_client_gets_every_missed_one(
         assert comments >= 2
 
 
+def _counting_calls(agent: Any) -> list[str]:
+    """Which model call (``complete`` or ``stream``) each turn of ``agent`` makes, in order."""
+    asked: list[str] = []
+    model = agent.model
+    complete, stream = model.complete, model.stream
+
+    async def whole(*args: Any, **kwargs: Any) -> Any:
+        asked.append("complete")
+        return await complete(*args, **kwargs)
+
+    def pieces(*args: Any, **kwargs: Any) -> Any:
+        asked.append("stream")
+        return stream(*args, **kwargs)
+
+    model.complete, model.stream = whole, pieces
+    return asked
+
+
+PIECES = ("_delta", "tool_call_")  # the kinds of events that carry the reply piece by piece
+
+
+def test_a_plain_post_asks_the_model_whole_and_a_streamed_one_gets_the_pieces(
+    tmp_path: Path,
+) -> None:
+    """The model's reply streams (delta events) only while someone reads the run's events; a
+    plain POST nobody follows gets the same stages' events, and asks for the reply whole."""
+    agent = make_agent(sqlite(tmp_path))
+    asked = _counting_calls(agent)
+    with serve(create_app(agent=agent, settings=local())) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        plain = client.post("/v1/runs", json={"message": "slow"})
+        assert plain.status_code == 200, plain.text
+        with client.stream("GET", f"/v1/runs/{plain.json()['request_id']}/events") as r:
+            kinds = [f["event"] for f in sse_events(r.iter_lines()) if "event" in f]
+        assert asked == ["complete", "complete"]
+        assert not [k for k in kinds if k.endswith(PIECES[0]) or k.startswith(PIECES[1])]
+        assert {"input", "thought", "selection", "tool_results", "output", "result"} <= set(kinds)
+
+        asked.clear()
+        with client.stream("POST", "/v1/runs", json={"message": "slow", "stream": True}) as r:
+            streamed = [f["event"] for f in sse_events(r.iter_lines()) if "event" in f]
+        assert asked == ["stream", "stream"]
+        assert {"text_delta", "tool_call_started", "tool_call_parsed"} <= set(streamed)
+        assert set(kinds) <= set(streamed)
+
+
+def test_a_client_that_follows_a_run_midway_gets_the_pieces_of_its_next_turns(
+    tmp_path: Path,
+) -> None:
+    """A run started without a stream (``Prefer: respond-async``) streams its model turns from
+    the moment someone follows its events: the turn after the follower came is streamed."""
+    agent = make_agent(sqlite(tmp_path))
+    asked = _counting_calls(agent)
+    with serve(create_app(agent=agent, settings=local())) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        started = client.post(
+            "/v1/runs", json={"message": "slow"}, headers={"Prefer": "respond-async"}
+        )
+        assert started.status_code == 202, started.text
+        rid = started.json()["request_id"]
+        with client.stream("GET", f"/v1/runs/{rid}/events") as r:  # during its 1 s tool call
+            kinds = [f["event"] for f in sse_events(r.iter_lines()) if "event" in f]
+        assert asked == ["complete", "stream"]
+        assert "text_delta" in kinds
+        first_delta = kinds.index("text_delta")
+        assert kinds.index("tool_results") < first_delta < kinds.index("output")
+        assert client.get(f"/v1/runs/{rid}").json()["result"]["output"].startswith("done:")
+
+
 def _start_nap(client: httpx.Client, pid_file: Path) -> str:
     with client.stream(
         "POST", "/v1/runs", json={"message": f"nap {pid_file}", "stream": True}

@@ -43,7 +43,7 @@ from hermes_agent.memory.history import HistoryLoader
 from hermes_agent.memory.session import InMemorySessionStore, SessionStore
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
-from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits
+from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, StreamChoice
 from hermes_agent.pipeline.hook_classes import HookBase
 from hermes_agent.pipeline.hooks import Hook, Hooks, as_hook, config_hooks, config_renderers
 from hermes_agent.pipeline.journal import RunJournal
@@ -570,7 +570,7 @@ class Agent:
         tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
         listener: EventListener | None = None,
-        stream: bool = False,
+        stream: StreamChoice = False,
         dry_run: bool = False,
         output_format: str | None = None,
         channel: str | None = None,
@@ -584,7 +584,8 @@ class Agent:
         run_timeout_s: float | None = None,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
-        delta when ``stream`` is true). ``output_format`` (text, markdown, json, table, or a
+        delta when ``stream`` is true; ``stream`` may also be a callable, asked before each
+        model turn whether to stream that one). ``output_format`` (text, markdown, json, table, or a
         registered renderer) or ``channel`` (cli, web, api, or one from the config) picks how
         ``RunResult.rendered`` is made.
 

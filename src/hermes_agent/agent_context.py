@@ -24,7 +24,13 @@ from hermes_agent.memory.history import HistoryLoader, LoadedHistory
 from hermes_agent.memory.session import SessionStore
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.budget import RunBudget
-from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, RunContext
+from hermes_agent.pipeline.context import (
+    Approver,
+    EventListener,
+    LoopLimits,
+    RunContext,
+    StreamChoice,
+)
 from hermes_agent.pipeline.journal import RunJournal, journaled
 from hermes_agent.pipeline.renderers import Renderer
 from hermes_agent.pipeline.structured import OutputSpec, OutputType, output_spec
@@ -125,7 +131,7 @@ def build_context(
     tool_choice: ToolChoice | None,
     toolsets: Iterable[str] | None,
     listener: EventListener | None,
-    stream: bool,
+    stream: StreamChoice,
     dry_run: bool,
     output_format: str | None,
     channel: str | None,

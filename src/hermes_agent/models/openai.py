@@ -67,7 +67,7 @@ from hermes_agent.models.base import (
     ModelSettings,
     ToolChoiceEnforcement,
 )
-from hermes_agent.models.openai_reply import JSON, NotAReply
+from hermes_agent.models.openai_reply import JSON
 from hermes_agent.models.openai_wire import WireCache, native_tool_choice
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
@@ -431,14 +431,13 @@ class OpenAICompatible(ModelBase):
 
     def _reply(self, data: object) -> JSON:
         """The reply (or a chunk of a stream) as a JSON object, or ``ModelError``."""
-        try:
-            return json_reply.as_reply(data)
-        except NotAReply as exc:
-            raise ModelError(
-                f"{self._where()} answered with {exc} instead of a chat completion. Check that "
-                "`base_url` points at an OpenAI-compatible API (often .../v1), not a web page "
-                "or a proxy's error page."
-            ) from None
+        if isinstance(data, dict):
+            return data
+        raise ModelError(
+            f"{self._where()} answered with {json_reply.describe(data)} instead of a chat "
+            "completion. Check that `base_url` points at an OpenAI-compatible API (often "
+            ".../v1), not a web page or a proxy's error page."
+        )
 
     def _where(self) -> str:
         return f"The model endpoint at {self.base_url.rstrip('/')} (model {self.name!r})"

@@ -8,8 +8,9 @@ keeps everything else: auth headers, retries, timeouts, error classes, the SSE d
 
 The reply is the server's, so it is untrusted: every reader takes any JSON value and returns
 only what has the expected type — a field of the wrong type reads as absent (the caller then
-reports an empty reply, as for a server that sent nothing) — and ``as_reply`` refuses a reply
-that is not a JSON object at all, with a message that says what came instead.
+reports an empty reply, as for a server that sent nothing) — and a reply that is not a JSON
+object at all is refused by the model with a message that says what came instead
+(``describe``).
 """
 
 from __future__ import annotations
@@ -21,18 +22,12 @@ from hermes_agent.protocol.chatml import to_json
 JSON = dict[str, Any]
 
 
-class NotAReply(ValueError):
-    """The server's answer is not a JSON object (HTML from a proxy, plain text, a list)."""
-
-
-def as_reply(data: object) -> JSON:
-    """``data`` if it is a JSON object; ``NotAReply`` naming what it is otherwise."""
-    if isinstance(data, dict):
-        return data
+def describe(data: object) -> str:
+    """What came instead of a JSON object, for the error that says so."""
     if isinstance(data, str):
         shown = " ".join(data.split())[:200]
-        raise NotAReply(f"text, not a JSON object: {shown!r}")
-    raise NotAReply(f"JSON that is not an object: a {type(data).__name__}")
+        return f"text, not a JSON object: {shown!r}"
+    return f"JSON that is not an object: a {type(data).__name__}"
 
 
 def first_choice(reply: JSON) -> JSON | None:

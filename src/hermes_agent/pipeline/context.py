@@ -39,6 +39,9 @@ from hermes_agent.types import (
 logger = logging.getLogger("hermes_agent")
 
 EventListener = Callable[[Event], None]
+StreamChoice = bool | Callable[[], bool]
+"""Whether a run streams its model turns: always, never, or as a callable answers before each
+turn (the service streams a run's turns while anyone follows its events)."""
 HistorySource = Callable[[], Awaitable[LoadedHistory]]
 """Loads the session's history for the prompt (the InputParser calls it once per run)."""
 
@@ -108,7 +111,7 @@ class RunContext:
     summary_call: SummaryCall | None = None
     """The model call that summarised old turns for this run's prompt, if one was made."""
     listener: EventListener | None = None
-    stream: bool = False
+    stream: StreamChoice = False
     dry_run: bool = False
     runtime: ToolRuntime = field(default_factory=ToolRuntime)
     approver: Approver | None = None

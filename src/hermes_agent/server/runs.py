@@ -76,6 +76,9 @@ class Run:
         self.error: str | None = None
         self.listeners = 0
         """Clients following the run now (streams, sockets, a plain POST waiting)."""
+        self.followers = 0
+        """Clients reading the run's events now (streams, sockets): while there are any, its
+        model turns are streamed, so that they see the reply piece by piece."""
         self.cancel_reason: str | None = None
         self.start_error: HermesAgentError | None = None
         self.started = False
@@ -286,7 +289,9 @@ class RunManager:
                             tool_choice=request.tool_choice,  # type: ignore[arg-type]
                             toolsets=request.toolsets,
                             listener=listener,
-                            stream=True,
+                            # Pieces of the reply only for whoever reads them: asked for,
+                            # or someone follows the run's events as the turn starts.
+                            stream=lambda: request.stream or run.followers > 0,
                             dry_run=request.dry_run,
                             output_format=request.output_format,
                             channel=request.channel,
@@ -574,6 +579,7 @@ class InProcessBackend:
         run = self._held(request_id, principal)
         if not started:
             run.attach()
+        run.followers += 1  # given back by follow_run when it ends
         return follow_run(run, after, keepalive)
 
     async def wait(
@@ -689,6 +695,7 @@ async def follow_run(
     finally:
         if upcoming is not None:
             upcoming.cancel()
+        run.followers -= 1
         run.detach()
 
 

@@ -154,7 +154,8 @@ class _Socket:
 
     async def _run(self, message: dict[str, Any]) -> None:
         client_ref = message.pop("client_ref", None)
-        message.pop("stream", None)
+        # A socket reads every event of its runs: their model turns are streamed from the first.
+        message["stream"] = True
         try:
             request = RunRequest(**message)
         except ValidationError as exc:
