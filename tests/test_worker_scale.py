@@ -218,7 +218,8 @@ def celery_events(queue_name: str) -> Iterator[list[dict[str, object]]]:
 
 
 def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg_url: str) -> None:
-    """Workers send Celery events (what Flower shows); a run lost with its worker more than
+    """Workers with ``queue.task_events: true`` send Celery's task events (what Flower shows)
+    from the start; a run lost with its worker more than
     max_redeliveries times is dead-lettered; `hermes-agent runs requeue` puts it back."""
     from typer.testing import CliRunner
 
@@ -227,7 +228,14 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
     with (
         running_step_model(free_port(), latency=0.05) as model_url,
         cluster(
-            tmp_path, pg_url, REDIS, model_url, lease_ttl=1.0, step_sleep=2.0, max_redeliveries=0
+            tmp_path,
+            pg_url,
+            REDIS,
+            model_url,
+            lease_ttl=1.0,
+            step_sleep=2.0,
+            max_redeliveries=0,
+            task_events=True,
         ) as c,
     ):
         with celery_events(c.queue_name) as events:
@@ -295,12 +303,13 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
 def test_task_events_off_leave_the_runs_out_of_the_event_stream(
     tmp_path: Path, pg_url: str
 ) -> None:
-    """``queue.task_events: false``: neither the worker nor the submitter publishes a task
-    event (sent, received, started, succeeded); the worker's own (online, heartbeats) go on,
-    so Flower still lists it. The default, on, is the test above."""
+    """``queue.task_events: false`` (the default): neither the worker nor the submitter
+    publishes a task event (sent, received, started, succeeded); the worker's own (online,
+    heartbeats) go on, so Flower still lists it, and Flower's ``enable_events`` turns the task
+    events on while it watches. Turned on in the config, they are the test above."""
     with (
         running_step_model(free_port(), latency=0.01) as model_url,
-        cluster(tmp_path, pg_url, REDIS, model_url, task_events=False) as c,
+        cluster(tmp_path, pg_url, REDIS, model_url) as c,
         celery_events(c.queue_name) as events,
     ):
 
@@ -321,3 +330,24 @@ def test_task_events_off_leave_the_runs_out_of_the_event_stream(
             time.sleep(0.1)
         assert ours() == {"worker-online", "worker-heartbeat"}
         assert not [e for e in events if str(e.get("type")).startswith("task-")]
+
+        # Flower turns a worker's task events on by itself (its enable_events broadcast, every
+        # few seconds while it runs): the runs show from then on, with nothing set here.
+        from hermes_agent.config import QueueConfig
+        from hermes_agent.worker.app import make_celery
+
+        control = make_celery(QueueConfig(broker=REDIS, queue_name=c.queue_name)).control
+        replies = control.enable_events(reply=True, timeout=5)
+        assert any(f"w0-{c.queue_name}@" in name for reply in replies for name in reply)
+        submitter = build_agent(tmp_path / "config.yaml")
+        try:
+            handle = submit(submitter, "job r steps=1", session_id="watched")
+            assert handle.result(timeout=60).output.startswith("done r after 1 steps")
+        finally:
+            submitter.close()
+        deadline = time.monotonic() + 10
+        while "task-succeeded" not in ours() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert {"task-received", "task-started", "task-succeeded"} <= ours()
+        watched = {e.get("uuid") for e in events if e.get("type") == "task-received"}
+        assert len(watched) == 1  # the second run's delivery only: the first went unseen

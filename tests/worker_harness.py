@@ -102,7 +102,8 @@ class Cluster:
     step_sleep: float = 0.05
     step_requires_approval: bool = False
     """Every call of ``step`` waits for its owner's approval (the run is set aside meanwhile)."""
-    task_events: bool = True
+    task_events: bool = False
+    """Celery's task events (``queue.task_events``), off as by default."""
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def write_config(self) -> Path:

@@ -367,10 +367,11 @@ class QueueConfig(_Strict):
     """Redis broker: seconds before an unacknowledged task is delivered again."""
     sweep_interval: float | None = Field(default=None, gt=0)
     """How often each worker looks for runs to take over (default: ``lease_ttl``)."""
-    task_events: bool = True
-    """Send Celery's task events (what Flower and ``celery events`` show): a message to the
-    broker as a run is sent, received, started and done. ``false`` saves the worker those
-    publishes (about 1 ms of CPU a run, docs/benchmarks.md) where nobody watches them."""
+    task_events: bool = False
+    """Send Celery's task events (what Flower and ``celery events`` show) from the start: a
+    message to the broker as a run is sent, received, started and done (about 2 ms of a
+    worker's CPU a run, docs/benchmarks.md). Off, a worker sends them only once something
+    asks it to (``celery control enable_events``; Flower does so by itself while it runs)."""
 
 
 class HermesConfig(_Strict):

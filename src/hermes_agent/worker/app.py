@@ -5,8 +5,9 @@ Celery settings chosen for long agent runs (docs/scale-out.md explains each):
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a delivery is acknowledged when the run
   has finished with it, so a worker that dies leaves its runs to be delivered again;
 - ``worker_prefetch_multiplier = 1``: a worker holds no more runs than it is running;
-- ``worker_send_task_events`` + ``task_send_sent_event`` (``queue.task_events``, on unless
-  turned off): Flower (or ``celery events``) sees the workers and the runs;
+- ``worker_send_task_events`` + ``task_send_sent_event`` (``queue.task_events``, off unless
+  turned on): Flower sees the workers always, and the runs once it asks for them (its
+  ``enable_events`` broadcast), as ``celery events`` does after ``control enable_events``;
 - the Redis broker's ``visibility_timeout`` comes from the config: a run that lasts longer is
   delivered again while it runs, and the copy stops at once (the run's lease says it is alive).
 
