@@ -40,7 +40,7 @@ from hermes_agent.config import HermesConfig, QueueConfig, load_config
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.memory.history import HistoryLoader
-from hermes_agent.memory.session import InMemorySessionStore, SessionStore
+from hermes_agent.memory.session import InMemorySessionStore, SessionStore, off_the_loop
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
 from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, StreamChoice
@@ -654,7 +654,10 @@ class Agent:
                 saved = [] if failed else redact_messages(ctx.messages_to_save(), self.redactor)
                 await journal.save_turn(session_id, saved)  # failures fail the attempt
             elif ctx.new_messages and not dry_run and not failed:
-                self._save_turn(session_id, ctx.messages_to_save(), result)
+                turn = ctx.messages_to_save()
+                await off_the_loop(
+                    self.sessions, session_id, lambda: self._save_turn(session_id, turn, result)
+                )
             pricing(self).fill(result)
         finally:
             lock.release()

@@ -21,7 +21,7 @@ from hermes_agent.audit.records import AuditSink
 from hermes_agent.audit.redaction import Redactor
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.memory.history import HistoryLoader, LoadedHistory
-from hermes_agent.memory.session import SessionStore
+from hermes_agent.memory.session import SessionStore, off_the_loop
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.budget import RunBudget
 from hermes_agent.pipeline.context import (
@@ -230,5 +230,6 @@ def _models(agent: AgentParts) -> tuple[Model, Model | None]:
 async def _load_history(agent: AgentParts, ctx: RunContext) -> LoadedHistory:
     """The session's history as the prompt carries it (see ``memory.history``); the
     InputParser calls this, so a summary made by the model is a recorded model call."""
-    stored = agent.sessions.load(ctx.session_id)
+    sessions = agent.sessions
+    stored = await off_the_loop(sessions, ctx.session_id, lambda: sessions.load(ctx.session_id))
     return await agent.history.load(ctx.session_id, stored, ctx.model, cached=ctx.journal is None)

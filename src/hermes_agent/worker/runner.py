@@ -141,6 +141,11 @@ class _StoreSessions:
         with self._guard:
             self._read[session_id] = found
 
+    def answers_at_once(self, session_id: str) -> bool:
+        """A preloaded session is loaded from memory (``memory.session.AnswersAtOnce``)."""
+        with self._guard:
+            return session_id in self._read
+
     def forget(self, session_id: str) -> None:
         """Drop what ``preload`` read and no run loaded (the run ended before it did)."""
         with self._guard:

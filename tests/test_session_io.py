@@ -1,0 +1,148 @@
+"""A session store that waits (a lock, a slow disk, the network) stalls only its own run: the
+agent loads and appends sessions in a thread, off the event loop every run and request shares
+(``memory.session.off_the_loop``), except for stores that answer at once (in memory)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+
+import httpx
+
+from hermes_agent import Agent, Message, ScriptedModel
+from hermes_agent.memory.session import InMemorySessionStore
+from hermes_agent.server import ServiceSettings, create_app
+from hermes_agent.storage.in_memory import InMemoryStorage
+from server_harness import serve
+
+
+class GatedStore(InMemorySessionStore):
+    """Sessions in memory whose ``load``/``append`` of ``stuck`` wait for ``gate`` (a store
+    waiting on its database); it does not claim to answer at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+        self.threads: list[int] = []
+        self.stuck = "stuck"
+        self.stuck_on = "load"
+
+    def answers_at_once(self, session_id: str) -> bool:
+        return False
+
+    def _wait(self, session_id: str, what: str) -> None:
+        self.threads.append(threading.get_ident())
+        if self.stuck in session_id and what == self.stuck_on:  # the service prefixes ids
+            self.waiting.set()
+            assert self.gate.wait(10)
+
+    def load(self, session_id: str) -> list[Message]:
+        self._wait(session_id, "load")
+        return super().load(session_id)
+
+    def append(self, session_id: str, messages: Sequence[Message]) -> None:
+        self._wait(session_id, "append")
+        super().append(session_id, messages)
+
+
+class LoopThreadStore(InMemorySessionStore):
+    """An in-memory store that notes the thread of each call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def load(self, session_id: str) -> list[Message]:
+        self.threads.append(threading.get_ident())
+        return super().load(session_id)
+
+
+class GatedStorage(InMemoryStorage):
+    """A store (sessions, trail) whose sessions are a ``GatedStore``."""
+
+    def __init__(self, sessions: GatedStore) -> None:
+        super().__init__()
+        self.gated = sessions
+
+    @property
+    def sessions(self) -> GatedStore:  # type: ignore[override]
+        return self.gated
+
+
+def test_a_store_that_waits_stalls_only_its_own_run() -> None:
+    store = GatedStore()
+    agent = Agent(model=ScriptedModel(["one", "two"]), session_store=store)
+
+    async def main() -> tuple[str, bool]:
+        stuck = asyncio.create_task(agent.arun("hello", session_id="stuck"))
+        await asyncio.to_thread(store.waiting.wait, 10)
+        # The loop is free while the stuck run's load waits: another run goes through.
+        free = await asyncio.wait_for(agent.arun("hi", session_id="free"), 5)
+        finished_first = not stuck.done()
+        store.gate.set()
+        await stuck
+        return free.output, finished_first
+
+    loop_thread = threading.get_ident()
+    output, finished_first = asyncio.run(main())
+    assert finished_first and output in ("one", "two")
+    assert loop_thread not in store.threads  # every load and append ran in a thread
+    assert [m.role for m in store.load("stuck")] == ["user", "assistant"]
+
+
+def test_a_store_that_answers_at_once_is_called_on_the_loop() -> None:
+    store = LoopThreadStore()
+    agent = Agent(model=ScriptedModel(["one"]), session_store=store)
+
+    async def main() -> int:
+        await agent.arun("hello", session_id="s")
+        return threading.get_ident()
+
+    assert store.threads == [asyncio.run(main())]
+
+
+def test_a_cancel_during_an_append_waits_for_it_and_the_turn_is_whole() -> None:
+    store = GatedStore()
+    store.stuck_on = "append"
+    agent = Agent(model=ScriptedModel(["answer"]), session_store=store)
+
+    async def main() -> bool:
+        run = asyncio.create_task(agent.arun("hello", session_id="stuck"))
+        await asyncio.to_thread(store.waiting.wait, 10)
+        run.cancel()
+        await asyncio.sleep(0.2)
+        waited = not run.done()  # the cancel waits for the append in flight
+        store.gate.set()
+        try:
+            await run
+        except asyncio.CancelledError:
+            return waited
+        raise AssertionError("the run was cancelled: it must say so")
+
+    assert asyncio.run(main())
+    assert [m.content for m in store.load("stuck")] == ["hello", "answer"]
+
+
+def test_the_service_answers_while_a_runs_session_store_waits() -> None:
+    store = GatedStore()
+    agent = Agent(model=ScriptedModel(["done"] * 2), storage=GatedStorage(store))
+    with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        answers: list[httpx.Response] = []
+        body = {"message": "hello", "session_id": "stuck"}
+        poster = threading.Thread(target=lambda: answers.append(client.post("/v1/runs", json=body)))
+        poster.start()
+        assert store.waiting.wait(10)  # its session load waits on the store
+        began = time.monotonic()
+        other = client.post("/v1/runs", json={"message": "hi", "session_id": "other"})
+        assert other.status_code == 200 and other.json()["output"] == "done"
+        assert client.get("/healthz").status_code == 200
+        assert time.monotonic() - began < 5  # not held up by the stuck run
+        assert poster.is_alive()
+        store.gate.set()
+        poster.join(10)
+        assert answers[0].status_code == 200, answers[0].text
+        assert answers[0].json()["output"] == "done"
