@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import httpx
 
@@ -30,7 +31,7 @@ class GatedStore(InMemorySessionStore):
         self.stuck = "stuck"
         self.stuck_on = "load"
 
-    def answers_at_once(self, session_id: str) -> bool:
+    def answers_at_once(self, session_id: str, *, append: bool) -> bool:
         return False
 
     def _wait(self, session_id: str, what: str) -> None:
@@ -146,3 +147,34 @@ def test_the_service_answers_while_a_runs_session_store_waits() -> None:
         poster.join(10)
         assert answers[0].status_code == 200, answers[0].text
         assert answers[0].json()["output"] == "done"
+
+
+def test_sqlite_sessions_are_read_on_the_loop_and_appended_in_a_thread(tmp_path: Path) -> None:
+    """A read of SQLite's WAL waits for no lock: made on the loop, where the hop would cost
+    more than the read. An append may wait for the write lock: made in a thread."""
+    agent = Agent(model=ScriptedModel(["one"]), storage=f"sqlite:///{tmp_path / 's.db'}")
+    sessions = agent.sessions
+    calls: list[tuple[str, int]] = []
+    load, append = sessions.load, sessions.append
+
+    def noting_load(session_id: str) -> list[Message]:
+        calls.append(("load", threading.get_ident()))
+        return load(session_id)
+
+    def noting_append(session_id: str, messages: Sequence[Message]) -> None:
+        calls.append(("append", threading.get_ident()))
+        append(session_id, messages)
+
+    sessions.load, sessions.append = noting_load, noting_append  # type: ignore[method-assign]
+
+    async def main() -> int:
+        await agent.arun("hello", session_id="s")
+        return threading.get_ident()
+
+    try:
+        loop_thread = asyncio.run(main())
+        assert [what for what, _ in calls] == ["load", "append"]
+        assert calls[0][1] == loop_thread and calls[1][1] != loop_thread
+        assert [m.content for m in load("s")] == ["hello", "one"]
+    finally:
+        agent.close()

@@ -656,7 +656,10 @@ class Agent:
             elif ctx.new_messages and not dry_run and not failed:
                 turn = ctx.messages_to_save()
                 await off_the_loop(
-                    self.sessions, session_id, lambda: self._save_turn(session_id, turn, result)
+                    self.sessions,
+                    session_id,
+                    lambda: self._save_turn(session_id, turn, result),
+                    append=True,
                 )
             pricing(self).fill(result)
         finally:

@@ -306,6 +306,13 @@ class SqlSessionStore:
         )
         self._guard = threading.Lock()
 
+    def answers_at_once(self, session_id: str, *, append: bool) -> bool:
+        """A read of SQLite in WAL mode takes no lock and waits for no writer: the agent makes
+        it on its event loop, where the thread hop would cost more than the read
+        (``memory.session.AnswersAtOnce``). An append may wait for the write lock, and any
+        call to a server waits on the network: those go to a thread."""
+        return not append and self._storage.engine.dialect.name == "sqlite"
+
     def load(self, session_id: str) -> list[Message]:
         with _failing_as("read session", session_id), self._storage.transaction() as conn:
             rows = conn.execute(_LOAD_SESSION, {"p_session_id": session_id})

@@ -141,8 +141,11 @@ class _StoreSessions:
         with self._guard:
             self._read[session_id] = found
 
-    def answers_at_once(self, session_id: str) -> bool:
-        """A preloaded session is loaded from memory (``memory.session.AnswersAtOnce``)."""
+    def answers_at_once(self, session_id: str, *, append: bool) -> bool:
+        """A preloaded session is loaded from memory (``memory.session.AnswersAtOnce``); a
+        queued run's turn is saved with its ending, never appended here."""
+        if append:
+            return False
         with self._guard:
             return session_id in self._read
 
