@@ -36,8 +36,8 @@ class SessionStore(Protocol):
 @runtime_checkable
 class AnswersAtOnce(Protocol):
     """A session store that can say which of its calls answer without waiting (the session
-    is in memory; a read SQLite's WAL serves without a lock): the agent makes those on the event
-    loop, with no thread hop (``off_the_loop``)."""
+    is in memory; a local SQLite file): the agent makes those on the event loop, with no thread
+    hop (``off_the_loop``)."""
 
     def answers_at_once(self, session_id: str, *, append: bool) -> bool:
         """Whether a ``load`` (or, with ``append``, an ``append``) of ``session_id`` returns

@@ -307,11 +307,12 @@ class SqlSessionStore:
         self._guard = threading.Lock()
 
     def answers_at_once(self, session_id: str, *, append: bool) -> bool:
-        """A read of SQLite in WAL mode takes no lock and waits for no writer: the agent makes
-        it on its event loop, where the thread hop would cost more than the read
-        (``memory.session.AnswersAtOnce``). An append may wait for the write lock, and any
-        call to a server waits on the network: those go to a thread."""
-        return not append and self._storage.engine.dialect.name == "sqlite"
+        """SQLite answers on the agent's event loop (``memory.session.AnswersAtOnce``): a read
+        of its WAL takes no lock, and an append waits at most for this process's other
+        writer of the file, the trail's, one short transaction at a time — where a thread hop
+        cost the service 1.3 ms of CPU a run under load (docs/decisions.md). A server
+        (PostgreSQL) is waited for over the network: its calls go to a thread."""
+        return self._storage.engine.dialect.name == "sqlite"
 
     def load(self, session_id: str) -> list[Message]:
         with _failing_as("read session", session_id), self._storage.transaction() as conn:
