@@ -123,7 +123,8 @@ def write_hermes(
     folder: Path, model_url: str, db_url: str, broker: str, queue: str, *, task_events: bool
 ) -> Path:
     config = folder / "config.yaml"
-    events = "" if task_events else "  task_events: false\n"
+    # Written either way: the default changed (on until issue 29's fifth round, off since).
+    events = f"  task_events: {'true' if task_events else 'false'}\n"
     config.write_text(
         f"""
 model:

@@ -16,6 +16,7 @@ from hermes_agent.errors import ModelError
 from hermes_agent.models import openai_reply as json_reply
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.openai import OpenAICompatible
+from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Message, ModelResponse, StreamChunk
 from openai_server import Reply, ScriptedServer, running_server
 
@@ -141,6 +142,18 @@ def test_a_reply_with_no_usable_choice_is_an_empty_reply_error(server: ScriptedS
         complete(make(server))
 
 
+def test_a_json_reply_sent_as_plain_text_is_read(server: ScriptedServer) -> None:
+    """Some servers send their JSON as text/plain (or with no type): it is still a reply."""
+    server.push(Reply(raw=completion({"content": "Hello"}), raw_type="text/plain"))
+    assert complete(make(server)).text == "Hello"
+
+
+def test_content_sent_as_a_list_of_parts_is_read(server: ScriptedServer) -> None:
+    parts = [{"type": "text", "text": "Hel"}, {"type": "image_url"}, {"type": "text", "text": "lo"}]
+    server.push(Reply(raw=completion({"content": parts})))
+    assert complete(make(server)).text == "Hello"
+
+
 # -- streams ---------------------------------------------------------------------------------
 
 
@@ -165,6 +178,36 @@ def test_a_stream_of_json_chunks_is_read_with_calls_and_usage(server: ScriptedSe
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (5, 2)
 
 
+def test_streamed_calls_with_string_indices_and_object_arguments_stay_apart(
+    server: ScriptedServer,
+) -> None:
+    first = {"index": "0", "id": "a", "function": {"name": "get_weather", "arguments": {}}}
+    first_more = {"index": "0", "function": {"arguments": '{"city": "Rome"}'}}
+    second = {"index": "1", "id": "b", "function": {"name": "get_weather", "arguments": '{"ci'}}
+    second_more = {"index": "1", "function": {"arguments": 'ty": "Oslo"}'}}
+    server.push(
+        Reply(
+            raw_chunks=[
+                chunk({"tool_calls": [c]}) for c in (first, first_more, second, second_more)
+            ]
+        )
+    )
+    text = "".join(c.text for c in stream(make(server)))
+    parsed = parse_completion(text)
+    assert [(c.id, c.arguments) for c in parsed.tool_calls] == [
+        ("a", {"city": "Rome"}),
+        ("b", {"city": "Oslo"}),
+    ]
+    assert parsed.errors == []
+
+
+def test_a_streamed_call_whose_name_is_not_a_string_is_not_lost(server: ScriptedServer) -> None:
+    odd = {"index": 0, "id": "c", "function": {"name": 42, "arguments": '{"city": "Rome"}'}}
+    server.push(Reply(raw_chunks=[chunk({"tool_calls": [odd]})]))
+    parsed = parse_completion("".join(c.text for c in stream(make(server))))
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("42", {"city": "Rome"})]
+
+
 def test_a_stream_chunk_that_is_not_an_object_is_a_model_error(server: ScriptedServer) -> None:
     server.push(Reply(raw_chunks=[chunk({"content": "Hi"}), '"just a string"']))
     with pytest.raises(ModelError, match="text, not a JSON object: 'just a string'"):
@@ -183,6 +226,11 @@ def test_readers_take_any_json_value() -> None:
     assert json_reply.count({"prompt_tokens": True}, "prompt_tokens") == 0
     assert json_reply.count("usage", "prompt_tokens") == 0
     assert json_reply.call_index({"index": False}) is None
+    assert json_reply.call_index({"index": "2"}) == "2"
+    assert json_reply.arguments_text({"arguments": {}}) == ""
+    assert json_reply.name({"name": ["x"]}) == '["x"]'
+    assert json_reply.as_object('{"a": 1}') == {"a": 1}
+    assert json_reply.as_object("<html>") is None
     assert json_reply.arguments_text({"arguments": None}) == ""
     assert json_reply.arguments_text({"arguments": {"é": 1}}) == '{"é": 1}'
     assert json_reply.describe(3) == "JSON that is not an object: a int"

@@ -178,7 +178,9 @@ def test_a_client_that_follows_a_run_midway_gets_the_pieces_of_its_next_turns(
         rid = started.json()["request_id"]
         with client.stream("GET", f"/v1/runs/{rid}/events") as r:  # during its 1 s tool call
             kinds = [f["event"] for f in sse_events(r.iter_lines()) if "event" in f]
-        assert asked == ["complete", "stream"]
+        # The first turn may have started before the follower came, or after: either way, the
+        # turn that starts while it follows (after the 1 s tool call) is streamed.
+        assert len(asked) == 2 and asked[1] == "stream", asked
         assert "text_delta" in kinds
         first_delta = kinds.index("text_delta")
         assert kinds.index("tool_results") < first_delta < kinds.index("output")

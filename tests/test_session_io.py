@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from hermes_agent import Agent, Message, ScriptedModel
-from hermes_agent.memory.session import InMemorySessionStore
+from hermes_agent.memory.session import InMemorySessionStore, off_the_loop
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.storage.in_memory import InMemoryStorage
 from server_harness import serve
@@ -179,3 +179,80 @@ def test_sqlite_sessions_are_read_and_appended_on_the_loop(tmp_path: Path) -> No
         assert [m.content for m in load("s")] == ["hello", "one"]
     finally:
         agent.close()
+
+
+def test_a_cancel_during_a_load_lands_at_once() -> None:
+    """A load nobody needs any more is dropped: a run stuck on its store's read still stops."""
+    store = GatedStore()
+    agent = Agent(model=ScriptedModel(["answer"]), session_store=store)
+
+    async def main() -> float:
+        run = asyncio.create_task(agent.arun("hello", session_id="stuck"))
+        await asyncio.to_thread(store.waiting.wait, 10)
+        began = time.monotonic()
+        run.cancel()
+        try:
+            await run
+        except asyncio.CancelledError:
+            return time.monotonic() - began
+        finally:
+            store.gate.set()
+        raise AssertionError("the run was cancelled: it must say so")
+
+    assert asyncio.run(main()) < 2
+
+
+def test_a_cancel_during_an_append_that_fails_is_a_cancel_chained_to_the_failure() -> None:
+    """The append is waited for; when it failed, the cancel says why in its cause (and the
+    failure is not left unretrieved)."""
+    store = GatedStore()
+    store.stuck_on = "append"
+
+    def failing_append() -> None:
+        store.append("stuck", [Message("user", "hello")])
+        raise OSError("disk full")
+
+    async def main() -> BaseException | None:
+        call = asyncio.create_task(off_the_loop(store, "stuck", failing_append, append=True))
+        await asyncio.to_thread(store.waiting.wait, 10)
+        call.cancel()
+        await asyncio.sleep(0.1)
+        assert not call.done()  # the cancel waits for the append
+        store.gate.set()
+        try:
+            await call
+        except asyncio.CancelledError as exc:
+            return exc.__cause__
+        raise AssertionError("the call was cancelled: it must say so")
+
+    cause = asyncio.run(main())
+    assert isinstance(cause, OSError) and str(cause) == "disk full"
+
+
+class Delegating:
+    """A wrapper that forwards everything to the store it wraps (``__getattr__``)."""
+
+    def __init__(self, inner: InMemorySessionStore) -> None:
+        self.inner = inner
+        self.threads: list[int] = []
+
+    def load(self, session_id: str) -> list[Message]:
+        self.threads.append(threading.get_ident())
+        return self.inner.load(session_id)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_a_wrapper_does_not_answer_at_once_for_the_store_it_wraps() -> None:
+    """Only a store whose class declares ``answers_at_once`` is called on the loop: a wrapper
+    delegating through ``__getattr__`` may wait (it is a wrapper for a reason)."""
+    wrapper = Delegating(InMemorySessionStore())
+    agent = Agent(model=ScriptedModel(["one"]), session_store=wrapper)  # type: ignore[arg-type]
+
+    async def main() -> int:
+        await agent.arun("hello", session_id="s")
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert wrapper.threads and wrapper.threads[0] != loop_thread

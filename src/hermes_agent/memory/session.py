@@ -24,7 +24,12 @@ _T = TypeVar("_T")
 
 class SessionStore(Protocol):
     """Where sessions live. ``load`` returns the whole history, ``append`` adds one turn
-    (atomically: a reader sees all of it or none), ``lock`` serialises runs on one session."""
+    (atomically: a reader sees all of it or none), ``lock`` serialises runs on one session.
+
+    The agent calls ``load`` and ``append`` from a thread of its own, off its event loop,
+    unless the store's class declares ``AnswersAtOnce`` and says so for the call: a store must
+    not hold anything bound to one thread (a ``sqlite3`` connection made with
+    ``check_same_thread``, say)."""
 
     def load(self, session_id: str) -> list[Message]: ...
 
@@ -52,25 +57,30 @@ async def off_the_loop(
     in a thread, so that a store that waits on its database — a lock, a slow disk, the network
     — stalls only this run, never the event loop every other run and request shares. What a
     store says answers at once (``AnswersAtOnce``) is called here: a hop costs the process
-    about 0.09 ms of CPU alone, and more under load (the GIL changes hands). A cancel (the run's
-    timeout, a client's cancel) waits for the call to end, then is raised: a turn being
-    appended is in the session whole when the run stops, as it was when the append ran on the
-    loop."""
-    if isinstance(store, AnswersAtOnce) and store.answers_at_once(session_id, append=append):
+    about 0.09 ms of CPU alone, and more under load (the GIL changes hands). A cancel (the
+    run's timeout, a client's cancel) lands at once on a load, whose result is then dropped;
+    on an append it waits for the append to end, then is raised (chained to the append's
+    failure, if it failed): a turn being appended is in the session whole, or not at all, when
+    the run stops."""
+    # The class, not the instance: a wrapper that delegates through ``__getattr__`` does not
+    # answer for the store it wraps (``isinstance`` would ask the instance on Python 3.11).
+    if issubclass(type(store), AnswersAtOnce) and store.answers_at_once(  # type: ignore[attr-defined]
+        session_id, append=append
+    ):
         return call()
+    if not append:
+        return await asyncio.to_thread(call)
     done = asyncio.ensure_future(asyncio.to_thread(call))
     cancelled = False
-    while True:
+    while not done.done():
         try:
-            result = await asyncio.shield(done)
-            break
+            await asyncio.wait({done})  # never cancels ``done``, never raises its failure
         except asyncio.CancelledError:
-            if done.done():
-                raise
-            cancelled = True
+            cancelled = True  # wait for the append, then stop
     if cancelled:
-        raise asyncio.CancelledError
-    return result
+        failure = None if done.cancelled() else done.exception()
+        raise asyncio.CancelledError from failure
+    return done.result()
 
 
 class SessionSummary(TypedDict):

@@ -263,7 +263,7 @@ class OpenAICompatible(ModelBase):
             response = self._reply(data)
             choice = json_reply.first_choice(response)
             message = json_reply.part(choice, "message")
-            content = json_reply.text(message, "content")
+            content = json_reply.content(message)
             # Structured calls are read in hermes mode too: some servers parse the text for us.
             native = json_reply.tool_calls(message)
             usage.add(_usage(response.get("usage")))
@@ -274,7 +274,7 @@ class OpenAICompatible(ModelBase):
                     completion=completion,
                     text=text,
                     usage=usage,
-                    model_name=json_reply.text(response, "model") or self.name,
+                    model_name=json_reply.text(response, "model")[:200] or self.name,
                 )
             finish = (
                 "no choices" if choice is None else json_reply.text(choice, "finish_reason")[:40]
@@ -328,7 +328,7 @@ class OpenAICompatible(ModelBase):
                         continue
                     delta = json_reply.part(json_reply.first_choice(chunk), "delta")
                     reasoning = json_reply.reasoning(delta)
-                    content = json_reply.text(delta, "content")
+                    content = json_reply.content(delta)
                     call_deltas = json_reply.tool_calls(delta)
                     received = received or bool(content.strip() or call_deltas or reasoning.strip())
                     if reasoning:
@@ -431,8 +431,9 @@ class OpenAICompatible(ModelBase):
 
     def _reply(self, data: object) -> JSON:
         """The reply (or a chunk of a stream) as a JSON object, or ``ModelError``."""
-        if isinstance(data, dict):
-            return data
+        found = json_reply.as_object(data)
+        if found is not None:
+            return found
         raise ModelError(
             f"{self._where()} answered with {json_reply.describe(data)} instead of a chat "
             "completion. Check that `base_url` points at an OpenAI-compatible API (often "
@@ -509,7 +510,7 @@ def _merge_native(
         function = json_reply.part(native_call, "function")
         if function is None:  # a non-function (custom) tool call: nothing we can run
             continue
-        name = json_reply.text(function, "name")
+        name = json_reply.name(function)
         raw = json_reply.arguments_text(function)
         arguments, problem = _decode_arguments(name, raw)
         if arguments is None:
@@ -598,7 +599,7 @@ class _StreamedCalls:
     """
 
     def __init__(self) -> None:
-        self._index: int | None = None
+        self._index: int | str | None = None
         self._name: str | None = None
         self._id: str | None = None
         self._pending = ""  # argument text that arrived before the name
@@ -619,7 +620,7 @@ class _StreamedCalls:
         if json_reply.text(delta, "id"):
             self._id = json_reply.text(delta, "id")
         function = json_reply.part(delta, "function")
-        name = json_reply.text(function, "name")
+        name = json_reply.name(function)
         if name and self._name is None:
             self._name = name
         arguments = json_reply.arguments_text(function)

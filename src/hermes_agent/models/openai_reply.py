@@ -15,6 +15,7 @@ object at all is refused by the model with a message that says what came instead
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from hermes_agent.protocol.chatml import to_json
@@ -22,10 +23,22 @@ from hermes_agent.protocol.chatml import to_json
 JSON = dict[str, Any]
 
 
+def as_object(data: object) -> JSON | None:
+    """The reply as a JSON object, or ``None``. The SDK hands back a body whose content type
+    is not JSON as its text (a server that sends its JSON as ``text/plain``, or with no type):
+    that text is decoded here, as the SDK decodes it for its own models."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except ValueError:
+            return None
+    return data if isinstance(data, dict) else None
+
+
 def describe(data: object) -> str:
     """What came instead of a JSON object, for the error that says so."""
     if isinstance(data, str):
-        shown = " ".join(data.split())[:200]
+        shown = " ".join(data[:400].split())[:200]
         return f"text, not a JSON object: {shown!r}"
     return f"JSON that is not an object: a {type(data).__name__}"
 
@@ -81,10 +94,29 @@ def count(usage: object, key: str) -> int:
     return 0
 
 
-def call_index(call: JSON) -> int | None:
-    """A streamed call delta's ``index`` (which call it continues)."""
+def content(message: JSON | None) -> str:
+    """A message's or a delta's ``content``: a string as is, a list of parts as the text of its
+    ``text`` parts (some servers send ``[{"type": "text", "text": ...}]``), else ``""``."""
+    found = message.get("content") if message is not None else None
+    if isinstance(found, list):
+        return "".join(text(part, "text") for part in found if isinstance(part, dict))
+    return found if isinstance(found, str) else ""
+
+
+def name(function: JSON | None) -> str:
+    """A call's function ``name``: a string as is; another value as its JSON, so that the call
+    is still one the model hears about (an unknown tool), not one that vanishes."""
+    found = function.get("name") if function is not None else None
+    if found is None or isinstance(found, str):
+        return found or ""
+    return to_json(found)
+
+
+def call_index(call: JSON) -> int | str | None:
+    """A streamed call delta's ``index`` (which call it continues): an integer, or a string
+    some servers send in its place; ``None`` when absent."""
     found = call.get("index")
-    return found if isinstance(found, int) and not isinstance(found, bool) else None
+    return found if isinstance(found, int | str) and not isinstance(found, bool) else None
 
 
 def arguments_text(function: JSON | None) -> str:
@@ -92,7 +124,7 @@ def arguments_text(function: JSON | None) -> str:
     is; an object some servers send in its place, as its JSON; absent, ``""``. Anything else
     is kept as its JSON too, so that decoding it reports what it was."""
     found = function.get("arguments") if function is not None else None
-    if found is None:
+    if not found:  # absent, null, or an empty value: no text (a stream's next piece follows)
         return ""
     if isinstance(found, str):
         return found

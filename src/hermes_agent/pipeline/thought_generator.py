@@ -77,7 +77,7 @@ class ThoughtGenerator:
         ctx.turn_settings = settings
         fit_to_context(ctx)
         try:
-            if ctx.stream is True or (callable(ctx.stream) and ctx.stream()):
+            if ctx.stream() if callable(ctx.stream) else ctx.stream:
                 response = await _streamed(ctx, settings)
             else:
                 response = await ctx.model.complete(ctx.messages, ctx.tool_specs, settings)

@@ -579,7 +579,6 @@ class InProcessBackend:
         run = self._held(request_id, principal)
         if not started:
             run.attach()
-        run.followers += 1  # given back by follow_run when it ends
         return follow_run(run, after, keepalive)
 
     async def wait(
@@ -678,6 +677,9 @@ async def follow_run(
     ``contextlib.aclosing`` so that the detach is not left to the garbage collector)."""
     events = run.follow(after)
     upcoming: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
+    # Counted from its first read: a generator never read (a refused stream) never ran its
+    # ``finally`` and must not have counted.
+    run.followers += 1
     try:
         while True:
             if upcoming is None:

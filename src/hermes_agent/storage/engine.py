@@ -153,8 +153,6 @@ def _sqlite_events(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("hermes_write", False)
-        # On the driver's connection itself: the statement needs none of what a statement
-        # through SQLAlchemy gets (events, result), which cost more than SQLite's own BEGIN.
-        conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
-            "BEGIN IMMEDIATE" if write else "BEGIN"
-        )
+        # Through SQLAlchemy, so that a failure (the busy timeout, a full disk) comes out as
+        # its OperationalError, which the store's retries and error reports know.
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

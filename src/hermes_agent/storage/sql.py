@@ -308,10 +308,11 @@ class SqlSessionStore:
 
     def answers_at_once(self, session_id: str, *, append: bool) -> bool:
         """SQLite answers on the agent's event loop (``memory.session.AnswersAtOnce``): a read
-        of its WAL takes no lock, and an append waits at most for this process's other
-        writer of the file, the trail's, one short transaction at a time — where a thread hop
-        cost the service 1.3 ms of CPU a run under load (docs/decisions.md). A server
-        (PostgreSQL) is waited for over the network: its calls go to a thread."""
+        of its WAL takes no lock, and an append waits only while another writer of the file
+        holds its lock — in one process the trail's writer and the service's own short writes
+        (keys, quotas, a facade's seeded turns) — where a thread hop cost the service 1.3 ms of
+        CPU a run under load (docs/decisions.md). A server (PostgreSQL) is waited for over the
+        network: its calls go to a thread."""
         return self._storage.engine.dialect.name == "sqlite"
 
     def load(self, session_id: str) -> list[Message]:
