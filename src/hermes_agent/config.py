@@ -369,7 +369,7 @@ class QueueConfig(_Strict):
     """How often each worker looks for runs to take over (default: ``lease_ttl``)."""
     task_events: bool = False
     """Send Celery's task events (what Flower and ``celery events`` show) from the start: a
-    message to the broker as a run is sent, received, started and done (about 2 ms of a
+    message to the broker as a run is sent, received, started and done (2–5 ms of a
     worker's CPU a run, docs/benchmarks.md). Off, a worker sends them only once something
     asks it to (``celery control enable_events``; Flower does so by itself while it runs)."""
 
