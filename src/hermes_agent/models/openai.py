@@ -324,9 +324,10 @@ class OpenAICompatible(ModelBase):
                     chunk = self._reply(data)
                     if chunk.get("usage") is not None:
                         usage = _usage(chunk["usage"])
-                    if not json_reply.has_choices(chunk):
+                    choice = json_reply.first_choice(chunk)
+                    if choice is None:
                         continue
-                    delta = json_reply.part(json_reply.first_choice(chunk), "delta")
+                    delta = json_reply.part(choice, "delta")
                     reasoning = json_reply.reasoning(delta)
                     content = json_reply.content(delta)
                     call_deltas = json_reply.tool_calls(delta)

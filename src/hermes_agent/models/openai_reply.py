@@ -43,6 +43,11 @@ def describe(data: object) -> str:
     return f"JSON that is not an object: a {type(data).__name__}"
 
 
+def _field(value: JSON | None, key: str) -> Any:
+    """``value[key]``, or ``None`` when there is no such value or key."""
+    return value.get(key) if value is not None else None
+
+
 def first_choice(reply: JSON) -> JSON | None:
     """The reply's first choice, if it has one that is an object."""
     choices = reply.get("choices")
@@ -51,26 +56,21 @@ def first_choice(reply: JSON) -> JSON | None:
     return None
 
 
-def has_choices(reply: JSON) -> bool:
-    choices = reply.get("choices")
-    return isinstance(choices, list) and bool(choices)
-
-
 def part(value: JSON | None, key: str) -> JSON | None:
     """``value[key]`` when it is an object (a choice's ``message`` or ``delta``)."""
-    found = value.get(key) if value is not None else None
+    found = _field(value, key)
     return found if isinstance(found, dict) else None
 
 
 def text(value: JSON | None, key: str) -> str:
     """``value[key]`` when it is a string, else ``""``."""
-    found = value.get(key) if value is not None else None
+    found = _field(value, key)
     return found if isinstance(found, str) else ""
 
 
 def tool_calls(message: JSON | None) -> list[JSON]:
     """A message's or a delta's ``tool_calls``: the entries that are objects."""
-    found = message.get("tool_calls") if message is not None else None
+    found = _field(message, "tool_calls")
     if not isinstance(found, list):
         return []
     return [call for call in found if isinstance(call, dict)]
@@ -97,7 +97,7 @@ def count(usage: object, key: str) -> int:
 def content(message: JSON | None) -> str:
     """A message's or a delta's ``content``: a string as is, a list of parts as the text of its
     ``text`` parts (some servers send ``[{"type": "text", "text": ...}]``), else ``""``."""
-    found = message.get("content") if message is not None else None
+    found = _field(message, "content")
     if isinstance(found, list):
         return "".join(text(part, "text") for part in found if isinstance(part, dict))
     return found if isinstance(found, str) else ""
@@ -106,7 +106,7 @@ def content(message: JSON | None) -> str:
 def name(function: JSON | None) -> str:
     """A call's function ``name``: a string as is; another value as its JSON, so that the call
     is still one the model hears about (an unknown tool), not one that vanishes."""
-    found = function.get("name") if function is not None else None
+    found = _field(function, "name")
     if found is None or isinstance(found, str):
         return found or ""
     return to_json(found)
@@ -123,7 +123,7 @@ def arguments_text(function: JSON | None) -> str:
     """A call's (or a call delta's) ``arguments`` as text: the JSON string the API sends, as
     is; an object some servers send in its place, as its JSON; absent, ``""``. Anything else
     is kept as its JSON too, so that decoding it reports what it was."""
-    found = function.get("arguments") if function is not None else None
+    found = _field(function, "arguments")
     if not found:  # absent, null, or an empty value: no text (a stream's next piece follows)
         return ""
     if isinstance(found, str):
