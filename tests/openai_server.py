@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -224,3 +225,21 @@ def running_server() -> Iterator[ScriptedServer]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+# -- the fixtures of the modules that test against it ---------------------------------------
+
+
+@pytest.fixture(name="running", scope="module")
+def running_fixture() -> Iterator[ScriptedServer]:
+    """One scripted server for a test module: ``from openai_server import running_fixture,
+    server_fixture  # noqa: F401`` makes ``running`` and ``server`` its fixtures."""
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture(name="server")
+def server_fixture(running: ScriptedServer) -> ScriptedServer:
+    """The module's scripted server, its replies and requests cleared for this test."""
+    running.reset()
+    return running

