@@ -90,6 +90,46 @@ def test_a_queued_run_completes_with_its_events_journal_and_turn(
     assert len(model.requests) == 2 and ledger.calls == [f"{rid}/0/0"]
 
 
+def test_a_queued_run_waits_on_postgresql_eighteen_times(
+    url: str, ledger: Ledger, cleanup: list[Any], tmp_path: Path
+) -> None:
+    """What a run's store calls cost is mostly their round trips: on PostgreSQL a run of one
+    tool call waits for the server 18 times (26 before pooled connections were pinged only when
+    their socket spoke and single statements ran in autocommit), counted in libpq's own trace
+    of every connection: each simple query and each sync the worker sends is one wait."""
+    if not url.startswith("postgresql"):
+        pytest.skip("round trips are PostgreSQL's (SQLite is in process)")
+    from sqlalchemy import event
+
+    agent, _, store, worker, _ = setup(url, ledger, cleanup, idempotent=True)
+    assert isinstance(agent.storage, SqlStorage)
+    engine = agent.storage.engine
+    path = tmp_path / "libpq.trace"
+    trace = path.open("w")
+    cleanup.append(trace)
+
+    def traced(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.pgconn.trace(trace.fileno())
+
+    event.listen(engine, "connect", traced)
+    engine.dispose()  # every connection from here on is traced
+    try:
+        for n in range(3):
+            rid = store.add(f"s{n}", request_payload("charge 5"))
+            start = path.stat().st_size  # libpq writes (and flushes) each message itself
+            assert worker.execute(rid) == "completed"
+            with path.open() as written:
+                written.seek(start)
+                sent = written.read().splitlines()
+            kinds = [line.split("\t")[3] for line in sent if "\tF\t" in line]
+            waits = sum(1 for kind in kinds if kind in ("Query", "Sync"))
+            texts = "\n".join(sent)
+            assert 'Query\t "SELECT 1"' not in texts and '"";"' not in texts  # no pings
+            assert 6 <= waits <= 19, f"run {n}: {waits} round trips\n{texts[-3000:]}"
+    finally:
+        event.remove(engine, "connect", traced)
+
+
 def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_everything_in_order(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:

@@ -9,13 +9,16 @@ runs in WAL mode with a busy timeout, and a transaction opened on a connection w
 ``hermes_write`` execution option (``WRITE``) takes the write lock up front (``BEGIN
 IMMEDIATE``), so a read-then-write transaction waits its turn instead of failing when another
 writer got there first. An in-memory SQLite database (``sqlite://``) is one connection shared by
-every thread of the process (``is_memory_url``): its users take turns on it.
+every thread of the process (``is_memory_url``): its users take turns on it. A PostgreSQL
+connection leaving the pool is pinged only when its socket shows the server said something
+(``_ping_when_not_quiet``), not on every checkout.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import select
 import sqlite3
 import time
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.pool import StaticPool
 
 from hermes_agent.storage.base import StorageError
@@ -55,15 +59,13 @@ def make_engine(url: str, *, echo: bool = False) -> Engine:
         ) from exc
     if parsed.get_backend_name() != "sqlite":
         try:
-            return create_engine(
-                parsed,
-                echo=echo,
-                pool_pre_ping=True,
-                pool_size=POOL_SIZE,
-                max_overflow=POOL_OVERFLOW,
+            engine = create_engine(
+                parsed, echo=echo, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW
             )
         except Exception as exc:
             raise StorageError(f"cannot use {safe_url(url)}: {exc}") from exc
+        _ping_when_not_quiet(engine)
+        return engine
     if is_memory_url(url):
         engine = create_engine(
             parsed,
@@ -123,6 +125,47 @@ def _create_private(path: Path) -> None:
     except FileExistsError:
         return
     os.close(descriptor)
+
+
+def _ping_when_not_quiet(engine: Engine) -> None:
+    """Check a pooled connection as it leaves the pool, for the price of one ``poll``: a
+    connection whose socket has nothing to say is used as it is; one whose socket is readable
+    (the server closed it, reset it, or said something unasked) is pinged first, and one that
+    fails the ping is replaced, with every connection pooled before it.
+
+    SQLAlchemy's ``pool_pre_ping`` pings every checkout: one more round trip, and one more
+    transaction for the server, for each transaction (docs/decisions.md). A server that
+    restarted, or a proxy that reset the connection, shows on the socket (its goodbye, its
+    reset), so those are still found before a statement fails on them. A driver whose
+    connections have no socket to look at is pinged every time."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if _quiet(dbapi_connection):
+            return
+        try:
+            dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # As pool_pre_ping does: this connection and every one pooled before it go.
+            raise InvalidatePoolError(f"the connection failed its ping: {exc}") from exc
+
+
+def _quiet(dbapi_connection: Any) -> bool:
+    """Whether a psycopg connection is idle, open, and has nothing waiting on its socket."""
+    pgconn = getattr(dbapi_connection, "pgconn", None)
+    if pgconn is None or getattr(dbapi_connection, "closed", True):
+        return False
+    try:
+        descriptor = pgconn.socket
+    except Exception:  # no socket: the connection is closed or broken
+        return False
+    if not hasattr(select, "poll"):
+        readable, _, failed = select.select([descriptor], [], [descriptor], 0)
+        return not readable and not failed
+    poller = select.poll()
+    poller.register(descriptor, select.POLLIN | select.POLLPRI)
+    return not poller.poll(0)
 
 
 def _sqlite_events(engine: Engine) -> None:

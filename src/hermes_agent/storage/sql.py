@@ -43,7 +43,12 @@ from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
 from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
-from hermes_agent.storage.engine import SQLITE_BUSY_TIMEOUT_MS, WRITE, is_memory_url, make_engine
+from hermes_agent.storage.engine import (
+    SQLITE_BUSY_TIMEOUT_MS,
+    WRITE,
+    is_memory_url,
+    make_engine,
+)
 from hermes_agent.storage.engine import safe_url as _safe_url
 from hermes_agent.storage.schema import (
     LATEST_VERSION,
@@ -110,6 +115,7 @@ class SqlStorage:
         # must take turns on it. A file or a server gives each thread its own connection.
         self._memory = self.engine.dialect.name == "sqlite" and is_memory_url(url)
         self._tx_guard: threading.RLock | None = threading.RLock() if self._memory else None
+        self._autocommits = self.engine.dialect.name == "postgresql"
         try:
             self.schema_version = self._migrate()
         except SQLAlchemyError as exc:
@@ -136,6 +142,22 @@ class SqlStorage:
                     yield conn
             finally:
                 conn.close()
+
+    @contextlib.contextmanager
+    def one_statement(self, *, write: bool = False) -> Iterator[Connection]:
+        """A connection for a single statement, which is atomic on its own: on PostgreSQL it
+        runs in autocommit, with no ``BEGIN`` and ``COMMIT`` (two of the three round trips a
+        one-statement transaction costs); elsewhere it is ``transaction``. Only for one
+        statement: two statements through it would not be one transaction."""
+        if not self._autocommits:
+            with self.transaction(write=write) as conn:
+                yield conn
+            return
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            yield conn
+        finally:
+            conn.close()
 
     def _migrate(self) -> int:
         # Every table the project owns (storage.schema), not only the sessions and the trail.
@@ -316,7 +338,7 @@ class SqlSessionStore:
         return self._storage.engine.dialect.name == "sqlite"
 
     def load(self, session_id: str) -> list[Message]:
-        with _failing_as("read session", session_id), self._storage.transaction() as conn:
+        with _failing_as("read session", session_id), self._storage.one_statement() as conn:
             rows = conn.execute(_LOAD_SESSION, {"p_session_id": session_id})
             return [_message_from_row(row._mapping) for row in rows]
 

@@ -229,7 +229,8 @@ class LeasedRuns:
             "p_expires": now + int(lease_ttl * 1e9),
             "p_now": now,
         }
-        with self._tx() as conn:
+        # One statement (atomic on its own): no transaction around it to pay for.
+        with self.storage.one_statement(write=True) as conn:
             row = conn.execute(_CLAIM_QUEUED, bound).first()
         if row is None:
             return None

@@ -1,0 +1,155 @@
+"""What a queued run's store calls cost on PostgreSQL, alone: CPU ms per run in the calling
+process and in its PostgreSQL backend, and the wall time, with no model, no Celery and no event
+loop around them (the queue benchmark's noise hides a change of a millisecond or two here).
+
+One run's calls, as a worker makes them for a run of one tool call: the submitter's ``add``,
+the ``claim``, the session's ``load``, the model turn's ``write_batch`` (two journal entries,
+three events) and the ``finish`` (two entries, two events and the last one, the session turn,
+the answer). One thread, one pooled connection, a throwaway database per contender. Each
+``--src`` tree runs in a process of its own (``PYTHONPATH=TREE/src``); rounds alternate the
+trees (the order flips each round), and the summary holds the medians over the rounds.
+
+    python benchmarks/bench_store_calls.py --src before=OLD_TREE --src after=NEW_TREE
+    python benchmarks/bench_store_calls.py --rounds 5 --runs 500 --json store_calls.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import ROOT, code_version, cpu_ticks, pg_database
+
+# Run in the measured tree's process: prints one JSON line.
+CALLS = """
+import json, os, resource, sys, time
+from hermes_agent.storage.sql import SqlStorage
+from hermes_agent.types import Message
+from hermes_agent.worker.store import Batch, RunStore, request_payload
+
+url, runs = sys.argv[1], int(sys.argv[2])
+storage = SqlStorage(url)
+store = RunStore(storage)
+with storage.engine.connect() as conn:
+    backend = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+
+def ticks(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def one(tag):
+    session = f"s-{tag}"
+    rid = store.add(session, request_payload("hello"))
+    claim = store.claim(rid, "bench", 30.0)
+    assert claim.outcome == "claimed", claim.outcome
+    storage.sessions.load(session)
+    turn = Batch()
+    turn.entries["turn/0"] = ("done", {"text": "x" * 300})
+    turn.entries["call/0/0"] = ("started", {"tool": "step", "arguments": {"n": 1}})
+    turn.events.extend([(1, {"kind": "input"}), (2, {"kind": "model"}), (3, {"kind": "call"})])
+    store.write_batch(rid, claim.token, turn)
+    last = Batch()
+    last.entries["turn/1"] = ("done", {"text": "y" * 300})
+    last.entries["call/0/0"] = ("done", {"value": "ok", "status_code": 200, "error": None})
+    last.events.extend([(4, {"kind": "call_result"}), (5, {"kind": "model"})])
+    store.finish(
+        rid, claim.token, "completed", result={"output": "ok"},
+        turn=[Message("user", "hello"), Message("assistant", "ok")],
+        event={"kind": "result"}, batch=last,
+    )
+
+
+for n in range(30):
+    one(f"warm{n}")
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu, server, wall = usage.ru_utime + usage.ru_stime, ticks(backend), time.perf_counter()
+for n in range(runs):
+    one(str(n))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+hz = os.sysconf("SC_CLK_TCK")
+print(json.dumps({
+    "client_cpu_ms_per_run": round((usage.ru_utime + usage.ru_stime - cpu) / runs * 1000, 3),
+    "server_cpu_ms_per_run": round((ticks(backend) - server) / hz / runs * 1000, 3),
+    "wall_ms_per_run": round((time.perf_counter() - wall) / runs * 1000, 3),
+}))
+storage.close()
+"""
+
+
+def measure(src: Path, runs: int) -> dict[str, Any]:
+    url, _name, drop = pg_database()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", CALLS, url, str(runs)],
+            env={**os.environ, "PYTHONPATH": str(src / "src")},
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+    finally:
+        drop()
+    if done.returncode != 0:
+        raise RuntimeError(f"the store calls failed in {src}:\n{done.stderr[-3000:]}")
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    row["total_cpu_ms_per_run"] = round(
+        row["client_cpu_ms_per_run"] + row["server_cpu_ms_per_run"], 3
+    )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument(
+        "--src", action="append", default=[], help="NAME=TREE: a source tree (repeatable)"
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    sources = dict(item.split("=", 1) for item in args.src) or {"hermes": str(ROOT)}
+    assert cpu_ticks(os.getpid()) is not None, "needs /proc"
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in sources}
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    for round_ in range(args.rounds):
+        order = list(sources) if round_ % 2 == 0 else list(reversed(sources))
+        for name in order:
+            row = measure(Path(sources[name]), args.runs) | {"round": round_}
+            rows[name].append(row)
+            print(json.dumps({name: row}), flush=True)
+    keys = ("client_cpu_ms_per_run", "server_cpu_ms_per_run", "total_cpu_ms_per_run")
+    summary = {
+        name: {
+            key: round(statistics.median(r[key] for r in found), 3)
+            for key in (*keys, "wall_ms_per_run")
+        }
+        for name, found in rows.items()
+    }
+    report = {
+        "benchmark": "store_calls",
+        "command": "python " + " ".join(sys.argv),
+        "machine": f"{os.cpu_count()} CPUs (shared), CPython {platform.python_version()}",
+        "when": started,
+        "code": code_version(),
+        "runs": args.runs,
+        "summary": summary,
+        "rows": rows,
+    }
+    print(json.dumps(report["summary"], indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The PostgreSQL connection pool's checks (``storage.engine``) against real servers: a pooled
+connection whose socket is quiet is used without a ping; one whose server went away — its
+backend terminated, a proxy that reset it, the server restarted — is replaced before a statement
+can fail on it, so a store call that is never retried still succeeds. ``SqlStorage.one_statement``
+runs its statement in autocommit on PostgreSQL and in a transaction on SQLite."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from fault_harness import FaultProxy, OwnPostgres, own_postgres
+from hermes_agent import Message
+from hermes_agent.storage import SqlStorage
+from storage_backends import _admin_connection, _url
+
+
+@pytest.fixture(name="pg_url")
+def postgresql_url(tmp_path: Path) -> Iterator[str]:
+    """A throwaway database on the local PostgreSQL server (skipped when none answers)."""
+    yield from _url("postgresql", tmp_path)
+
+
+def count_pings(engine: Engine) -> list[int]:
+    """Count the pings of ``engine``'s checkouts (the dialect's ``do_ping``) in the list."""
+    pings = [0]
+    ping = engine.dialect.do_ping
+
+    def counted(dbapi_connection: Any) -> bool:
+        pings[0] += 1
+        return ping(dbapi_connection)
+
+    engine.dialect.do_ping = counted  # type: ignore[method-assign]
+    return pings
+
+
+def backend_pid(storage: SqlStorage) -> int:
+    with storage.transaction() as conn:
+        return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_a_quiet_pooled_connection_is_used_without_a_ping(pg_url: str) -> None:
+    storage = SqlStorage(pg_url)
+    try:
+        pings = count_pings(storage.engine)
+        first = backend_pid(storage)
+        for n in range(30):
+            storage.sessions.append("s", [Message("user", f"turn {n}")])
+            assert len(storage.sessions.load("s")) == n + 1
+        assert pings[0] == 0
+        assert backend_pid(storage) == first  # one pooled connection, used throughout
+    finally:
+        storage.close()
+
+
+def test_a_connection_whose_backend_was_terminated_is_replaced_before_it_is_used(
+    pg_url: str,
+) -> None:
+    storage = SqlStorage(pg_url)
+    admin: Any = _admin_connection()
+    try:
+        storage.sessions.append("s", [Message("user", "before")])
+        pings = count_pings(storage.engine)
+        victim = backend_pid(storage)
+        admin.execute("SELECT pg_terminate_backend(%s)", [victim])
+        time.sleep(0.3)  # the server's goodbye reaches the socket
+        # Neither call is retried by anyone: each must find a working connection at once.
+        assert [m.content for m in storage.sessions.load("s")] == ["before"]
+        storage.sessions.append("s", [Message("user", "after")])
+        assert pings[0] >= 1
+        assert backend_pid(storage) != victim
+    finally:
+        admin.close()
+        storage.close()
+
+
+def test_connections_a_proxy_reset_are_replaced_before_they_are_used(pg_url: str) -> None:
+    from storage_backends import PG_PORT
+
+    proxy = FaultProxy(PG_PORT)
+    storage = SqlStorage(pg_url.replace(f":{PG_PORT}/", f":{proxy.port}/"))
+    try:
+        storage.sessions.append("s", [Message("user", "before")])
+        assert proxy.reset() >= 1
+        time.sleep(0.3)  # the reset reaches the socket
+        assert [m.content for m in storage.sessions.load("s")] == ["before"]
+        storage.sessions.append("s", [Message("user", "after")])
+        assert len(storage.sessions.load("s")) == 2
+    finally:
+        storage.close()
+        proxy.close()
+
+
+@pytest.mark.skipif(not OwnPostgres.available(), reason="needs initdb and runuser")
+def test_a_restarted_server_fails_no_store_call() -> None:
+    with own_postgres() as server:
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{server.port}/postgres"
+        storage = SqlStorage(url)
+        try:
+            # Several pooled connections, all of which the restart closes.
+            held = [storage.engine.connect() for _ in range(3)]
+            for conn in held:
+                conn.execute(text("SELECT 1"))
+                conn.close()
+            storage.sessions.append("s", [Message("user", "before")])
+            server.restart("fast", down_s=0.5)
+            for n in range(5):
+                assert storage.sessions.load("s")[0].content == "before"
+                storage.sessions.append("s", [Message("user", f"after {n}")])
+            assert len(storage.sessions.load("s")) == 6
+        finally:
+            storage.close()
+
+
+def test_one_statement_is_autocommit_on_postgresql(pg_url: str) -> None:
+    storage = SqlStorage(pg_url)
+    try:
+        from psycopg.pq import TransactionStatus
+
+        with storage.one_statement(write=True) as conn:
+            assert conn.execute(text("SELECT 1")).scalar_one() == 1
+            # The server reports no transaction left open after the statement.
+            raw: Any = conn.connection.dbapi_connection
+            assert raw.info.transaction_status == TransactionStatus.IDLE
+        with storage.transaction() as conn:  # the pooled connection is given back as it was
+            conn.execute(text("SELECT 1"))
+            raw = conn.connection.dbapi_connection
+            assert raw.info.transaction_status == TransactionStatus.INTRANS
+    finally:
+        storage.close()
+
+
+def test_one_statement_is_a_transaction_on_sqlite(tmp_path: Path) -> None:
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'state.db'}")
+    try:
+        with storage.one_statement(write=True) as conn:
+            assert conn.in_transaction()
+        storage.sessions.append("s", [Message("user", "hi")])
+        assert [m.content for m in storage.sessions.load("s")] == ["hi"]
+    finally:
+        storage.close()
