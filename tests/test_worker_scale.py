@@ -184,6 +184,8 @@ def test_two_runs_of_one_session_on_two_workers_take_turns(tmp_path: Path, pg_ur
             # until the first run's turn was saved.
             logs = c.log(0) + c.log(1)
             assert f"run {second.request_id}: parked" in logs
+            # Celery's line per task, but none per model request from the HTTP client.
+            assert "succeeded in" in logs and "HTTP Request:" not in logs
             history = submitter.storage.sessions.load("shared")  # type: ignore[union-attr]
             assert [m.content for m in history if m.role == "user"] == [
                 "job a steps=2",

@@ -31,6 +31,9 @@ from hermes_agent.cli._common import (
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import HermesAgentError
 
+HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
+"""Loggers of the HTTP clients a worker's model calls go through, kept at WARNING."""
+
 runs_app = typer.Typer(
     name="runs",
     help="Queued runs: list them, put a dead or failed one back.",
@@ -70,6 +73,10 @@ def worker(
     if not debug:  # the worker's own lines (claims, takeovers), not every pipeline stage
         logging.getLogger("hermes_agent").setLevel(logging.WARNING)
         logging.getLogger("hermes_agent.worker").setLevel(logging.INFO)
+        # Nor a line per model request: Celery's INFO level reaches the HTTP clients' loggers,
+        # which write one for each request (two or more a run, a formatted line each).
+        for name in HTTP_CLIENT_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         from hermes_agent.worker.app import run_worker
 
