@@ -123,24 +123,46 @@ def test_one_statement_is_autocommit_on_postgresql(pg_url: str) -> None:
         from psycopg.pq import TransactionStatus
 
         with storage.one_statement(write=True) as conn:
-            assert conn.execute(text("SELECT 1")).scalar_one() == 1
+            pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
             # The server reports no transaction left open after the statement.
             raw: Any = conn.connection.dbapi_connection
             assert raw.info.transaction_status == TransactionStatus.IDLE
-        with storage.transaction() as conn:  # the pooled connection is given back as it was
-            conn.execute(text("SELECT 1"))
+        with storage.transaction() as conn:  # the same pooled connection, given back as it was
+            assert conn.execute(text("SELECT pg_backend_pid()")).scalar_one() == pid
             raw = conn.connection.dbapi_connection
             assert raw.info.transaction_status == TransactionStatus.INTRANS
     finally:
         storage.close()
 
 
-def test_one_statement_is_a_transaction_on_sqlite(tmp_path: Path) -> None:
+def test_one_statement_on_sqlite_reads_with_no_begin_and_writes_with_the_lock(
+    tmp_path: Path,
+) -> None:
     storage = SqlStorage(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        with storage.one_statement(write=True) as conn:
-            assert conn.in_transaction()
         storage.sessions.append("s", [Message("user", "hi")])
+        with storage.one_statement() as conn:
+            assert conn.execute(text("SELECT count(*) FROM messages")).scalar_one() == 1
+            raw: Any = conn.connection.dbapi_connection
+            assert raw.in_transaction is False  # the read sent no BEGIN
+        with storage.one_statement(write=True) as conn:
+            conn.execute(text("SELECT 1"))
+            raw = conn.connection.dbapi_connection
+            assert raw.in_transaction is True  # BEGIN IMMEDIATE: the write lock up front
+        with storage.transaction() as conn:  # the pooled connection begins as before
+            conn.execute(text("SELECT 1"))
+            assert conn.connection.dbapi_connection.in_transaction is True  # type: ignore[union-attr]
+        assert [m.content for m in storage.sessions.load("s")] == ["hi"]
+    finally:
+        storage.close()
+
+
+def test_one_statement_on_an_in_memory_sqlite_takes_its_turn() -> None:
+    storage = SqlStorage("sqlite://")
+    try:
+        storage.sessions.append("s", [Message("user", "hi")])
+        with storage.one_statement() as conn:  # the shared connection, in a transaction
+            assert conn.connection.dbapi_connection.in_transaction is True  # type: ignore[union-attr]
         assert [m.content for m in storage.sessions.load("s")] == ["hi"]
     finally:
         storage.close()

@@ -31,8 +31,9 @@ from hermes_agent.cli._common import (
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import HermesAgentError
 
-HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2", "openai")
-"""Loggers of the HTTP clients a worker's model calls go through, kept at WARNING."""
+HTTP_CLIENT_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
+"""Loggers of the HTTP clients a worker's model calls go through, kept at WARNING (the openai
+SDK's own, which says when it retries a request, is left as it is)."""
 
 runs_app = typer.Typer(
     name="runs",

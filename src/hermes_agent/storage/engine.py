@@ -26,7 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import InvalidatePoolError
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.pool import StaticPool
 
 from hermes_agent.storage.base import StorageError
@@ -36,6 +36,12 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 WRITE: dict[str, Any] = {"hermes_write": True}
 """Execution options of a connection whose transactions write: ``conn.execution_options(**WRITE)``
 (on SQLite, ``BEGIN IMMEDIATE``; elsewhere nothing changes)."""
+
+
+SINGLE_STATEMENT_OPTION = "hermes_single_statement"
+SINGLE: dict[str, Any] = {SINGLE_STATEMENT_OPTION: True}
+"""Execution options of a SQLite connection that runs one statement, atomic on its own: its
+transaction sends no ``BEGIN`` (and so its commit has nothing to commit)."""
 
 
 POOL_SIZE = 20
@@ -131,7 +137,7 @@ def _ping_when_not_quiet(engine: Engine) -> None:
     """Check a pooled connection as it leaves the pool, for the price of one ``poll``: a
     connection whose socket has nothing to say is used as it is; one whose socket is readable
     (the server closed it, reset it, or said something unasked) is pinged first, and one that
-    fails the ping is replaced, with every connection pooled before it.
+    fails the ping is replaced.
 
     SQLAlchemy's ``pool_pre_ping`` pings every checkout: one more round trip, and one more
     transaction for the server, for each transaction (docs/decisions.md). A server that
@@ -147,8 +153,9 @@ def _ping_when_not_quiet(engine: Engine) -> None:
         try:
             dialect.do_ping(dbapi_connection)
         except Exception as exc:
-            # As pool_pre_ping does: this connection and every one pooled before it go.
-            raise InvalidatePoolError(f"the connection failed its ping: {exc}") from exc
+            # This connection goes (the pool opens another); each other connection the server
+            # dropped shows on its own socket when its turn comes.
+            raise DisconnectionError(f"the connection failed its ping: {exc}") from exc
 
 
 def _quiet(dbapi_connection: Any) -> bool:
@@ -160,12 +167,15 @@ def _quiet(dbapi_connection: Any) -> bool:
         descriptor = pgconn.socket
     except Exception:  # no socket: the connection is closed or broken
         return False
-    if not hasattr(select, "poll"):
-        readable, _, failed = select.select([descriptor], [], [descriptor], 0)
-        return not readable and not failed
-    poller = select.poll()
-    poller.register(descriptor, select.POLLIN | select.POLLPRI)
-    return not poller.poll(0)
+    try:
+        if not hasattr(select, "poll"):
+            readable, _, failed = select.select([descriptor], [], [descriptor], 0)
+            return not readable and not failed
+        poller = select.poll()
+        poller.register(descriptor, select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
+    except (OSError, ValueError):  # a socket that cannot be looked at: ping it instead
+        return False
 
 
 def _sqlite_events(engine: Engine) -> None:
@@ -195,7 +205,10 @@ def _sqlite_events(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get("hermes_write", False)
+        options = conn.get_execution_options()
+        if options.get(SINGLE_STATEMENT_OPTION, False):
+            return  # one statement, atomic on its own (``SINGLE``): no BEGIN, no COMMIT
+        write = options.get("hermes_write", False)
         # Through SQLAlchemy, so that a failure (the busy timeout, a full disk) comes out as
         # its OperationalError, which the store's retries and error reports know.
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

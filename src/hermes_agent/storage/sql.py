@@ -44,6 +44,7 @@ from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
 from hermes_agent.storage.engine import (
+    SINGLE,
     SQLITE_BUSY_TIMEOUT_MS,
     WRITE,
     is_memory_url,
@@ -147,10 +148,17 @@ class SqlStorage:
     def one_statement(self, *, write: bool = False) -> Iterator[Connection]:
         """A connection for a single statement, which is atomic on its own: on PostgreSQL it
         runs in autocommit, with no ``BEGIN`` and ``COMMIT`` (two of the three round trips a
-        one-statement transaction costs); elsewhere it is ``transaction``. Only for one
-        statement: two statements through it would not be one transaction."""
+        one-statement transaction costs); a read from a SQLite file sends no ``BEGIN`` either
+        (a writer still takes the write lock up front, and an in-memory database is used in
+        turns, as ``transaction`` does). Only for one statement: two statements through it
+        would not be one transaction."""
         if not self._autocommits:
-            with self.transaction(write=write) as conn:
+            if write or self._memory:  # a writer takes SQLite's lock up front; memory takes turns
+                with self.transaction(write=write) as conn:
+                    yield conn
+                return
+            # A read from a file (SQLite): in autocommit, the statement reads one snapshot.
+            with self.engine.connect().execution_options(**SINGLE) as conn, conn.begin():
                 yield conn
             return
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
