@@ -76,8 +76,8 @@ def worker(
         logging.getLogger("hermes_agent.worker").setLevel(logging.INFO)
         # Nor a line per model request: Celery's INFO level reaches the HTTP clients' loggers,
         # which write one for each request (two or more a run, a formatted line each).
-        for name in HTTP_CLIENT_LOGGERS:
-            logging.getLogger(name).setLevel(logging.WARNING)
+        for client_logger in HTTP_CLIENT_LOGGERS:
+            logging.getLogger(client_logger).setLevel(logging.WARNING)
     try:
         from hermes_agent.worker.app import run_worker
 
