@@ -2,7 +2,8 @@
 connection whose socket is quiet is used without a ping; one whose server went away — its
 backend terminated, a proxy that reset it, the server restarted — is replaced before a statement
 can fail on it, so a store call that is never retried still succeeds. ``SqlStorage.one_statement``
-runs its statement in autocommit on PostgreSQL and in a transaction on SQLite."""
+runs its statement in autocommit on PostgreSQL; on a SQLite file a read sends no ``BEGIN`` and a
+write takes the lock up front, and an in-memory SQLite keeps its transactions."""
 
 from __future__ import annotations
 

@@ -159,7 +159,8 @@ def _ping_when_not_quiet(engine: Engine) -> None:
 
 
 def _quiet(dbapi_connection: Any) -> bool:
-    """Whether a psycopg connection is idle, open, and has nothing waiting on its socket."""
+    """Whether a psycopg connection is open and has nothing waiting on its socket (a pooled
+    connection is idle: the pool rolled it back when it came back)."""
     pgconn = getattr(dbapi_connection, "pgconn", None)
     if pgconn is None or getattr(dbapi_connection, "closed", True):
         return False

@@ -161,9 +161,9 @@ class SqlStorage:
             with self.engine.connect().execution_options(**SINGLE) as conn, conn.begin():
                 yield conn
             return
-        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        conn = self.engine.connect()
         try:
-            yield conn
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
         finally:
             conn.close()
 
