@@ -28,9 +28,12 @@ from typing import Any
 
 from _common import ROOT, code_version, cpu_ticks, pg_database
 
+BENCHMARKS = Path(__file__).resolve().parent
+
 # Run in the measured tree's process: prints one JSON line.
 CALLS = """
 import json, os, resource, sys, time
+from _common import cpu_ticks
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message
 from hermes_agent.worker.store import Batch, RunStore, request_payload
@@ -41,11 +44,6 @@ store = RunStore(storage)
 with storage.engine.connect() as conn:
     backend = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
 
-
-def ticks(pid):
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def one(tag):
@@ -73,14 +71,14 @@ def one(tag):
 for n in range(30):
     one(f"warm{n}")
 usage = resource.getrusage(resource.RUSAGE_SELF)
-cpu, server, wall = usage.ru_utime + usage.ru_stime, ticks(backend), time.perf_counter()
+cpu, server, wall = usage.ru_utime + usage.ru_stime, cpu_ticks(backend), time.perf_counter()
 for n in range(runs):
     one(str(n))
 usage = resource.getrusage(resource.RUSAGE_SELF)
 hz = os.sysconf("SC_CLK_TCK")
 print(json.dumps({
     "client_cpu_ms_per_run": round((usage.ru_utime + usage.ru_stime - cpu) / runs * 1000, 3),
-    "server_cpu_ms_per_run": round((ticks(backend) - server) / hz / runs * 1000, 3),
+    "server_cpu_ms_per_run": round((cpu_ticks(backend) - server) / hz / runs * 1000, 3),
     "wall_ms_per_run": round((time.perf_counter() - wall) / runs * 1000, 3),
 }))
 storage.close()
@@ -92,7 +90,8 @@ def measure(src: Path, runs: int) -> dict[str, Any]:
     try:
         done = subprocess.run(
             [sys.executable, "-c", CALLS, url, str(runs)],
-            env={**os.environ, "PYTHONPATH": str(src / "src")},
+            # The measured tree's code, and this folder's helpers (``_common``).
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(src / "src"), str(BENCHMARKS)])},
             capture_output=True,
             text=True,
             timeout=900,
