@@ -105,25 +105,50 @@ def test_a_store_that_answers_at_once_is_called_on_the_loop() -> None:
     assert store.threads == [asyncio.run(main())]
 
 
-def test_a_cancel_during_an_append_waits_for_it_and_the_turn_is_whole() -> None:
+def test_a_cancel_during_an_append_waits_for_it_and_the_run_ends_as_it_finished() -> None:
+    """The cancel waits for the append in flight; the append went through, so the cancel came
+    too late: the run has its answer and its turn is in the session whole (a run that ends
+    cancelled after saving its turn would have two endings in its trail)."""
     store = GatedStore()
     store.stuck_on = "append"
     agent = Agent(model=ScriptedModel(["answer"]), session_store=store)
 
-    async def main() -> bool:
+    async def main() -> tuple[bool, str]:
         run = asyncio.create_task(agent.arun("hello", session_id="stuck"))
         await asyncio.to_thread(store.waiting.wait, 10)
         run.cancel()
         await asyncio.sleep(0.2)
         waited = not run.done()  # the cancel waits for the append in flight
         store.gate.set()
-        try:
-            await run
-        except asyncio.CancelledError:
-            return waited
-        raise AssertionError("the run was cancelled: it must say so")
+        result = await run
+        return waited, result.output
 
-    assert asyncio.run(main())
+    assert asyncio.run(main()) == (True, "answer")
+    assert [m.content for m in store.load("stuck")] == ["hello", "answer"]
+
+
+def test_a_timeout_during_an_append_raises_nothing_and_leaves_the_task_usable() -> None:
+    """An ``asyncio.timeout`` that expires during an append takes its cancel back: no
+    ``TimeoutError`` for a run that finished, and a later timeout in the same task still works."""
+    store = GatedStore()
+    store.stuck_on = "append"
+    agent = Agent(model=ScriptedModel(["answer"]), session_store=store)
+    threading.Timer(0.3, store.gate.set).start()
+
+    async def main() -> tuple[str, int, bool]:
+        async with asyncio.timeout(0.1):
+            result = await agent.arun("hello", session_id="stuck")
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        try:
+            async with asyncio.timeout(0.05):
+                await asyncio.sleep(5)
+        except TimeoutError:
+            return result.output, cancelling, True
+        return result.output, cancelling, False
+
+    assert asyncio.run(main()) == ("answer", 0, True)
     assert [m.content for m in store.load("stuck")] == ["hello", "answer"]
 
 
@@ -147,6 +172,35 @@ def test_the_service_answers_while_a_runs_session_store_waits() -> None:
         poster.join(10)
         assert answers[0].status_code == 200, answers[0].text
         assert answers[0].json()["output"] == "done"
+
+
+def test_a_clients_cancel_during_the_services_append_leaves_one_ending() -> None:
+    """Over HTTP: a cancel that lands while the run's turn is being appended waits for it; the
+    run ends completed (its answer given, its turn saved), the cancel answers that it did not
+    cancel, and the trail ends once, with the output (no ``stopped`` record after it)."""
+    store = GatedStore()
+    store.stuck_on = "append"
+    storage = GatedStorage(store)
+    agent = Agent(model=ScriptedModel(["done"]), storage=storage)
+    with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        answers: list[httpx.Response] = []
+        body = {"message": "hello", "session_id": "stuck"}
+        poster = threading.Thread(target=lambda: answers.append(client.post("/v1/runs", json=body)))
+        poster.start()
+        assert store.waiting.wait(10)  # the run's turn is being appended
+        listed = client.get("/v1/runs").json()
+        rows = listed["runs"] if isinstance(listed, dict) else listed
+        (request_id,) = [row["request_id"] for row in rows]
+        threading.Timer(0.3, store.gate.set).start()
+        cancel = client.post(f"/v1/runs/{request_id}/cancel")
+        poster.join(10)
+    assert cancel.status_code == 200, cancel.text
+    assert cancel.json() == {"request_id": request_id, "cancelled": False, "status": "completed"}
+    assert answers[0].status_code == 200 and answers[0].json()["output"] == "done"
+    roles = [record.role for record in storage.records(request_id)]
+    assert roles.count("output") == 1 and "stopped" not in roles and roles[-1] == "output"
+    assert [m.content for m in store.load("local:stuck")] == ["hello", "done"]
 
 
 def test_sqlite_sessions_are_read_and_appended_on_the_loop(tmp_path: Path) -> None:

@@ -58,10 +58,13 @@ async def off_the_loop(
     — stalls only this run, never the event loop every other run and request shares. What a
     store says answers at once (``AnswersAtOnce``) is called here: a hop costs the process
     about 0.09 ms of CPU alone, and more under load (the GIL changes hands). A cancel (the
-    run's timeout, a client's cancel) lands at once on a load, whose result is then dropped;
-    on an append it waits for the append to end, then is raised (chained to the append's
-    failure, if it failed): a turn being appended is in the session whole, or not at all, when
-    the run stops."""
+    run's timeout, a client's cancel, a shutdown) lands at once on a load, whose result is then
+    dropped. On an append it waits for the append to end: a turn being appended is in the
+    session whole, or not at all. An append that went through means the cancel came too late —
+    the run has had its effects, recorded its output and saved its turn — so it is not raised
+    and the run ends as it finished; an append that failed raises the cancel, chained to the
+    failure. The task's cancel count is left as it is: an ``asyncio.timeout`` that sent the
+    cancel takes it back on its way out (and raises nothing, since nothing was cancelled)."""
     # The class, not the instance: a wrapper that delegates through ``__getattr__`` does not
     # answer for the store it wraps (``isinstance`` would ask the instance on Python 3.11).
     if issubclass(type(store), AnswersAtOnce) and store.answers_at_once(  # type: ignore[attr-defined]
@@ -79,7 +82,8 @@ async def off_the_loop(
             cancelled = True  # wait for the append, then stop
     if cancelled:
         failure = None if done.cancelled() else done.exception()
-        raise asyncio.CancelledError from failure
+        if done.cancelled() or failure is not None:
+            raise asyncio.CancelledError from failure
     return done.result()
 
 

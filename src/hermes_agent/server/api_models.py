@@ -140,7 +140,8 @@ class RunListBody(_Open):
 class CancelBody(_Open):
     request_id: str
     cancelled: bool
-    """``False`` when the run was over already."""
+    """``False`` when the run was over already, or ended on its own while the cancel waited
+    (it was saving its turn: ``status`` says how it ended)."""
     status: str
 
 

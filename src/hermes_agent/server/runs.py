@@ -598,7 +598,10 @@ class InProcessBackend:
         cancelled = self.manager.cancel(run)
         if cancelled and run.task is not None:
             await asyncio.wait({run.task}, timeout=10)
-        return cancelled, self._view(run)
+        view = self._view(run)
+        # A cancel that lands while the run saves its turn comes too late: the run ends as it
+        # finished (``memory.session.off_the_loop``), and the answer says it was not cancelled.
+        return cancelled and (not run.done or view.status == "cancelled"), view
 
     async def answer(
         self, approval_id: str, principal: Principal, approved: bool, reason: str
