@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -45,8 +46,20 @@ ASK = [Message("system", "Be brief."), Message("user", "Weather in Paris?")]
 HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
+TRANSPORT = ["httpx"]
+
+
+@pytest.fixture(autouse=True, params=["httpx", "aiohttp"])
+def transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test here runs with each of the SDK's HTTP clients (``transport``)."""
+    TRANSPORT[0] = request.param
+    yield request.param
+    TRANSPORT[0] = "httpx"
+
+
 def make(server: ScriptedServer, **kwargs: Any) -> OpenAICompatible:
     kwargs.setdefault("max_retries", 0)
+    kwargs.setdefault("transport", TRANSPORT[0])
     return OpenAICompatible("test-model", base_url=server.base_url, **kwargs)
 
 
@@ -448,7 +461,9 @@ def test_not_found_names_model_and_base_url(server: ScriptedServer) -> None:
 @pytest.mark.parametrize("streaming", [False, True])
 def test_connection_refused_becomes_a_model_error(streaming: bool) -> None:
     base_url = f"http://127.0.0.1:{free_port()}/v1"
-    model = OpenAICompatible("test-model", base_url=base_url, max_retries=0, timeout=5)
+    model = OpenAICompatible(
+        "test-model", base_url=base_url, max_retries=0, timeout=5, transport=TRANSPORT[0]
+    )
     with pytest.raises(ModelError) as caught:
         stream(model) if streaming else complete(model)
     message = str(caught.value)

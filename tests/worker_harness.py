@@ -104,6 +104,8 @@ class Cluster:
     """Every call of ``step`` waits for its owner's approval (the run is set aside meanwhile)."""
     task_events: bool = False
     """Celery's task events (``queue.task_events``), off as by default."""
+    transport: str = "httpx"
+    """The model's HTTP client (``model.transport``)."""
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def write_config(self) -> Path:
@@ -118,6 +120,7 @@ model:
   api_key: none
   mode: native
   max_retries: 0
+  transport: {self.transport}
 agent:
   max_iterations: 6
 tools:

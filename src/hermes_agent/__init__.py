@@ -70,7 +70,13 @@ from hermes_agent.events import (
 )
 from hermes_agent.loading import ToolsFileError, build_agent, load_tools_file
 from hermes_agent.messages import LanguageHook
-from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettings
+from hermes_agent.models.base import (
+    ClosesConnections,
+    Model,
+    ModelBase,
+    ModelProfile,
+    ModelSettings,
+)
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
 from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
@@ -139,6 +145,7 @@ __all__ = [
     "AgentConfig",
     "CallKey",
     "ClientTurn",
+    "ClosesConnections",
     "Completion",
     "ConfigError",
     "Event",

@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import BaseModel
 
 from hermes_agent.agent_context import build_context, checked_options, cost_of, pricing
-from hermes_agent.agent_support import acquire_elsewhere, not_a_model, run_in_thread_loop
+from hermes_agent.agent_support import (
+    acquire_elsewhere,
+    close_connections_of,
+    not_a_model,
+    on_thread_loop,
+    run_in_thread_loop,
+)
 from hermes_agent.audit.records import AuditSink
 from hermes_agent.audit.redaction import Redactor, redact_messages
 from hermes_agent.config import HermesConfig, QueueConfig, load_config
@@ -752,9 +758,15 @@ class Agent:
         talk to, which start again on the next call)."""
         self._closers.append(callback)
 
+    async def close_connections(self) -> None:
+        """Close what the agent's models (``ClosesConnections``) opened on the running loop;
+        its owner calls it before the loop ends (``close`` does, for the sync facade's)."""
+        await close_connections_of((self._model, self.answer_model))
+
     def close(self) -> None:
-        """Release the tool thread pool and worker processes (the agent stays usable; they
-        start again on demand)."""
+        """Release the tool thread pool, worker processes and this thread's sync-facade
+        connections (the agent stays usable; they start again on demand)."""
+        on_thread_loop(self.close_connections)
         for callback in list(self._closers):
             callback()
         self.runtime.close()

@@ -7,18 +7,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 import threading
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.models.base import ClosesConnections
 from hermes_agent.pipeline.variables import check_variables
 from hermes_agent.pricing import cost
 from hermes_agent.types import RunResult
 
-__all__ = ["acquire_elsewhere", "checked_variables", "cost", "not_a_model", "run_in_thread_loop"]
+__all__ = [
+    "acquire_elsewhere",
+    "checked_variables",
+    "close_connections_of",
+    "cost",
+    "not_a_model",
+    "on_thread_loop",
+    "run_in_thread_loop",
+]
 
 _loops = threading.local()
+logger = logging.getLogger("hermes_agent")
 
 
 def checked_variables(variables: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -65,6 +76,34 @@ def run_in_thread_loop(coroutine: Coroutine[Any, Any, RunResult]) -> RunResult:
         with contextlib.suppress(BaseException):
             loop.run_until_complete(task)
         raise
+
+
+async def close_connections_of(models: Iterable[object]) -> None:
+    """``aclose`` each distinct model that holds connections (``ClosesConnections``) on the
+    running loop; a model that fails to close is logged, not raised (a shutdown goes on)."""
+    seen: list[object] = []
+    for model in models:
+        if model is None or any(model is done for done in seen):
+            continue
+        seen.append(model)
+        if isinstance(model, ClosesConnections):
+            try:
+                await model.aclose()
+            except Exception:
+                logger.exception("cannot close the connections of model %r", model)
+
+
+def on_thread_loop(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``make()`` on this thread's own loop (``run_in_thread_loop``), if it has one and no
+    loop is running here: what the sync facade's runs opened on it (a model's connections) is
+    closed on the loop that opened it."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        loop.run_until_complete(make())
 
 
 def not_a_model(candidate: object) -> None:

@@ -96,6 +96,9 @@ class OpenAIConfig(ModelConfig):
     grammar: bool = False
     """hermes mode: constrain a turn that must call a tool with a GBNF grammar of the calls
     (llama.cpp's server and llama-cpp-python's server accept one)."""
+    transport: Literal["httpx", "aiohttp"] = "httpx"
+    """The SDK's HTTP client: httpx (its default) or aiohttp (the ``aiohttp`` extra), which
+    costs a busy service or worker less CPU per request (docs/benchmarks.md)."""
 
     def secrets(self) -> list[str]:
         return [self.api_key] if self.api_key else []

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from rich.console import Console
 
@@ -42,7 +42,7 @@ from hermes_agent.evals.oracle import (
 )
 from hermes_agent.evals.report import CaseResult, Report, record_run
 from hermes_agent.evals.resume import run_cases
-from hermes_agent.models.base import Model
+from hermes_agent.models.base import ClosesConnections, Model
 from hermes_agent.pipeline.status import REFUSED
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import RunResult, Step, ToolCallRecord
@@ -340,13 +340,6 @@ def shared_model(model: Model) -> ModelFactory:
     return lambda case: model
 
 
-@runtime_checkable
-class _Closable(Protocol):
-    """A model holding connections on the loop that used them (``OpenAICompatible``)."""
-
-    async def aclose(self) -> None: ...
-
-
 # -- the harness ------------------------------------------------------------------------------
 
 
@@ -373,7 +366,7 @@ class BfclHarness:
         self.system_prompt = system_prompt
         self.run_key = f"hermes_eval_{uuid.uuid4().hex[:12]}"
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._models: dict[int, _Closable] = {}
+        self._models: dict[int, ClosesConnections] = {}
 
     def run(
         self,
@@ -447,7 +440,7 @@ class BfclHarness:
 
     def _model(self, case: BfclCase) -> Model:
         model = self.model_for(case)
-        if isinstance(model, _Closable):  # an endpoint model: its connections are closed
+        if isinstance(model, ClosesConnections):  # an endpoint model: its connections are closed
             self._models.setdefault(id(model), model)
         return model
 

@@ -122,6 +122,17 @@ class Model(Protocol):
         ...
 
 
+@runtime_checkable
+class ClosesConnections(Protocol):
+    """A model that holds connections on the event loop that opened them (``OpenAICompatible``):
+    whoever owns a loop — the service, a worker, the sync facade's thread — calls ``aclose`` on
+    it before the loop ends (``Agent.close_connections``)."""
+
+    async def aclose(self) -> None:
+        """Close the connections this model opened on the running event loop."""
+        ...
+
+
 class ModelBase:
     """Defaults for the optional parts of the ``Model`` contract: no declared context window,
     a ChatML rendering of the prompt, and a token estimate of one per three characters (which

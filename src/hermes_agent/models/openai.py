@@ -94,6 +94,8 @@ _T = TypeVar("_T")
 _MAX_BACKOFF_S = 8.0  # the SDK's longest wait between two attempts (openai._constants)
 Mode = Literal["native", "hermes"]
 MODES: tuple[Mode, ...] = ("native", "hermes")
+Transport = Literal["httpx", "aiohttp"]
+TRANSPORTS: tuple[Transport, ...] = ("httpx", "aiohttp")
 
 # Local servers accept any key, but the SDK refuses to start without one.
 _PLACEHOLDER_API_KEY = "not-needed"
@@ -130,6 +132,13 @@ class OpenAICompatible(ModelBase):
     async server and the sync facade (one event loop per thread, and a helper thread's own loop
     when called from async code); ``aclose()`` releases the current loop's connections early.
 
+    ``transport`` is the SDK's HTTP client: ``httpx`` (its default, httpx2) or ``aiohttp`` (the
+    ``aiohttp`` extra; the SDK's ``DefaultAioHttpClient``), which costs the process less CPU
+    per request under load (docs/benchmarks.md). An aiohttp session must be closed on the loop
+    that opened it: the service, the worker and ``Agent.close`` (for the sync facade's loop)
+    do so; a program that runs the model on a loop of its own awaits ``aclose()`` before that
+    loop ends, or aiohttp logs "Unclosed client session".
+
     Example::
 
         model = OpenAICompatible("qwen2.5:7b", base_url="http://localhost:11434/v1", mode="native")
@@ -154,9 +163,14 @@ class OpenAICompatible(ModelBase):
         context_window: int | None = None,
         grammar: bool = False,
         extra_body: Mapping[str, Any] | None = None,
+        transport: Transport = "httpx",
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        if transport not in TRANSPORTS:
+            raise ConfigError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        if transport == "aiohttp" and client is None:
+            _check_aiohttp()
         if chat_format not in CHAT_FORMATS:
             raise ConfigError(f"chat_format must be one of {CHAT_FORMATS}, got {chat_format!r}")
         self.name = model_name
@@ -179,6 +193,8 @@ class OpenAICompatible(ModelBase):
         self.extra_body: dict[str, Any] = dict(extra_body or {})
         """Fields added to every request body as they are, over the ones the model sets."""
         self._wire = WireCache()
+        self.transport: Transport = transport
+        """The SDK's HTTP client (see the class docstring); a ``client`` given keeps its own."""
         self._given_client = client
         self._client_options: dict[str, Any] = {
             "base_url": base_url,
@@ -191,7 +207,7 @@ class OpenAICompatible(ModelBase):
         self._clients: WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
             WeakKeyDictionary()
         )
-        self._unbound: AsyncOpenAI | None = client or AsyncOpenAI(**self._client_options)
+        self._unbound: AsyncOpenAI | None = client or self._new_client()
         self.base_url = str(self._unbound.base_url)
         """The endpoint requests go to (the SDK's default when none was given)."""
 
@@ -217,10 +233,18 @@ class OpenAICompatible(ModelBase):
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = self._unbound or AsyncOpenAI(**self._client_options)
+            client = self._unbound or self._new_client()
             self._unbound = None
             self._clients[loop] = client
         return client
+
+    def _new_client(self) -> AsyncOpenAI:
+        if self.transport == "aiohttp":
+            # Its aiohttp session is opened by the first request, on the loop that sends it.
+            from openai import DefaultAioHttpClient
+
+            return AsyncOpenAI(**self._client_options, http_client=DefaultAioHttpClient())
+        return AsyncOpenAI(**self._client_options)
 
     async def aclose(self) -> None:
         """Close the connections this model opened on the running event loop (optional: a
@@ -455,7 +479,7 @@ class OpenAICompatible(ModelBase):
     def _model_error(self, exc: APIError) -> ModelError:
         url = self.base_url.rstrip("/")
         where = self._where()
-        if isinstance(exc, APITimeoutError):
+        if isinstance(exc, APITimeoutError) and not _refused(exc):
             return ModelError(
                 f"{where} did not answer within {self.timeout:g} s "
                 f"({_attempts(self.max_retries + 1)}). Is the server running and not overloaded? "
@@ -475,6 +499,31 @@ class OpenAICompatible(ModelBase):
                 f"{_status_hint(exc.status_code)}"
             )
         return ModelError(f"{where} failed: {_excerpt(str(exc))}. Check the server's logs.")
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a timeout the SDK reports was a connection that failed at once: the aiohttp
+    transport reports a refused connection as a connect timeout (its ``ClientConnectorError``,
+    an ``OSError`` that is no timeout, is its cause)."""
+    seen = 0
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and seen < 8:
+        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+            return True
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    return False
+
+
+def _check_aiohttp() -> None:
+    """``ConfigError`` unless the SDK can send its requests through aiohttp."""
+    try:
+        import aiohttp  # noqa: F401
+        from openai import DefaultAioHttpClient  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(
+            f"transport: aiohttp needs aiohttp and an openai SDK that can use it ({exc}); "
+            "install hermes-agent-core[aiohttp], or use transport: httpx"
+        ) from None
 
 
 def _default_deadline(timeout: float, max_retries: int) -> float:

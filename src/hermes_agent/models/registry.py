@@ -116,6 +116,7 @@ def _openai(config: OpenAIConfig) -> Model:
         max_retries=config.max_retries,
         context_window=config.context_window,
         grammar=config.grammar,
+        transport=config.transport,
     )
 
 

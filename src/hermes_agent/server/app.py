@@ -134,6 +134,9 @@ def create_app(
             await manager.shutdown(settings.shutdown_grace_s)
             if queue is not None:
                 queue.close()
+            # The models' connections were opened on this loop, which ends with the service
+            # (a user's own agent included: they are of no use past it).
+            await served.close_connections()
             served.close()  # flushes the audit trail
             if owns_agent:
                 base.close()

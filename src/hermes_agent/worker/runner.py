@@ -326,7 +326,15 @@ class RunWorker:
             logger.warning("run %s: not released; its lease lapses", attempt.request_id)
 
     def close(self) -> None:
-        """Stop the run loop (runs still on it are abandoned: their leases expire)."""
+        """Stop the run loop (runs still on it are abandoned: their leases expire), once the
+        connections the agent's models opened on it are closed."""
+        if self._loop.is_running():
+            closing = asyncio.run_coroutine_threadsafe(self.agent.close_connections(), self._loop)
+            try:
+                closing.result(timeout=5)
+            except Exception:  # a stuck close must not hold up the worker's shutdown
+                logger.warning("the models' connections were not closed in 5 s")
+                closing.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
 

@@ -1,0 +1,128 @@
+"""The OpenAI-compatible model on the SDK's aiohttp client (``transport: aiohttp``): whoever owns
+an event loop closes the connections its runs opened there before the loop ends — the sync
+facade's ``Agent.close``, the service at shutdown, a worker as it stops — so no process logs
+aiohttp's "Unclosed client session" (or connector). (tests/test_openai_model.py runs the
+model's own tests on both clients.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hermes_agent import Agent, build_agent
+from hermes_agent.config import OpenAIConfig
+from hermes_agent.errors import ConfigError
+from hermes_agent.models.openai import OpenAICompatible
+from hermes_agent.models.registry import build_model
+from hermes_agent.server import ServiceSettings, create_app
+from openai_server import (  # noqa: F401  (the fixtures)
+    ScriptedServer,
+    running_fixture,
+    server_fixture,
+    text,
+)
+from server_harness import serve
+from step_model import running_step_model
+from storage_backends import _url
+from worker_harness import REDIS, cluster, free_port
+
+UNCLOSED = "Unclosed"  # aiohttp's "Unclosed client session" and "Unclosed connector"
+
+FACADE = """
+import gc, sys
+from hermes_agent import Agent
+from hermes_agent.models.openai import OpenAICompatible
+
+model = OpenAICompatible("m", base_url=sys.argv[1], transport="aiohttp", max_retries=0)
+agent = Agent(model=model)
+print(agent.run("one").output, agent.run("two").output)
+if sys.argv[2] == "close":
+    agent.close()
+del agent, model
+gc.collect()
+print("collected", flush=True)
+"""
+
+
+def test_the_config_picks_the_transport_and_a_wrong_one_is_named() -> None:
+    model = build_model(OpenAIConfig(model_name="m", transport="aiohttp"))
+    assert isinstance(model, OpenAICompatible) and model.transport == "aiohttp"
+    assert build_model(OpenAIConfig(model_name="m")).transport == "httpx"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="transport must be one of"):
+        OpenAICompatible("m", transport="curl")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("closing", ["close", "no-close"])
+def test_the_sync_facade_closes_its_sessions_in_agent_close(
+    server: ScriptedServer, closing: str
+) -> None:
+    """``Agent.close`` closes what the sync facade's runs opened on the thread's loop; left
+    open, aiohttp says so when the session is collected (so this test can tell)."""
+    server.push(text("first"), text("second"))
+    done = subprocess.run(
+        [sys.executable, "-c", FACADE, server.base_url, closing],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["first second", "collected"]
+    assert (UNCLOSED in done.stderr) is (closing == "no-close"), done.stderr
+
+
+def test_the_service_closes_its_models_sessions_at_shutdown(
+    server: ScriptedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gc
+
+    server.push(text("served"))
+    model = OpenAICompatible("m", base_url=server.base_url, transport="aiohttp", max_retries=0)
+    agent = Agent(model=model)
+    with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
+        reply = httpx.post(f"{url}/v1/runs", json={"message": "hi"}, timeout=30)
+        assert reply.status_code == 200 and reply.json()["output"] == "served"
+        assert model._clients  # a client was opened on the service's loop
+    assert not model._clients  # ...and closed at shutdown
+    caplog.set_level("ERROR", logger="asyncio")
+    del agent, model
+    gc.collect()
+    assert UNCLOSED not in caplog.text
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path):  # type: ignore[no-untyped-def]
+    yield from _url("postgresql", tmp_path)
+
+
+@pytest.mark.timeout(180)
+def test_a_worker_on_aiohttp_runs_and_stops_with_its_sessions_closed(
+    tmp_path: Path, pg_url: str
+) -> None:
+    from hermes_agent.worker import submit
+
+    with (
+        running_step_model(free_port(), latency=0.01) as model_url,
+        cluster(tmp_path, pg_url, REDIS, model_url, transport="aiohttp") as c,
+    ):
+        worker = c.start_worker(concurrency=2)
+        c.wait_ready()
+        submitter = build_agent(tmp_path / "config.yaml")
+        try:
+            handles = [submit(submitter, f"job a{i} steps=2", session_id=f"s{i}") for i in range(4)]
+            outputs = [handle.result(timeout=60).output for handle in handles]
+        finally:
+            submitter.close()
+        assert [o.startswith(f"done a{i} after 2 steps") for i, o in enumerate(outputs)] == [
+            True
+        ] * 4
+        c.stop()  # SIGTERM: a warm shutdown
+        assert worker.wait(timeout=30) is not None
+        time.sleep(0.1)
+        log = (tmp_path / "worker0.log").read_text(errors="replace")
+        assert UNCLOSED not in log, textwrap.shorten(log, 2000)
