@@ -118,6 +118,30 @@ def test_tokens_per_day_counts_each_run_s_tokens_when_it_ends(tmp_path: Path) ->
     keys.close()
 
 
+def test_a_runs_tokens_are_counted_before_its_answer_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The answer (and the ending's event) waits for the run's tokens to reach the quota
+    store, however slow it is: the owner's next run, sent the moment the answer arrives, is
+    checked against a day that counts them."""
+    keys = MemoryKeyStore()
+    alice = keys.create("alice")
+    slow_add = MemoryQuotaStore.add_tokens
+
+    def add_tokens(self: MemoryQuotaStore, *args: Any) -> None:
+        threading.Event().wait(0.3)  # a quota store on a busy database
+        slow_add(self, *args)
+
+    monkeypatch.setattr(MemoryQuotaStore, "add_tokens", add_tokens)
+    with serve(_app("memory://", keys, tokens_per_day=1)) as base:
+        client = httpx.Client(base_url=base, timeout=30, headers=_bearer(alice))
+        first = client.post("/v1/runs", json={"message": "hello"})
+        assert first.status_code == 200, first.text
+        refused = client.post("/v1/runs", json={"message": "hello"})
+        assert refused.status_code == 429, refused.text
+        assert "tokens_per_day" in refused.json()["detail"]
+
+
 def test_the_websocket_and_streams_pass_the_same_gate(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     keys = MemoryKeyStore()

@@ -131,6 +131,17 @@ class Run:
             await self.changed()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ending:
+    """How a run ended, made known at once by ``RunManager._publish``: its status, its last
+    event (``result`` or ``run_stopped``), its error and its result."""
+
+    status: RunStatus
+    wire: dict[str, Any]
+    error: str | None = None
+    result: dict[str, Any] | None = None
+
+
 class RunManager:
     """Starts runs, keeps their logs, answers approvals, cancels, and shuts down cleanly.
 
@@ -279,6 +290,7 @@ class RunManager:
             since = self.metrics.observe(event, since)
             run.add(wire)
 
+        ending: _Ending | None = None
         try:
             async with asyncio.timeout(self.settings.run_timeout_s):
                 try:
@@ -304,56 +316,74 @@ class RunManager:
                     result = exc.result
                 run.warnings.extend(await self._lost_records(run, agent, result))
         except TimeoutError:
-            self._stop(
-                run,
+            ending = self._stopped(
                 "timed_out",
                 f"the run took longer than run_timeout_s ({self.settings.run_timeout_s:g} s) "
                 "and was stopped",
             )
         except asyncio.CancelledError:
-            self._stop(run, "cancelled", run.cancel_reason or "cancelled")
+            ending = self._stopped("cancelled", run.cancel_reason or "cancelled")
         except HermesAgentError as exc:
             if run.started:
-                self._stop(run, "failed", str(exc))
+                ending = self._stopped("failed", str(exc))
             else:  # refused before it started: the caller gets the message (422)
                 run.start_error = exc
                 run.status = "failed"
                 run.error = str(exc)
         except Exception as exc:
             logger.exception("run %s failed", run.id or "(starting)")
-            self._stop(run, "failed", f"the run failed unexpectedly: {type(exc).__name__}: {exc}")
+            problem = f"the run failed unexpectedly: {type(exc).__name__}: {exc}"
+            ending = self._stopped("failed", problem)
         else:
-            self._finish(run, result)
+            ending = self._answered(run, result)
         finally:
+            given_out = run.start_error is None
+            try:
+                if given_out:  # every model turn counts, however the run ended...
+                    wires = [wire for _, wire in run.events]
+                    tokens = tokens_used([*wires, ending.wire] if ending is not None else wires)
+                    settled = self.gate.settle(run.owner, run.id, tokens, once=False)
+                    await asyncio.shield(settled)
+            finally:  # ...before anyone hears of the ending: the owner's next run is admitted
+                if ending is not None:  # against a day that counts this one
+                    self._publish(run, ending)
             run.finished = time.time()
             self._live.discard(run)
             self.metrics.in_flight.dec()
-            given_out = run.start_error is None
             if given_out:
                 self.metrics.runs.labels(run.status).inc()
                 self._finished.append(run)
             run.ready.set()
             run.poke()
-            if given_out:  # every model turn counts, however the run ended
-                tokens = tokens_used(wire for _, wire in run.events)
-                settled = self.gate.settle(run.owner, run.id, tokens, once=False)
-                await asyncio.shield(settled)
             if run.result is None and run.error is not None and not request.dry_run:
                 # Stopped without an output record (or refused after its first record).
                 await self._record_stop(run, agent, 422 if not given_out else None)
 
-    def _finish(self, run: Run, result: RunResult) -> None:
+    def _answered(self, run: Run, result: RunResult) -> _Ending:
+        """The ending of a run that went through (``_publish`` makes it known)."""
         result.warnings.extend(run.warnings)
         wire = ResultEvent(result).to_dict()
         wire["result"]["session_id"] = run.session_id
-        run.result = wire["result"]
         # A run whose model failed after its retries (or a stage, a hook...) failed: its
         # result stays, with the error (runs.status.ending_status).
         status = ending_status(result)
+        error = None
         if status == "failed":
-            run.error = result.error or f"the run ended with status {result.status}"
-        run.add(wire)
-        run.status = status
+            error = result.error or f"the run ended with status {result.status}"
+        return _Ending(status, wire, error, wire["result"])
+
+    def _stopped(self, status: RunStatus, error: str) -> _Ending:
+        """The ending of a run stopped before its output (``_publish`` makes it known)."""
+        return _Ending(status, RunStoppedEvent(status=status, error=error).to_dict(), error)
+
+    def _publish(self, run: Run, ending: _Ending) -> None:
+        """Make the run's ending known: its result (or error), its last event, its status."""
+        if ending.result is not None:
+            run.result = ending.result
+        if ending.error is not None:
+            run.error = ending.error
+        run.add(ending.wire)
+        run.status = ending.status
 
     async def _lost_records(self, run: Run, agent: Agent, result: RunResult) -> list[str]:
         """What of the run's records the store did not take (``run_records.lost_records``):
@@ -407,9 +437,7 @@ class RunManager:
         self.runs[request_id] = run
 
     def _stop(self, run: Run, status: RunStatus, error: str) -> None:
-        run.error = error
-        run.add(RunStoppedEvent(status=status, error=error).to_dict())
-        run.status = status
+        self._publish(run, self._stopped(status, error))
 
     # -- approvals ------------------------------------------------------------------------
 
