@@ -27,6 +27,7 @@ of the thread holding the GIL, one file per worker; its own CPU inflates that ro
     python benchmarks/bench_queue_cost.py --rounds 2 --runs 300 --json queue_cost.json
     python benchmarks/bench_queue_cost.py --src before=OLD_TREE --src after=NEW_TREE
     python benchmarks/bench_queue_cost.py --src on=TREE --src off=TREE --task-events-off off
+    python benchmarks/bench_queue_cost.py --src httpx=. --src aiohttp=. --aiohttp aiohttp
     python benchmarks/bench_queue_cost.py --rounds 1 --runs 1000 --profile profiles/
 """
 
@@ -120,11 +121,20 @@ def run(message):
 
 
 def write_hermes(
-    folder: Path, model_url: str, db_url: str, broker: str, queue: str, *, task_events: bool
+    folder: Path,
+    model_url: str,
+    db_url: str,
+    broker: str,
+    queue: str,
+    *,
+    task_events: bool,
+    aiohttp: bool = False,
 ) -> Path:
     config = folder / "config.yaml"
     # Written either way: the default changed (on until issue 29's fifth round, off since).
     events = f"  task_events: {'true' if task_events else 'false'}\n"
+    # Only for the trees named by --aiohttp (an older tree does not know the key).
+    transport = "  transport: aiohttp\n" if aiohttp else ""
     config.write_text(
         f"""
 model:
@@ -135,7 +145,7 @@ model:
   mode: native
   max_retries: 0
   timeout: 120
-agent:
+{transport}agent:
   max_iterations: 6
 tools:
   step:
@@ -370,7 +380,15 @@ def measure_hermes(
 ) -> dict[str, Any]:
     conninfo = db_url.replace("postgresql+psycopg://", "postgresql://")
     quiet = src_name in (args.task_events_off or [])
-    config = write_hermes(folder, model_url, db_url, args.broker, queue, task_events=not quiet)
+    config = write_hermes(
+        folder,
+        model_url,
+        db_url,
+        args.broker,
+        queue,
+        task_events=not quiet,
+        aiohttp=src_name in (args.aiohttp or []),
+    )
     log = f"hermes-{uuid.uuid4().hex[:6]}.log"
     profiler: list[str] = []
     if args.profile is not None:
@@ -525,9 +543,10 @@ def delete_queue(broker: str, queue: str) -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     sources = dict(item.split("=", 1) for item in args.src) if args.src else {"hermes": str(ROOT)}
-    unknown = set(args.task_events_off or []) - set(sources)
-    if unknown:
-        raise SystemExit(f"--task-events-off names no --src: {', '.join(sorted(unknown))}")
+    for option, named in (("--task-events-off", args.task_events_off), ("--aiohttp", args.aiohttp)):
+        unknown = set(named or []) - set(sources)
+        if unknown:
+            raise SystemExit(f"{option} names no --src: {', '.join(sorted(unknown))}")
     model_port = free_port()
     model = subprocess.Popen(
         [
@@ -626,6 +645,13 @@ def main() -> None:
         action="append",
         metavar="NAME",
         help="a --src whose workers send no Celery task events (queue.task_events: false)",
+    )
+    parser.add_argument(
+        "--aiohttp",
+        action="append",
+        metavar="NAME",
+        help="a --src whose workers send their model requests through aiohttp "
+        "(model.transport: aiohttp)",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument(

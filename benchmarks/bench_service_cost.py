@@ -37,6 +37,7 @@ run as a multiple of the sdk-loop's and of the httpx floor's at the same concurr
     python benchmarks/bench_service_cost.py --src before=OLD_TREE --src after=NEW_TREE
     python benchmarks/bench_service_cost.py --concurrency 10 --storage memory --rounds 1
     python benchmarks/bench_service_cost.py --concurrency 100 --floor-client httpx
+    python benchmarks/bench_service_cost.py --src httpx=. --src aiohttp=. --aiohttp aiohttp
 """
 
 from __future__ import annotations
@@ -117,23 +118,28 @@ class RunIn(BaseModel):
     message: str
 
 
-def hermes_app(port: int, model_url: str, storage_url: str, in_flight: int) -> tuple[Any, Any]:
+def hermes_app(
+    port: int, model_url: str, storage_url: str, in_flight: int, transport: str = ""
+) -> tuple[Any, Any]:
     from hermes_agent.config import parse_config
     from hermes_agent.loading import build_agent
     from hermes_agent.server import ServiceSettings, create_app
     from hermes_agent.tools.registry import Tool
 
+    model: dict[str, Any] = {
+        "provider": "openai",
+        "base_url": model_url,
+        "api_key": "none",
+        "model_name": MODEL,
+        "mode": "native",
+        "timeout": 120,
+        "max_retries": 0,
+    }
+    if transport:  # only for trees that know the key (--aiohttp NAME)
+        model["transport"] = transport
     config = parse_config(
         {
-            "model": {
-                "provider": "openai",
-                "base_url": model_url,
-                "api_key": "none",
-                "model_name": MODEL,
-                "mode": "native",
-                "timeout": 120,
-                "max_retries": 0,
-            },
+            "model": model,
             "agent": {"max_iterations": 6},
             "storage": {"url": storage_url},
         }
@@ -217,13 +223,19 @@ def httpx_app(model_url: str, library: str = "httpx2") -> Any:
 
 
 def serve(
-    kind: str, port: int, model_url: str, storage_url: str, in_flight: int, library: str
+    kind: str,
+    port: int,
+    model_url: str,
+    storage_url: str,
+    in_flight: int,
+    library: str,
+    transport: str = "",
 ) -> None:
     import uvicorn
 
     agent = None
     if kind == "hermes":
-        app, agent = hermes_app(port, model_url, storage_url, in_flight)
+        app, agent = hermes_app(port, model_url, storage_url, in_flight, transport)
     elif kind == "sdk-loop":
         app = sdk_app(model_url)
     else:
@@ -457,6 +469,8 @@ async def measure_contender(
     command = [sys.executable, str(Path(__file__).resolve()), "--serve", kind, "--port", str(port)]
     command += ["--model-url", model_url, "--storage-url", storage_url]
     command += ["--in-flight", str(2 * max(args.concurrency)), "--floor-client", args.floor_client]
+    if tree is not None and name.rsplit("/", 1)[0] in (args.aiohttp or []):
+        command += ["--transport", "aiohttp"]
     meter: BackendMeter | None = None
     process = None
     rows = []
@@ -620,6 +634,13 @@ def main() -> None:
         default="httpx2",
         help="the HTTP client of the httpx-floor contender",
     )
+    parser.add_argument(
+        "--aiohttp",
+        action="append",
+        metavar="NAME",
+        help="the --src tree NAME's service sends its model requests through aiohttp "
+        "(model.transport: aiohttp; repeatable)",
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     # A contender's own process: this file with --serve KIND.
     parser.add_argument("--serve", choices=["hermes", *BASELINES], help=argparse.SUPPRESS)
@@ -627,6 +648,7 @@ def main() -> None:
     parser.add_argument("--model-url", help=argparse.SUPPRESS)
     parser.add_argument("--storage-url", default="", help=argparse.SUPPRESS)
     parser.add_argument("--in-flight", type=int, default=200, help=argparse.SUPPRESS)
+    parser.add_argument("--transport", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(
@@ -636,6 +658,7 @@ def main() -> None:
             args.storage_url,
             args.in_flight,
             args.floor_client,
+            args.transport,
         )
         return
     args.concurrency = args.concurrency or [10, 100]

@@ -18,7 +18,7 @@ import pytest
 from hermes_agent import Agent
 from hermes_agent.errors import ModelError
 from hermes_agent.models.base import ModelSettings
-from hermes_agent.models.openai import OpenAICompatible
+from hermes_agent.models.openai import OpenAICompatible, Transport
 from hermes_agent.runs.status import ending_status
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.types import Message
@@ -109,15 +109,21 @@ def dripping() -> Iterator[DrippingServer]:
         server.close()
 
 
-def model(server: DrippingServer) -> OpenAICompatible:
+def model(server: DrippingServer, transport: Transport = "httpx") -> OpenAICompatible:
     # A read timeout well above the drip: only the deadline can end the request.
     return OpenAICompatible(
-        "m", base_url=server.base_url, timeout=5.0, max_retries=2, deadline=DEADLINE_S
+        "m",
+        base_url=server.base_url,
+        timeout=5.0,
+        max_retries=2,
+        deadline=DEADLINE_S,
+        transport=transport,
     )
 
 
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
 @pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
-def test_a_trickling_endpoint_is_cut_at_the_deadline(streamed: bool) -> None:
+def test_a_trickling_endpoint_is_cut_at_the_deadline(streamed: bool, transport: Transport) -> None:
     async def ask(m: OpenAICompatible) -> None:
         messages, settings = [Message("user", "hi")], ModelSettings()
         if streamed:
@@ -126,11 +132,17 @@ def test_a_trickling_endpoint_is_cut_at_the_deadline(streamed: bool) -> None:
         else:
             await m.complete(messages, [], settings)
 
+    async def asked(m: OpenAICompatible) -> None:
+        try:
+            await ask(m)
+        finally:
+            await m.aclose()
+
     with dripping() as server:
-        m = model(server)
+        m = model(server, transport)
         started = time.monotonic()
         with pytest.raises(ModelError, match="deadline of 2 s") as caught:
-            asyncio.run(ask(m))
+            asyncio.run(asked(m))
         took = time.monotonic() - started
         assert DEADLINE_S - 0.1 <= took < DEADLINE_S + 1.5, took
         assert server.requests == 1  # cut, not retried past the deadline
@@ -157,9 +169,14 @@ def test_a_run_against_a_trickling_endpoint_fails_in_time_and_saves_no_turn(
         agent.close()
 
 
-def test_a_service_run_against_a_trickling_endpoint_ends_failed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
+def test_a_service_run_against_a_trickling_endpoint_ends_failed(
+    tmp_path: Path, transport: Transport
+) -> None:
     with dripping() as server:
-        agent = Agent(model=model(server), storage=f"sqlite:///{tmp_path / 'state.db'}")
+        agent = Agent(
+            model=model(server, transport), storage=f"sqlite:///{tmp_path / 'state.db'}"
+        )
         with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
             client = httpx.Client(base_url=url, timeout=30)
             started = time.monotonic()

@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from hermes_agent import Agent, build_agent
-from hermes_agent.config import OpenAIConfig
+from hermes_agent.config import HermesConfig, OpenAIConfig, parse_config
 from hermes_agent.errors import ConfigError
+from hermes_agent.loading import on_owned_loops
 from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.models.registry import build_model
 from hermes_agent.server import ServiceSettings, create_app
@@ -53,9 +54,57 @@ print("collected", flush=True)
 def test_the_config_picks_the_transport_and_a_wrong_one_is_named() -> None:
     model = build_model(OpenAIConfig(model_name="m", transport="aiohttp"))
     assert isinstance(model, OpenAICompatible) and model.transport == "aiohttp"
+    # ``auto`` (the default) is httpx for an agent built anywhere but the service or a worker.
     assert build_model(OpenAIConfig(model_name="m")).transport == "httpx"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match="transport must be one of"):
         OpenAICompatible("m", transport="curl")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="transport"):
+        parse_config({"model": {"provider": "openai", "model_name": "m", "transport": "curl"}})
+
+
+def test_auto_is_aiohttp_on_owned_loops_and_an_explicit_choice_stays() -> None:
+    def section(**model: str) -> HermesConfig:
+        return parse_config({"model": {"provider": "openai", "model_name": "m", **model}})
+
+    automatic = section()
+    owned = on_owned_loops(automatic)
+    assert owned.model.transport == "aiohttp"  # type: ignore[attr-defined]
+    assert automatic.model.transport == "auto"  # type: ignore[attr-defined]  (a copy)
+    assert on_owned_loops(section(transport="httpx")).model.transport == "httpx"  # type: ignore[attr-defined]
+    with_answer = parse_config(
+        {
+            "model": {"provider": "openai", "model_name": "m", "transport": "httpx"},
+            "answer_model": {"provider": "openai", "model_name": "a"},
+        }
+    )
+    both = on_owned_loops(with_answer)
+    assert both.model.transport == "httpx"  # type: ignore[attr-defined]
+    assert both.answer_model.transport == "aiohttp"  # type: ignore[union-attr]
+
+
+def test_the_service_built_from_a_config_uses_aiohttp_and_closes_it(
+    server: ScriptedServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import gc
+
+    server.push(text("served"))
+    config = parse_config(
+        {
+            "model": {"provider": "openai", "model_name": "m", "base_url": server.base_url},
+            "service": {"auth": "none"},
+        }
+    )
+    app = create_app(config)
+    model = app.state.manager.agent.model
+    assert isinstance(model, OpenAICompatible) and model.transport == "aiohttp"
+    with serve(app) as url:
+        reply = httpx.post(f"{url}/v1/runs", json={"message": "hi"}, timeout=30)
+        assert reply.status_code == 200 and reply.json()["output"] == "served"
+    assert not model._clients
+    caplog.set_level("ERROR", logger="asyncio")
+    del app, model
+    gc.collect()
+    assert UNCLOSED not in caplog.text
 
 
 @pytest.mark.parametrize("closing", ["close", "no-close"])
@@ -101,14 +150,14 @@ def pg_url(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.timeout(180)
-def test_a_worker_on_aiohttp_runs_and_stops_with_its_sessions_closed(
+def test_a_worker_on_auto_runs_on_aiohttp_and_stops_with_its_sessions_closed(
     tmp_path: Path, pg_url: str
 ) -> None:
     from hermes_agent.worker import submit
 
     with (
         running_step_model(free_port(), latency=0.01) as model_url,
-        cluster(tmp_path, pg_url, REDIS, model_url, transport="aiohttp") as c,
+        cluster(tmp_path, pg_url, REDIS, model_url, transport="auto") as c,
     ):
         worker = c.start_worker(concurrency=2)
         c.wait_ready()

@@ -104,8 +104,9 @@ class Cluster:
     """Every call of ``step`` waits for its owner's approval (the run is set aside meanwhile)."""
     task_events: bool = False
     """Celery's task events (``queue.task_events``), off as by default."""
-    transport: str = "httpx"
-    """The model's HTTP client (``model.transport``)."""
+    transport: str = "auto"
+    """The model's HTTP client (``model.transport``; ``auto``, the default, is aiohttp in a
+    worker)."""
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def write_config(self) -> Path:

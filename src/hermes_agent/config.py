@@ -96,9 +96,12 @@ class OpenAIConfig(ModelConfig):
     grammar: bool = False
     """hermes mode: constrain a turn that must call a tool with a GBNF grammar of the calls
     (llama.cpp's server and llama-cpp-python's server accept one)."""
-    transport: Literal["httpx", "aiohttp"] = "httpx"
-    """The SDK's HTTP client: httpx (its default) or aiohttp (the ``aiohttp`` extra), which
-    costs a busy service or worker less CPU per request (docs/benchmarks.md)."""
+    transport: Literal["auto", "httpx", "aiohttp"] = "auto"
+    """The SDK's HTTP client: httpx (its default) or aiohttp, which costs a busy process less
+    CPU per request (docs/benchmarks.md) but must be closed on its event loop. ``auto``:
+    aiohttp in the service and the workers, which own their loops and close what was opened
+    on them, when aiohttp is installed (the ``server``, ``worker`` and ``aiohttp`` extras);
+    httpx everywhere else (``Agent.run``, ``Agent.arun`` on a loop of yours)."""
 
     def secrets(self) -> list[str]:
         return [self.api_key] if self.api_key else []

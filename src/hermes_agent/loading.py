@@ -84,6 +84,33 @@ def build_agent(
     return agent
 
 
+def on_owned_loops(config: HermesConfig) -> HermesConfig:
+    """``config`` for a process that owns its event loops and closes what its runs open on
+    them before they end (the service, a worker; ``Agent.close_connections``): an endpoint
+    model left at ``transport: auto`` sends its requests through aiohttp where it is
+    installed (less CPU a request under load); elsewhere ``auto`` is httpx. A copy: the
+    config given is left as it is."""
+    from hermes_agent.config import OpenAIConfig
+
+    sections = {"model": config.model, "answer_model": config.answer_model}
+    automatic = {
+        key: section
+        for key, section in sections.items()
+        if isinstance(section, OpenAIConfig) and section.transport == "auto"
+    }
+    if not automatic:
+        return config
+    from hermes_agent.models.openai import aiohttp_available
+
+    if not aiohttp_available():
+        return config
+    chosen = {
+        key: section.model_copy(update={"transport": "aiohttp"})
+        for key, section in automatic.items()
+    }
+    return config.model_copy(update=chosen)
+
+
 def _wire_tracing(agent: Agent, config: HermesConfig) -> None:
     """The config's ``tracing:`` section: instrument the agent from outside, through its hooks
     (OpenTelemetry is imported only when tracing is on)."""

@@ -514,6 +514,15 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
+def aiohttp_available() -> bool:
+    """Whether the SDK can send its requests through aiohttp (``transport="aiohttp"``)."""
+    try:
+        _check_aiohttp()
+    except ConfigError:
+        return False
+    return True
+
+
 def _check_aiohttp() -> None:
     """``ConfigError`` unless the SDK can send its requests through aiohttp."""
     try:

@@ -116,7 +116,8 @@ def _openai(config: OpenAIConfig) -> Model:
         max_retries=config.max_retries,
         context_window=config.context_window,
         grammar=config.grammar,
-        transport=config.transport,
+        # ``auto`` is resolved by the service and the workers (``loading.on_owned_loops``).
+        transport="httpx" if config.transport == "auto" else config.transport,
     )
 
 

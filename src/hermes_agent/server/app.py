@@ -34,7 +34,7 @@ from starlette.responses import Response
 from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
-from hermes_agent.loading import build_agent, load_tools_file
+from hermes_agent.loading import build_agent, load_tools_file, on_owned_loops
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
 from hermes_agent.runs.principal import LOCAL_USER, Principal
 from hermes_agent.runs.principal import is_loopback as is_loopback
@@ -90,7 +90,9 @@ def create_app(
         check_queue_mode(hermes_config, agent.storage if agent is not None else None)
     owns_agent = agent is None
     if agent is None:
-        base = build_agent(hermes_config, tools_files=tools_files)
+        # The service owns its loop and closes its models' connections at shutdown.
+        owned = on_owned_loops(hermes_config) if hermes_config is not None else None
+        base = build_agent(owned, tools_files=tools_files)
     else:
         base = agent
         for item in (tool for path in tools_files for tool in load_tools_file(path)):

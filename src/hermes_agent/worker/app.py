@@ -154,7 +154,7 @@ class WorkerProcess:
     """What one worker process holds: the agent, the run store, the runner, the sweeper."""
 
     def __init__(self, config: HermesConfig, tools_files: Sequence[str] = ()) -> None:
-        from hermes_agent.loading import build_agent
+        from hermes_agent.loading import build_agent, on_owned_loops
         from hermes_agent.storage.sql import SqlStorage
         from hermes_agent.worker.runner import RunWorker
         from hermes_agent.worker.store import RunStore
@@ -163,7 +163,8 @@ class WorkerProcess:
             raise ConfigError(f"{config.source}: a worker needs a queue: section (broker, ...)")
         self.queue = config.queue
         self.app = make_celery(self.queue)
-        self.agent = build_agent(config, tools_files=list(tools_files))
+        # The worker's run loop closes its models' connections as it stops.
+        self.agent = build_agent(on_owned_loops(config), tools_files=list(tools_files))
         if not isinstance(self.agent.storage, SqlStorage):
             raise ConfigError(
                 f"{config.source}: queued runs keep their state in a SQL store; set storage.url "
