@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from hermes_agent import Agent, build_agent
-from hermes_agent.config import HermesConfig, OpenAIConfig, parse_config
+from hermes_agent.config import HermesConfig, OpenAIConfig, load_config, parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.loading import on_owned_loops
 from hermes_agent.models.openai import OpenAICompatible
@@ -142,6 +142,36 @@ def test_the_service_closes_its_models_sessions_at_shutdown(
     del agent, model
     gc.collect()
     assert UNCLOSED not in caplog.text
+
+
+def test_the_worker_process_and_hermes_agent_serve_resolve_auto_to_aiohttp(
+    tmp_path: Path,
+) -> None:
+    from hermes_agent.cli._common import cli_agent
+    from hermes_agent.worker.app import WorkerProcess
+
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"""
+model: {{provider: openai, model_name: m, base_url: "http://127.0.0.1:9/v1"}}
+storage: {{url: "sqlite:///{tmp_path / 'state.db'}"}}
+queue: {{broker: "{REDIS}", queue_name: hermes-test-transport}}
+""",
+        encoding="utf-8",
+    )
+    process = WorkerProcess(load_config(config))
+    try:
+        assert process.agent.model.transport == "aiohttp"  # type: ignore[attr-defined]
+    finally:
+        process.close()
+    served = cli_agent(config, None, True, owned_loop=True)
+    plain = cli_agent(config, None, True)
+    try:
+        assert served.model.transport == "aiohttp"  # type: ignore[attr-defined]
+        assert plain.model.transport == "httpx"  # type: ignore[attr-defined]  (hermes-agent run)
+    finally:
+        served.close()
+        plain.close()
 
 
 @pytest.fixture

@@ -142,6 +142,49 @@ def test_a_runs_tokens_are_counted_before_its_answer_is_given(
         assert "tokens_per_day" in refused.json()["detail"]
 
 
+def test_a_cancel_while_the_tokens_are_counted_is_too_late_and_frees_the_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cancel that lands while an ending run's tokens are being counted does not cut the
+    ending short: the run ends completed, the cancel says it did not cancel, and the run's
+    slot is given back (the owner's next run is not refused for one still in flight)."""
+    keys = MemoryKeyStore()
+    alice = keys.create("alice")
+    slow_add = MemoryQuotaStore.add_tokens
+    counting = threading.Event()
+
+    def add_tokens(self: MemoryQuotaStore, *args: Any) -> None:
+        counting.set()
+        threading.Event().wait(0.5)
+        slow_add(self, *args)
+
+    monkeypatch.setattr(MemoryQuotaStore, "add_tokens", add_tokens)
+    settings = ServiceSettings(
+        keys_url="memory://",
+        quotas=QuotaSettings(tokens_per_day=10**6),
+        max_runs_in_flight_per_user=1,
+    )
+    app = create_app(agent=make_agent("memory://"), settings=settings, keys=keys)
+    with serve(app) as base:
+        client = httpx.Client(base_url=base, timeout=30, headers=_bearer(alice))
+        answers: list[httpx.Response] = []
+        poster = threading.Thread(
+            target=lambda: answers.append(client.post("/v1/runs", json={"message": "hello"}))
+        )
+        poster.start()
+        assert counting.wait(10)
+        listed = client.get("/v1/runs").json()
+        rows = listed["runs"] if isinstance(listed, dict) else listed
+        (request_id,) = [row["request_id"] for row in rows]
+        cancel = client.post(f"/v1/runs/{request_id}/cancel")
+        poster.join(10)
+        ending = {"request_id": request_id, "cancelled": False, "status": "completed"}
+        assert cancel.json() == ending
+        assert answers[0].status_code == 200, answers[0].text
+        again = client.post("/v1/runs", json={"message": "hello"})
+        assert again.status_code == 200, again.text
+
+
 def test_the_websocket_and_streams_pass_the_same_gate(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'state.db'}"
     keys = MemoryKeyStore()

@@ -20,7 +20,7 @@ from hermes_agent.agent import Agent
 from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.demo_tools import demo_tools
 from hermes_agent.errors import ConfigError, HermesAgentError
-from hermes_agent.loading import ToolsFileError, build_agent
+from hermes_agent.loading import ToolsFileError, build_agent, on_owned_loops
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
 
@@ -152,14 +152,19 @@ def cli_agent(
     *,
     storage: bool = True,
     toolsets: list[str] | None = None,
+    owned_loop: bool = False,
 ) -> Agent:
     """The agent the command's options describe: ``build_agent`` plus the command line's
     defaults (the demo tools, approval at the terminal, and ``.hermes/state.db`` when the
     config names no storage). ``storage=False`` for commands that only need its tools (no
     database is opened or created); ``toolsets`` (``--toolsets``) limits its tools. With
-    ``--debug``, each tool call the model writes is logged with its arguments."""
+    ``--debug``, each tool call the model writes is logged with its arguments.
+    ``owned_loop``: the command owns the loop its runs use and closes what they open on it
+    (``serve``), so ``transport: auto`` is aiohttp (``loading.on_owned_loops``)."""
     try:
         settings = load_config(config) if config else None
+        if owned_loop and settings is not None:
+            settings = on_owned_loops(settings)
         overrides: dict[str, Any] = {}
         if not storage:
             overrides["storage"] = None

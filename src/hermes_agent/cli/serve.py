@@ -112,7 +112,7 @@ def serve(
         )
     settings = settings.model_copy(update={"keys_url": url})
     with_demo = config is None if demo_tools is None else demo_tools
-    agent = cli_agent(config, tools, not with_demo)
+    agent = cli_agent(config, tools, not with_demo, owned_loop=True)
     try:
         keys = open_key_store(url)
         key_file = local_key(keys) if settings_file is None and settings.auth == "keys" else None

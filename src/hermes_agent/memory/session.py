@@ -63,8 +63,11 @@ async def off_the_loop(
     session whole, or not at all. An append that went through means the cancel came too late —
     the run has had its effects, recorded its output and saved its turn — so it is not raised
     and the run ends as it finished; an append that failed raises the cancel, chained to the
-    failure. The task's cancel count is left as it is: an ``asyncio.timeout`` that sent the
-    cancel takes it back on its way out (and raises nothing, since nothing was cancelled)."""
+    failure. A cancel not raised is taken back (``Task.uncancel``), so an ``asyncio.timeout``
+    around the run still tells its own expiry apart (one that sent this cancel raises
+    nothing: nothing was cancelled). ``Agent`` catches an append's failure itself (a turn not
+    saved is a warning of the run), so for a run a cancel during its append always comes too
+    late."""
     # The class, not the instance: a wrapper that delegates through ``__getattr__`` does not
     # answer for the store it wraps (``isinstance`` would ask the instance on Python 3.11).
     if issubclass(type(store), AnswersAtOnce) and store.answers_at_once(  # type: ignore[attr-defined]
@@ -84,6 +87,9 @@ async def off_the_loop(
         failure = None if done.cancelled() else done.exception()
         if done.cancelled() or failure is not None:
             raise asyncio.CancelledError from failure
+        task = asyncio.current_task()
+        if task is not None:  # taken back: an enclosing asyncio.timeout still works
+            task.uncancel()
     return done.result()
 
 

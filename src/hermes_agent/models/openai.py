@@ -502,13 +502,19 @@ class OpenAICompatible(ModelBase):
 
 
 def _refused(exc: BaseException) -> bool:
-    """Whether a timeout the SDK reports was a connection that failed at once: the aiohttp
-    transport reports a refused connection as a connect timeout (its ``ClientConnectorError``,
-    an ``OSError`` that is no timeout, is its cause)."""
+    """Whether a timeout the SDK reports was a connection that failed without timing out: the
+    aiohttp transport reports every ``aiohttp.ClientConnectionError`` (a refused connection,
+    a server that hung up) as a connect timeout, with the aiohttp error as its cause."""
+    try:
+        from aiohttp import ClientConnectionError, ServerTimeoutError
+    except ImportError:  # httpx reports timeouts as timeouts
+        return False
     seen = 0
     cause = exc.__cause__ or exc.__context__
     while cause is not None and seen < 8:
-        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+        if isinstance(cause, TimeoutError | ServerTimeoutError):
+            return False
+        if isinstance(cause, ClientConnectionError | OSError):
             return True
         cause, seen = cause.__cause__ or cause.__context__, seen + 1
     return False
@@ -527,8 +533,12 @@ def _check_aiohttp() -> None:
     """``ConfigError`` unless the SDK can send its requests through aiohttp."""
     try:
         import aiohttp  # noqa: F401
-        from openai import DefaultAioHttpClient  # noqa: F401
-    except ImportError as exc:
+        from openai import DefaultAioHttpClient
+
+        # Older SDKs import it without their aiohttp transport and refuse only when it is
+        # made (RuntimeError); made here, it opens nothing (its session waits for a request).
+        DefaultAioHttpClient()
+    except (ImportError, RuntimeError) as exc:
         raise ConfigError(
             f"transport: aiohttp needs aiohttp and an openai SDK that can use it ({exc}); "
             "install hermes-agent-core[aiohttp], or use transport: httpx"

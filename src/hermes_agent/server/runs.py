@@ -24,9 +24,9 @@ import logging
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from hermes_agent.agent import Agent
 from hermes_agent.audit.recorder import lifecycle_record
@@ -55,6 +55,7 @@ from hermes_agent.tools.registry import Tool
 from hermes_agent.types import RunResult, ToolCall
 
 logger = logging.getLogger("hermes_agent.server")
+_T = TypeVar("_T")
 
 _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
     "hermes_service_run", default=None
@@ -129,6 +130,21 @@ class Run:
             if self.done:
                 return
             await self.changed()
+
+
+async def _beyond_cancel(work: Coroutine[Any, Any, _T]) -> _T:
+    """``await work`` to its end, whatever cancels this task meanwhile: for the steps of a run
+    that is already ending. A cancel that lands is taken back (``Task.uncancel``), so the
+    enclosing ``asyncio.timeout`` still tells its own expiry apart."""
+    done = asyncio.ensure_future(work)
+    while not done.done():
+        try:
+            await asyncio.wait({done})
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+    return done.result()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -314,7 +330,9 @@ class RunManager:
                 except OutputValidationError as exc:
                     # The run went through to its end; its answer never matched the schema.
                     result = exc.result
-                run.warnings.extend(await self._lost_records(run, agent, result))
+                # The run has had its effects and recorded its output: a cancel from here on
+                # is too late (a stopped record after the output would end it twice).
+                run.warnings.extend(await _beyond_cancel(self._lost_records(run, agent, result)))
         except TimeoutError:
             ending = self._stopped(
                 "timed_out",
@@ -342,8 +360,8 @@ class RunManager:
                 if given_out:  # every model turn counts, however the run ended...
                     wires = [wire for _, wire in run.events]
                     tokens = tokens_used([*wires, ending.wire] if ending is not None else wires)
-                    settled = self.gate.settle(run.owner, run.id, tokens, once=False)
-                    await asyncio.shield(settled)
+                    # A cancel now (a client's, the shutdown's) is too late: the run is ending.
+                    await _beyond_cancel(self.gate.settle(run.owner, run.id, tokens, once=False))
             finally:  # ...before anyone hears of the ending: the owner's next run is admitted
                 if ending is not None:  # against a day that counts this one
                     self._publish(run, ending)

@@ -238,6 +238,7 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
     from celery.signals import (  # type: ignore[import-untyped]
         task_received,
         worker_process_init,
+        worker_process_shutdown,
         worker_shutdown,
     )
 
@@ -250,17 +251,25 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
             _main_store.storage.engine.dispose(close=False)
         worker_process()
 
-    @worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
-    def closing(**_: Any) -> None:
-        # After a warm shutdown the runs of this process have finished; stop the sweeper,
-        # the run loop and the agent (its MCP servers, its store).
+    def close_process() -> None:
         global _process
-        if _deliveries is not None:
-            _deliveries.close()
         with _process_guard:
             if _process is not None:
                 _process.close()
                 _process = None
+
+    @worker_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
+    def closing(**_: Any) -> None:
+        # After a warm shutdown the runs of this process have finished; stop the sweeper,
+        # the run loop and the agent (its MCP servers, its store, its models' connections).
+        if _deliveries is not None:
+            _deliveries.close()
+        close_process()
+
+    @worker_process_shutdown.connect(weak=False)  # type: ignore[untyped-decorator]
+    def child_closing(**_: Any) -> None:
+        # A prefork child holds an agent of its own (worker_shutdown is the main process's).
+        close_process()
 
     @task_received.connect(weak=False)  # type: ignore[untyped-decorator]
     def received(sender: Any = None, request: Any = None, **_: Any) -> None:

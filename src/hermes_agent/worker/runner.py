@@ -326,10 +326,11 @@ class RunWorker:
             logger.warning("run %s: not released; its lease lapses", attempt.request_id)
 
     def close(self) -> None:
-        """Stop the run loop (runs still on it are abandoned: their leases expire), once the
-        connections the agent's models opened on it are closed."""
+        """Stop the run loop (runs still on it are abandoned: their leases expire, and another
+        worker resumes them), first closing the connections the agent's models opened on it
+        when no run is left on it (a run cut off from its model would end failed)."""
         if self._loop.is_running():
-            closing = asyncio.run_coroutine_threadsafe(self.agent.close_connections(), self._loop)
+            closing = asyncio.run_coroutine_threadsafe(self._close_when_idle(), self._loop)
             try:
                 closing.result(timeout=5)
             except Exception:  # a stuck close must not hold up the worker's shutdown
@@ -337,6 +338,12 @@ class RunWorker:
                 closing.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
+
+    async def _close_when_idle(self) -> None:
+        if any(task is not asyncio.current_task() for task in asyncio.all_tasks()):
+            logger.warning("runs still on the loop as the worker stops: their leases lapse")
+            return
+        await self.agent.close_connections()
 
     async def _drive(self, claim: Claim, attempt: Attempt) -> Ending:
         """The run on the event loop; returns its ending, which the delivery's thread writes
