@@ -103,6 +103,23 @@ def serve(app: FastAPI) -> Iterator[str]:
         thread.join(30)
 
 
+def post_in_background(
+    client: httpx.Client, body: dict[str, Any]
+) -> tuple[threading.Thread, list[httpx.Response]]:
+    """``POST /v1/runs`` with ``body`` from a thread, for a test that acts while the run is in
+    flight; the answer lands in the list once the thread is joined."""
+    answers: list[httpx.Response] = []
+    poster = threading.Thread(target=lambda: answers.append(client.post("/v1/runs", json=body)))
+    poster.start()
+    return poster, answers
+
+
+def only_run_id(client: httpx.Client) -> str:
+    """The id of the one run ``GET /v1/runs`` lists for the caller."""
+    (request_id,) = [row["request_id"] for row in client.get("/v1/runs").json()["runs"]]
+    return str(request_id)
+
+
 def sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
     """Parse SSE frames: ``{"id", "event", "data"}`` per frame; comments as ``{"comment"}``."""
     frame: dict[str, Any] = {}

@@ -27,7 +27,7 @@ from hermes_agent.server.quotas import (
     quota_store_for,
 )
 from hermes_agent.server.settings import QuotaLimits, QuotaSettings, service_settings
-from server_harness import make_agent, serve
+from server_harness import make_agent, only_run_id, post_in_background, serve
 from storage_backends import database_url, sql_database_url  # noqa: F401  (fixtures)
 
 
@@ -167,15 +167,9 @@ def test_a_cancel_while_the_tokens_are_counted_is_too_late_and_frees_the_slot(
     app = create_app(agent=make_agent("memory://"), settings=settings, keys=keys)
     with serve(app) as base:
         client = httpx.Client(base_url=base, timeout=30, headers=_bearer(alice))
-        answers: list[httpx.Response] = []
-        poster = threading.Thread(
-            target=lambda: answers.append(client.post("/v1/runs", json={"message": "hello"}))
-        )
-        poster.start()
+        poster, answers = post_in_background(client, {"message": "hello"})
         assert counting.wait(10)
-        listed = client.get("/v1/runs").json()
-        rows = listed["runs"] if isinstance(listed, dict) else listed
-        (request_id,) = [row["request_id"] for row in rows]
+        request_id = only_run_id(client)
         cancel = client.post(f"/v1/runs/{request_id}/cancel")
         poster.join(10)
         ending = {"request_id": request_id, "cancelled": False, "status": "completed"}

@@ -16,7 +16,7 @@ from hermes_agent import Agent, Message, ScriptedModel
 from hermes_agent.memory.session import InMemorySessionStore, off_the_loop
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.storage.in_memory import InMemoryStorage
-from server_harness import serve
+from server_harness import only_run_id, post_in_background, serve
 
 
 class GatedStore(InMemorySessionStore):
@@ -157,10 +157,7 @@ def test_the_service_answers_while_a_runs_session_store_waits() -> None:
     agent = Agent(model=ScriptedModel(["done"] * 2), storage=GatedStorage(store))
     with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
         client = httpx.Client(base_url=url, timeout=30)
-        answers: list[httpx.Response] = []
-        body = {"message": "hello", "session_id": "stuck"}
-        poster = threading.Thread(target=lambda: answers.append(client.post("/v1/runs", json=body)))
-        poster.start()
+        poster, answers = post_in_background(client, {"message": "hello", "session_id": "stuck"})
         assert store.waiting.wait(10)  # its session load waits on the store
         began = time.monotonic()
         other = client.post("/v1/runs", json={"message": "hi", "session_id": "other"})
@@ -184,14 +181,9 @@ def test_a_clients_cancel_during_the_services_append_leaves_one_ending() -> None
     agent = Agent(model=ScriptedModel(["done"]), storage=storage)
     with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
         client = httpx.Client(base_url=url, timeout=30)
-        answers: list[httpx.Response] = []
-        body = {"message": "hello", "session_id": "stuck"}
-        poster = threading.Thread(target=lambda: answers.append(client.post("/v1/runs", json=body)))
-        poster.start()
+        poster, answers = post_in_background(client, {"message": "hello", "session_id": "stuck"})
         assert store.waiting.wait(10)  # the run's turn is being appended
-        listed = client.get("/v1/runs").json()
-        rows = listed["runs"] if isinstance(listed, dict) else listed
-        (request_id,) = [row["request_id"] for row in rows]
+        request_id = only_run_id(client)
         threading.Timer(0.3, store.gate.set).start()
         cancel = client.post(f"/v1/runs/{request_id}/cancel")
         poster.join(10)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol, TypedDict, TypeVar, runtime_checkable
 
+from hermes_agent.late_cancels import finish_despite_cancels
 from hermes_agent.types import Message
 
 _T = TypeVar("_T")
@@ -76,20 +77,9 @@ async def off_the_loop(
         return call()
     if not append:
         return await asyncio.to_thread(call)
-    done = asyncio.ensure_future(asyncio.to_thread(call))
-    cancelled = False
-    while not done.done():
-        try:
-            await asyncio.wait({done})  # never cancels ``done``, never raises its failure
-        except asyncio.CancelledError:
-            cancelled = True  # wait for the append, then stop
-    if cancelled:
-        failure = None if done.cancelled() else done.exception()
-        if done.cancelled() or failure is not None:
-            raise asyncio.CancelledError from failure
-        task = asyncio.current_task()
-        if task is not None:  # taken back: an enclosing asyncio.timeout still works
-            task.uncancel()
+    done, cancelled = await finish_despite_cancels(asyncio.to_thread(call))
+    if cancelled and (done.cancelled() or done.exception() is not None):
+        raise asyncio.CancelledError from (None if done.cancelled() else done.exception())
     return done.result()
 
 

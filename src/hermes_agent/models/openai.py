@@ -43,6 +43,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -522,15 +523,23 @@ def _refused(exc: BaseException) -> bool:
 
 def aiohttp_available() -> bool:
     """Whether the SDK can send its requests through aiohttp (``transport="aiohttp"``)."""
-    try:
-        _check_aiohttp()
-    except ConfigError:
-        return False
-    return True
+    return _aiohttp_problem() is None
 
 
 def _check_aiohttp() -> None:
     """``ConfigError`` unless the SDK can send its requests through aiohttp."""
+    problem = _aiohttp_problem()
+    if problem is not None:
+        raise ConfigError(
+            f"transport: aiohttp needs aiohttp and an openai SDK that can use it ({problem}); "
+            "install hermes-agent-core[aiohttp], or use transport: httpx"
+        )
+
+
+@functools.cache
+def _aiohttp_problem() -> str | None:
+    """Why the SDK cannot use aiohttp in this process (``None``: it can); asked once, since
+    what is installed does not change while the process runs."""
     try:
         import aiohttp  # noqa: F401
         from openai import DefaultAioHttpClient
@@ -539,10 +548,8 @@ def _check_aiohttp() -> None:
         # made (RuntimeError); made here, it opens nothing (its session waits for a request).
         DefaultAioHttpClient()
     except (ImportError, RuntimeError) as exc:
-        raise ConfigError(
-            f"transport: aiohttp needs aiohttp and an openai SDK that can use it ({exc}); "
-            "install hermes-agent-core[aiohttp], or use transport: httpx"
-        ) from None
+        return str(exc)
+    return None
 
 
 def _default_deadline(timeout: float, max_retries: int) -> float:

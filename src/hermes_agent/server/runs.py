@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -33,6 +33,7 @@ from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
+from hermes_agent.late_cancels import finish_despite_cancels
 from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.gate import Gate, Tally, admitted_here, tokens_used
@@ -132,18 +133,10 @@ class Run:
             await self.changed()
 
 
-async def _beyond_cancel(work: Coroutine[Any, Any, _T]) -> _T:
+async def _beyond_cancel(work: Awaitable[_T]) -> _T:
     """``await work`` to its end, whatever cancels this task meanwhile: for the steps of a run
-    that is already ending. A cancel that lands is taken back (``Task.uncancel``), so the
-    enclosing ``asyncio.timeout`` still tells its own expiry apart."""
-    done = asyncio.ensure_future(work)
-    while not done.done():
-        try:
-            await asyncio.wait({done})
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
+    that is already ending (``late_cancels``)."""
+    done, _ = await finish_despite_cancels(work)
     return done.result()
 
 
