@@ -184,6 +184,26 @@ def test_native_mode_round_trip(function_calling_server: str, stream: bool) -> N
     assert result.steps[0].tool_choice_enforcement == "server"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+def test_native_mode_round_trip_on_aiohttp(function_calling_server: str, stream: bool) -> None:
+    """The SDK's aiohttp client (``transport: aiohttp``, what the service and the workers use
+    by default) against the real server, its connections closed on the loop that opened them."""
+    agent = _agent(function_calling_server, "native", "multiply", transport="aiohttp")
+
+    async def go() -> RunResult:
+        try:
+            if not stream:
+                return await agent.arun("What is 17 * 23?")
+            async for event in agent.astream("What is 17 * 23?"):
+                if isinstance(event, ResultEvent):
+                    return event.result
+            raise AssertionError("the stream ended without a result")
+        finally:
+            await agent.close_connections()
+
+    _assert_round_trip(asyncio.run(go()))
+
+
 def test_an_aborted_stream_falls_back_and_a_failure_is_a_502_with_the_servers_answer(
     function_calling_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
