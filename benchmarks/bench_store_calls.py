@@ -3,11 +3,14 @@ process and in its PostgreSQL backend, and the wall time, with no model, no Cele
 loop around them (the queue benchmark's noise hides a change of a millisecond or two here).
 
 One run's calls, as a worker makes them for a run of one tool call: the submitter's ``add``,
-the ``claim``, the session's ``load``, the model turn's ``write_batch`` (two journal entries,
-three events) and the ``finish`` (two entries, two events and the last one, the session turn,
-the answer). One thread, one pooled connection, a throwaway database per contender. Each
-``--src`` tree runs in a process of its own (``PYTHONPATH=TREE/src``); rounds alternate the
-trees (the order flips each round), and the summary holds the medians over the rounds.
+the ``claim``, the session's ``load`` (skipped where the claim says the session holds no
+message yet, as the worker does), the model turn's ``write_batch`` (two journal entries,
+three events) and the ``finish`` (two entries, three events and the last one, eight trail
+records and the answer's, the session turn of four messages): the rows a worker writes for
+the queue benchmark's run. One thread, one pooled connection, a throwaway database per
+contender. Each ``--src`` tree runs in a process of its own (``PYTHONPATH=TREE/src``); rounds
+alternate the trees (the order flips each round), and the summary holds the medians over the
+rounds.
 
     python benchmarks/bench_store_calls.py --src before=OLD_TREE --src after=NEW_TREE
     python benchmarks/bench_store_calls.py --rounds 5 --runs 500 --json store_calls.json
@@ -34,8 +37,9 @@ BENCHMARKS = Path(__file__).resolve().parent
 CALLS = """
 import json, os, resource, sys, time
 from _common import cpu_ticks
+from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.sql import SqlStorage
-from hermes_agent.types import Message
+from hermes_agent.types import Message, ToolCall
 from hermes_agent.worker.store import Batch, RunStore, request_payload
 
 url, runs = sys.argv[1], int(sys.argv[2])
@@ -46,12 +50,29 @@ with storage.engine.connect() as conn:
 
 
 
+def record(rid, session, step, stage, role, seq):
+    return AuditRecord(
+        request_id=rid, session_id=session, step=step, stage=stage, role=role,
+        content='{"text": "' + "z" * 120 + '"}', timestamp_ns=time.time_ns(), latency_ms=1.5,
+        status="ok", status_code=200, model_name="step-model", system_prompt_sha256="0" * 64,
+        seq=seq,
+    )
+
+
+STAGES = [
+    ("InputParser", "user"), ("ThoughtGenerator", "assistant"), ("ToolSelector", "selection"),
+    ("ToolExecutor", "tool"), ("ThoughtGenerator", "assistant"), ("ToolSelector", "selection"),
+    ("OutputRenderer", "output"), ("Worker", "usage"),
+]
+
+
 def one(tag):
     session = f"s-{tag}"
     rid = store.add(session, request_payload("hello"))
     claim = store.claim(rid, "bench", 30.0)
     assert claim.outcome == "claimed", claim.outcome
-    storage.sessions.load(session)
+    if getattr(claim, "history", True):  # older trees' claims do not say: they read it
+        storage.sessions.load(session)
     turn = Batch()
     turn.entries["turn/0"] = ("done", {"text": "x" * 300})
     turn.entries["call/0/0"] = ("started", {"tool": "step", "arguments": {"n": 1}})
@@ -60,10 +81,20 @@ def one(tag):
     last = Batch()
     last.entries["turn/1"] = ("done", {"text": "y" * 300})
     last.entries["call/0/0"] = ("done", {"value": "ok", "status_code": 200, "error": None})
-    last.events.extend([(4, {"kind": "call_result"}), (5, {"kind": "model"})])
+    last.events.extend(
+        [(4, {"kind": "call_result"}), (5, {"kind": "model"}), (6, {"kind": "output"})]
+    )
+    last.records.extend(
+        record(rid, session, n // 4, stage, role, n + 1) for n, (stage, role) in enumerate(STAGES)
+    )
+    call = ToolCall("step", {"n": 1}, id="call_1")
     store.finish(
         rid, claim.token, "completed", result={"output": "ok"},
-        turn=[Message("user", "hello"), Message("assistant", "ok")],
+        turn=[
+            Message("user", "hello"), Message("assistant", "", tool_calls=[call]),
+            Message("tool", "step 1 done"), Message("assistant", "ok"),
+        ],
+        output=record(rid, session, 1, "OutputRenderer", "answer", 0),
         event={"kind": "result"}, batch=last,
     )
 

@@ -413,6 +413,36 @@ def test_runs_of_one_session_take_turns_and_hand_over(
     assert users == ["charge 1", "charge 2"]
 
 
+def test_a_run_that_starts_its_session_reads_no_history_and_the_next_run_reads_it(
+    url: str, ledger: Ledger, cleanup: list[Any]
+) -> None:
+    """The claim says whether the run's session holds any message: a run that starts a session
+    skips the read of its history (one transaction fewer); the next run of the session reads
+    it. Another session's messages do not count."""
+    from sqlalchemy import event
+
+    agent, model, store, worker, _ = setup(url, ledger, cleanup)
+    assert isinstance(agent.storage, SqlStorage)
+    assert worker.execute(store.add("other", request_payload("charge 9"))) == "completed"
+    reads: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM messages" in statement:
+            reads.append(statement)
+
+    event.listen(agent.storage.engine, "before_cursor_execute", seen)
+    try:
+        assert worker.execute(store.add("s1", request_payload("charge 1"))) == "completed"
+        assert reads == []
+        assert worker.execute(store.add("s1", request_payload("charge 2"))) == "completed"
+        assert len(reads) == 1
+    finally:
+        event.remove(agent.storage.engine, "before_cursor_execute", seen)
+    users = [str(m.content) for m in model.requests[-1].messages if m.role == "user"]
+    assert users == ["charge 1", "charge 2"]  # the second run saw the first's turn
+    assert not any("charge 9" in str(m.content) for m in model.requests[2].messages)
+
+
 def test_a_delivery_never_claimed_is_swept_back(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:

@@ -13,11 +13,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, Select, and_, bindparam, func, select, update
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.sql.dml import ReturningUpdate
 
 from hermes_agent.storage.base import StorageError
-from hermes_agent.storage.schema import events_table, journal_table, runs_table
+from hermes_agent.storage.schema import events_table, journal_table, messages_table, runs_table
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.worker.run_rows import (
     DEADLINE_KEY,
@@ -57,7 +67,7 @@ def _claim_queued_statement() -> ReturningUpdate[Any]:
     r = runs_table.c
     older = runs_table.alias("older")
     o = older.c
-    e, j = events_table.c, journal_table.c
+    e, j, m = events_table.c, journal_table.c, messages_table.c
     request_id: BindParameter[Any] = bindparam("p_request_id")
     now: BindParameter[Any] = bindparam("p_now")
     return (
@@ -96,6 +106,13 @@ def _claim_queued_statement() -> ReturningUpdate[Any]:
             .where(j.request_id == request_id, j.key.in_([LIMITS_KEY, DEADLINE_KEY]))
             .scalar_subquery()
             .label("limits"),
+            # Whether the session holds any message: a run that starts one reads no history.
+            # The run's column is named with its table: SQLite writes the columns of an
+            # UPDATE's RETURNING bare, and a bare session_id here would be the message's own.
+            select(m.session_id)
+            .where(m.session_id == literal_column(f"{runs_table.name}.session_id"))
+            .exists()
+            .label("history"),
         )
     )
 
@@ -220,8 +237,9 @@ class LeasedRuns:
     def _claim_queued(self, request_id: str, worker: str, lease_ttl: float) -> Claim | None:
         """The common case in one statement: a ``queued`` run with nothing older unfinished
         in its session becomes this worker's (its delivery noted by the same update), and the
-        statement returns the row, the number of its latest event and whether it was
-        submitted with a deadline. ``None``: any other case (the full claim decides)."""
+        statement returns the row, the number of its latest event, whether it was submitted
+        with a deadline and whether its session holds any message yet. ``None``: any other
+        case (the full claim decides)."""
         now = now_ns()
         bound = {
             "p_request_id": request_id,
@@ -244,6 +262,7 @@ class LeasedRuns:
             run=run,
             last_seq=int(row.last_seq),
             timed=bool(row.limits),
+            history=bool(row.history),
         )
 
     def mark_delivered(self, request_id: str) -> None:

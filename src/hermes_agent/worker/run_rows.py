@@ -91,6 +91,10 @@ class Claim:
     timed: bool = True
     """``claimed``: whether the run may have a deadline (``False``: none was submitted, so
     the claim skips ``start_deadline``)."""
+    history: bool = True
+    """``claimed``: whether the run's session may hold messages (``False``: the claim saw it
+    empty, so the run reads no history). Nothing else writes the session before the run's
+    ending: the claim lets one run of a session go at a time."""
 
 
 @dataclass(slots=True)

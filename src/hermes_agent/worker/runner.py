@@ -132,12 +132,17 @@ class _StoreSessions:
         self._read: dict[str, tuple[Any, BaseException | None]] = {}
         self._guard = threading.Lock()
 
-    def preload(self, session_id: str) -> None:
-        """Read ``session_id`` now, for the next ``load`` of it (its failure too)."""
-        try:
-            found: tuple[Any, BaseException | None] = (self._inner.load(session_id), None)
-        except Exception as exc:
-            found = (None, exc)
+    def preload(self, session_id: str, *, empty: bool = False) -> None:
+        """Read ``session_id`` now, for the next ``load`` of it (its failure too); ``empty``:
+        the claim saw that it holds no message, so there is nothing to read."""
+        found: tuple[Any, BaseException | None]
+        if empty:
+            found = ([], None)
+        else:
+            try:
+                found = (self._inner.load(session_id), None)
+            except Exception as exc:
+                found = (None, exc)
         with self._guard:
             self._read[session_id] = found
 
@@ -294,7 +299,7 @@ class RunWorker:
             # All runs of this process share one event loop (model clients are bound to the
             # loop they first ran on); this thread (the delivery's own) waits for its run,
             # then writes its ending: off the loop, with no thread hop of its own.
-            self.sessions.preload(run.session_id)
+            self.sessions.preload(run.session_id, empty=not claim.history)
             ending = asyncio.run_coroutine_threadsafe(drive(), self._loop).result()
             return ending()
         except StoreUnavailable:
