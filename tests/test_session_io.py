@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -302,3 +303,117 @@ def test_a_wrapper_does_not_answer_at_once_for_the_store_it_wraps() -> None:
 
     loop_thread = asyncio.run(main())
     assert wrapper.threads and wrapper.threads[0] != loop_thread
+
+
+class CountingStore(InMemorySessionStore):
+    """Sessions in memory that count their reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads: list[str] = []
+
+    def load(self, session_id: str) -> list[Message]:
+        self.loads.append(session_id)
+        return super().load(session_id)
+
+
+def history_seen(messages: Sequence[Message], _tools: object) -> str:
+    """Answers with how many user messages the prompt carries (its history included)."""
+    return f"users seen: {sum(1 for m in messages if m.role == 'user')}"
+
+
+def test_a_run_that_starts_its_own_session_reads_no_history() -> None:
+    """A run with no session id starts a session of its own: nothing is read for it (it holds
+    nothing), its turn is saved under it, and the next run of that session reads it."""
+    store = CountingStore()
+    agent = Agent(model=ScriptedModel(history_seen), session_store=store)
+    first = agent.run("hello")
+    assert store.loads == [] and first.output == "users seen: 1"
+    assert [m.content for m in store.load(first.session_id)] == ["hello", "users seen: 1"]
+    store.loads.clear()
+    second = agent.run("again", session_id=first.session_id)
+    assert store.loads == [first.session_id] and second.output == "users seen: 2"
+
+
+def test_new_session_reads_nothing_for_a_session_id_the_caller_made_up() -> None:
+    store = CountingStore()
+    agent = Agent(model=ScriptedModel(history_seen), session_store=store)
+    made_up = agent.run("hello", session_id="mine")  # a named session is read...
+    assert store.loads == ["mine"] and made_up.output == "users seen: 1"
+    store.loads.clear()
+
+    async def fresh() -> str:  # ...one the caller says it made up for this run is not
+        result = await agent.arun("hi", session_id="made-up-now", new_session=True)
+        return result.output
+
+    assert asyncio.run(fresh()) == "users seen: 1" and store.loads == []
+    assert [m.content for m in store.load("made-up-now")] == ["hi", "users seen: 1"]
+
+
+def test_the_service_reads_no_history_for_a_session_it_made_up(tmp_path: Path) -> None:
+    """Over HTTP on SQLite: a run that names no session gets one the service makes up, and no
+    statement reads its messages; a run that names that session reads them, and the model
+    sees the first turn."""
+    from sqlalchemy import event
+
+    agent = Agent(model=ScriptedModel(history_seen), storage=f"sqlite:///{tmp_path / 's.db'}")
+    assert agent.storage is not None
+    reads: list[str] = []
+
+    def note(_conn: object, _cursor: object, statement: str, *_rest: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "FROM messages" in statement:
+            reads.append(statement)
+
+    engine = agent.storage.engine  # type: ignore[attr-defined]
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
+            client = httpx.Client(base_url=url, timeout=30)
+            first = client.post("/v1/runs", json={"message": "hello"})
+            assert first.status_code == 200, first.text
+            assert first.json()["output"] == "users seen: 1" and reads == []
+            session_id = first.json()["session_id"]
+            second = client.post("/v1/runs", json={"message": "again", "session_id": session_id})
+            assert second.status_code == 200, second.text
+            assert second.json()["output"] == "users seen: 2" and len(reads) == 1
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+        agent.close()
+
+
+def accepted_threads(agent: Agent, url: str) -> list[str]:
+    """Post a run to the service at ``url``; the names of the threads that wrote its first
+    (``accepted``) record."""
+    from hermes_agent.server.run_records import direct_sink
+
+    assert agent.storage is not None
+    sink = direct_sink(agent.storage)
+    write, names = sink.write, []
+
+    def noting(records: Sequence[Any]) -> None:
+        if any(record.role == "accepted" for record in records):
+            names.append(threading.current_thread().name)
+        write(records)
+
+    sink.write = noting  # type: ignore[method-assign]
+    answer = httpx.post(f"{url}/v1/runs", json={"message": "hello"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return names
+
+
+def test_the_first_record_is_written_on_the_loop_where_the_store_answers_at_once(
+    tmp_path: Path,
+) -> None:
+    """A SQLite file answers at once: the run's first record is written on the service's loop
+    (no thread hop), as its turn is appended; a store that may wait gets it from a thread."""
+    agent = Agent(model=ScriptedModel(["done"] * 2), storage=f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
+            names = accepted_threads(agent, url)
+        assert len(names) == 1 and not names[0].startswith("asyncio_"), names
+    finally:
+        agent.close()
+    waiting = Agent(model=ScriptedModel(["done"] * 2), storage=GatedStorage(GatedStore()))
+    with serve(create_app(agent=waiting, settings=ServiceSettings(auth="none"))) as url:
+        names = accepted_threads(waiting, url)
+    assert len(names) == 1 and names[0].startswith("asyncio_"), names

@@ -588,6 +588,7 @@ class Agent:
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
+        new_session: bool = False,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
         delta when ``stream`` is true; ``stream`` may also be a callable, asked before each
@@ -609,6 +610,11 @@ class Agent:
         ``pipeline.variables`` for their bounds). ``max_run_tokens``, ``max_run_cost`` and
         ``run_timeout_s`` replace the agent's budgets for this run (``pipeline.budget``).
 
+        A run with no ``session_id`` starts a session of its own, and reads no history: there
+        is none. ``new_session=True`` says the same of a ``session_id`` the caller made up for
+        this run (the service does, for a run that names no session): its history is not read
+        from the store, and the turn is saved under it as usual.
+
         A durable run (the queue workers; ``hermes_agent.worker``) passes its ``request_id``,
         a ``journal`` (``pipeline.journal``: model turns and tool calls of an earlier attempt
         are taken from it, and the turn is saved through it) and the ``approver`` of that run.
@@ -621,6 +627,7 @@ class Agent:
             max_run_cost=max_run_cost,
             run_timeout_s=run_timeout_s,
         )
+        new_session = new_session or not session_id
         session_id = session_id or uuid.uuid4().hex
         if self.storage is not None:  # refused now, before anything has happened
             check_session_id(session_id, self.storage.max_id_length)
@@ -643,6 +650,7 @@ class Agent:
                 request_id=request_id,
                 journal=journal,
                 approver=approver,
+                new_session=new_session,
             )
             try:
                 result = await run_turn(ctx, self.hooks)

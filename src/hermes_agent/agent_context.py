@@ -138,9 +138,11 @@ def build_context(
     request_id: str | None,
     journal: RunJournal | None,
     approver: Approver | None,
+    new_session: bool = False,
 ) -> RunContext:
     """The whole context of one run of ``agent``; ``HermesAgentError`` for a tool choice that
-    names no visible tool, two models of one name, or an unknown format or channel."""
+    names no visible tool, two models of one name, or an unknown format or channel.
+    ``new_session``: the session was made up for this run, so its history is not read."""
     chosen = tool_choice or agent.tool_choice
     visible = agent.registry.visible(toolsets if toolsets is not None else agent.toolsets)
     tools = {tool.name: tool for tool in visible}
@@ -188,7 +190,7 @@ def build_context(
         renderer=agent.renderers[name],
         channel=channel,
     )
-    ctx.load_history = lambda: _load_history(agent, ctx)
+    ctx.load_history = lambda: _load_history(agent, ctx, new_session)
     if agent.audit_sink is not None and not dry_run:
         ctx.recorder = Recorder(agent.audit_sink, agent.redactor)
         if journal is not None and journal.resumes and agent.storage is not None:
@@ -227,9 +229,12 @@ def _models(agent: AgentParts) -> tuple[Model, Model | None]:
     return model, answer_model
 
 
-async def _load_history(agent: AgentParts, ctx: RunContext) -> LoadedHistory:
+async def _load_history(agent: AgentParts, ctx: RunContext, new_session: bool) -> LoadedHistory:
     """The session's history as the prompt carries it (see ``memory.history``); the
-    InputParser calls this, so a summary made by the model is a recorded model call."""
+    InputParser calls this, so a summary made by the model is a recorded model call. A
+    session made up for this run (``new_session``) holds nothing yet: no read of the store."""
+    if new_session:
+        return LoadedHistory([])
     sessions = agent.sessions
     stored = await off_the_loop(sessions, ctx.session_id, lambda: sessions.load(ctx.session_id))
     return await agent.history.load(ctx.session_id, stored, ctx.model, cached=ctx.journal is None)

@@ -32,6 +32,7 @@ from typing import Any
 from hermes_agent.agent import Agent
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import AuditRecord, AuditSink, Role
+from hermes_agent.memory.session import AnswersAtOnce
 from hermes_agent.storage.base import Storage
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message
@@ -86,6 +87,22 @@ def write_accepted(agent: Agent, request_id: str, session_id: str, instance: str
             f"service may not know this run: {type(exc).__name__}: {_short(exc)}"
         )
     return None
+
+
+def writes_at_once(agent: Agent, session_id: str) -> bool:
+    """Whether the first record of a run of ``session_id`` is stored without waiting on the
+    network: the store's own sessions say an append answers at once (memory, a SQLite file:
+    ``memory.session.AnswersAtOnce``), and the record goes to the same store — the same file
+    and its one write lock. The run layer then writes it on the event loop, as the agent
+    appends a turn there, where a thread hop would cost more than the write."""
+    storage = agent.storage
+    if storage is None:
+        return True  # nothing to write
+    sessions = storage.sessions
+    # The class, not the instance: as ``off_the_loop`` asks it (a delegating wrapper waits).
+    if not issubclass(type(sessions), AnswersAtOnce):
+        return False
+    return bool(sessions.answers_at_once(session_id, append=True))  # type: ignore[attr-defined]
 
 
 def dropped(agent: Agent) -> int:

@@ -48,7 +48,12 @@ from hermes_agent.runs.status import ending_status
 from hermes_agent.server.approvals import EXPIRED, ApprovalAnswered, ApprovalBook
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
-from hermes_agent.server.run_records import dropped, lost_records, write_accepted
+from hermes_agent.server.run_records import (
+    dropped,
+    lost_records,
+    write_accepted,
+    writes_at_once,
+)
 from hermes_agent.server.settings import FINAL_STATUSES, RunStatus, ServiceSettings
 from hermes_agent.stages import StageName
 from hermes_agent.storage.base import Storage
@@ -66,10 +71,12 @@ _current_run: contextvars.ContextVar[Run | None] = contextvars.ContextVar(
 class Run:
     """One run: its owner, its status, its event log, and its task."""
 
-    def __init__(self, owner: str, session_id: str) -> None:
+    def __init__(self, owner: str, session_id: str, *, new_session: bool = False) -> None:
         self.id = ""
         self.owner = owner
         self.session_id = session_id
+        self.new_session = new_session
+        """The session id was made up for this run: the session holds nothing to read."""
         self.status: RunStatus = "running"
         self.created = time.time()
         self.finished: float | None = None
@@ -202,7 +209,8 @@ class RunManager:
         storage = self.agent.storage
         gate.check(principal, request, self.agent, storage.max_id_length if storage else 10**6)
         gate.check_room(self.in_flight(), self.in_flight(owner))
-        run = Run(owner, request.session_id or uuid.uuid4().hex)
+        minted = not request.session_id
+        run = Run(owner, request.session_id or uuid.uuid4().hex, new_session=minted)
         # In flight from here: starts that wait on the quota store at once count each other.
         self._live.add(run)
         try:
@@ -221,10 +229,13 @@ class RunManager:
         run.id = str(uuid.uuid4())
         run.dropped_before = dropped(agent)
         if not request.dry_run:  # a dry run keeps no trail: nothing of it runs
-            stored = stored_session_id(owner, run.session_id)
-            write = asyncio.to_thread(write_accepted, agent, run.id, stored, self.settings.instance)
-            try:  # shielded: a caller gone meanwhile must not leave the record half-known
-                problem = await asyncio.shield(write)
+            stored, instance = stored_session_id(owner, run.session_id), self.settings.instance
+            try:
+                if writes_at_once(agent, stored):  # memory, a SQLite file: no thread hop
+                    problem = write_accepted(agent, run.id, stored, instance)
+                else:  # shielded: a caller gone meanwhile must not leave the record half-known
+                    write = asyncio.to_thread(write_accepted, agent, run.id, stored, instance)
+                    problem = await asyncio.shield(write)
             except BaseException:
                 self._live.discard(run)
                 await asyncio.shield(gate.give_back(admission))
@@ -319,6 +330,7 @@ class RunManager:
                             output_type=request.output_schema,
                             variables=request.variables,
                             request_id=run.id,
+                            new_session=run.new_session,
                         )
                 except OutputValidationError as exc:
                     # The run went through to its end; its answer never matched the schema.
