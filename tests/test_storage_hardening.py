@@ -360,3 +360,111 @@ def test_a_version_1_database_is_migrated_and_keeps_its_records(sql_url: str) ->
         storage.audit.write([marked])
         assert storage.records("new")[0].content == "x\\ud800"
         assert storage.records("new")[0].sanitized is not None
+
+
+# -- many rows in one statement (storage.bulk) -------------------------------------------------
+
+HARD_TEXTS = [
+    'quotes " and \' and \\ backslashes \\u0041 and {"json": [1]}',
+    "lines\nand\ttabs\r\n",
+    "中文 and emoji 🙂 and \u2028 separators",
+    "an escape someone wrote: \\u0000 (text, not a NUL)",
+    "",
+]
+
+
+def test_many_rows_in_one_statement_read_back_exactly(sql_url: str) -> None:
+    """``insert_rows`` (on PostgreSQL one statement with the rows as JSON): every value reads
+    back as it was given, whatever its text, with numbers and ``None`` kept."""
+    from hermes_agent.storage.bulk import insert_rows
+    from hermes_agent.storage.schema import audit_table
+
+    storage = SqlStorage(sql_url)
+    try:
+        records = [
+            AuditRecord(
+                request_id="r1",
+                session_id="s1",
+                step=n,
+                stage="ToolExecutor",
+                role="tool",
+                content=content,
+                timestamp_ns=1_780_000_000_000_000_000 + n,
+                latency_ms=0.1 + n / 3,
+                status="ok",
+                status_code=200,
+                model_name="m",
+                system_prompt_sha256="0" * 64,
+                seq=n,
+                sanitized=None if n % 2 else "a note",
+            )
+            for n, content in enumerate(HARD_TEXTS)
+        ]
+        with storage.transaction(write=True) as conn:
+            insert_rows(conn, audit_table, [dataclasses.asdict(r) for r in records])
+        assert storage.records("r1") == records
+    finally:
+        storage.close()
+
+
+def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
+    from hermes_agent.storage.bulk import insert_rows
+    from hermes_agent.storage.schema import journal_table
+
+    storage = SqlStorage(sql_url)
+
+    def entry(key: str, state: str, token: int) -> dict[str, Any]:
+        return {
+            "request_id": "r1",
+            "key": key,
+            "state": state,
+            "payload": json.dumps({"key": key, "text": HARD_TEXTS[0]}),
+            "token": token,
+            "updated_ns": 2**62 + token,
+        }
+
+    keys = ("request_id", "key")
+    try:
+        with storage.transaction(write=True) as conn:
+            insert_rows(conn, journal_table, [entry("a", "started", 1), entry("b", "started", 1)])
+        with storage.transaction(write=True) as conn:
+            insert_rows(
+                conn, journal_table, [entry("b", "done", 2), entry("c", "done", 2)], replace_on=keys
+            )
+        with storage.transaction() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT key, state, payload, token, updated_ns FROM hermes_run_journal "
+                    "ORDER BY key"
+                )
+            ).all()
+        assert [tuple(row) for row in rows] == [
+            ("a", "started", entry("a", "", 1)["payload"], 1, 2**62 + 1),
+            ("b", "done", entry("b", "", 2)["payload"], 2, 2**62 + 2),
+            ("c", "done", entry("c", "", 2)["payload"], 2, 2**62 + 2),
+        ]
+    finally:
+        storage.close()
+
+
+def test_a_float_json_cannot_say_goes_row_by_row(sql_url: str) -> None:
+    """A latency that is not finite cannot travel as JSON: the rows go one by one, as SQLite's
+    always do, and are stored all the same."""
+    from hermes_agent.storage.bulk import insert_rows
+    from hermes_agent.storage.schema import audit_table
+
+    storage = SqlStorage(sql_url)
+    try:
+        rows = [
+            dataclasses.asdict(
+                AuditRecord(
+                    "r2", "s2", 0, "Worker", "usage", "{}", 1, latency, "ok", 200, "m", "0" * 64
+                )
+            )
+            for latency in (float("inf"), 2.5)
+        ]
+        with storage.transaction(write=True) as conn:
+            insert_rows(conn, audit_table, rows)
+        assert [r.latency_ms for r in storage.records("r2")] == [float("inf"), 2.5]
+    finally:
+        storage.close()

@@ -97,7 +97,9 @@ def test_a_queued_run_waits_on_postgresql_17_times_not_26(
     tool call that starts its session waits for the server 17 times (18 before the claim said
     whether the session holds any message, 26 before pooled connections were pinged only when
     their socket spoke and single statements ran in autocommit), counted in libpq's own trace
-    of every connection: each simple query and each sync the worker sends is one wait."""
+    of every connection: each simple query and each sync the worker sends is one wait. The
+    first seven runs are not counted: a statement's fifth execution on a connection prepares
+    it (psycopg), which costs one more wait, once."""
     if not url.startswith("postgresql"):
         pytest.skip("round trips are PostgreSQL's (SQLite is in process)")
     from sqlalchemy import event
@@ -115,8 +117,9 @@ def test_a_queued_run_waits_on_postgresql_17_times_not_26(
 
     event.listen(engine, "connect", traced)
     engine.dispose()  # every connection from here on is traced
+    waits: list[int] = []
     try:
-        for n in range(3):
+        for n in range(10):
             rid = store.add(f"s{n}", request_payload("charge 5"))
             start = path.stat().st_size  # libpq writes (and flushes) each message itself
             assert worker.execute(rid) == "completed"
@@ -124,10 +127,11 @@ def test_a_queued_run_waits_on_postgresql_17_times_not_26(
                 written.seek(start)
                 sent = written.read().splitlines()
             kinds = [line.split("\t")[3] for line in sent if "\tF\t" in line]
-            waits = sum(1 for kind in kinds if kind in ("Query", "Sync"))
+            waits.append(sum(1 for kind in kinds if kind in ("Query", "Sync")))
             texts = "\n".join(sent)
             assert 'Query\t ";"' not in texts  # no pings (SQLAlchemy's is an empty query)
-            assert 6 <= waits <= 17, f"run {n}: {waits} round trips\n{texts[-3000:]}"
+        counted = waits[-3:]  # its statements prepared by now
+        assert all(6 <= wait <= 17 for wait in counted), f"round trips per run: {waits}"
     finally:
         event.remove(engine, "connect", traced)
         engine.dispose()  # the traced connections go while their trace file is open

@@ -43,6 +43,7 @@ from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
 from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
+from hermes_agent.storage.bulk import insert_rows
 from hermes_agent.storage.engine import (
     SINGLE,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -508,7 +509,7 @@ class SqlAuditSink:
         rows = [_audit_row(record) for record in records]
         if rows:
             with self._storage.transaction(write=True) as conn:
-                conn.execute(insert(audit_table), rows)
+                insert_rows(conn, audit_table, rows)
 
     def flush(self) -> None:
         """Nothing is queued here."""
@@ -555,9 +556,8 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
             .where(s.id == session_id)
             .values(updated_ns=now, messages=s.messages + added, turns=s.turns + users)
         )
-    conn.execute(
-        _INSERT_MESSAGES, [_message_row(session_id, start + i, m) for i, m in enumerate(messages)]
-    )
+    rows = [_message_row(session_id, start + i, m) for i, m in enumerate(messages)]
+    insert_rows(conn, messages_table, rows)
 
 
 @functools.cache
@@ -575,9 +575,6 @@ def _count_in_statement(dialect: str) -> Any:
         index_elements=[s.id],
         set_={"updated_ns": now, "messages": s.messages + added, "turns": s.turns + users},
     ).returning(s.messages)
-
-
-_INSERT_MESSAGES = insert(messages_table)
 
 
 def _dialect_insert(dialect: str) -> Any:

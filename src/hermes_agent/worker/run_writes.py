@@ -6,42 +6,17 @@ run's log (``append_event``), and the trail's ending (``add_last_record`` for an
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Integer, Table, bindparam, case, func, insert, select
+from sqlalchemy import Connection, Insert, Integer, bindparam, case, func, insert, select
 
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.runs.events import RunStoppedEvent
 from hermes_agent.runs.status import STOP_CODES
+from hermes_agent.storage.bulk import insert_rows
 from hermes_agent.storage.schema import audit_table, events_table, journal_table, runs_table
 from hermes_agent.worker.run_rows import Batch, dumps, now_ns
-
-
-@functools.cache
-def _upsert_statement(
-    dialect: str, table: Table, columns: tuple[str, ...], keys: tuple[str, ...]
-) -> Any:
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as upsert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
-    statement = upsert(table)
-    changed = {c: statement.excluded[c] for c in columns if c not in keys}
-    return statement.on_conflict_do_update(index_elements=list(keys), set_=changed)
-
-
-def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]], keys: list[str]) -> None:
-    """Insert ``rows``, replacing those whose ``keys`` are there already, in one statement
-    (built once per table and columns)."""
-    statement = _upsert_statement(conn.dialect.name, table, tuple(rows[0]), tuple(keys))
-    conn.execute(statement, rows)
-
-
-# The statements every run makes, built once (see leases.py).
-_INSERT_EVENTS = insert(events_table)
-_INSERT_RECORDS = insert(audit_table)
 
 
 def _last_record_statement() -> Insert:
@@ -64,10 +39,11 @@ _LAST_RECORD = _last_record_statement()
 
 
 def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) -> None:
-    """A batch's writes, inside the caller's fenced transaction: one statement per table."""
+    """A batch's writes, inside the caller's fenced transaction: one statement per table
+    (``storage.bulk``: on PostgreSQL one statement for all the rows of a table)."""
     now = now_ns()
     if batch.entries:
-        upsert(
+        insert_rows(
             conn,
             journal_table,
             [
@@ -81,18 +57,19 @@ def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) ->
                 }
                 for key, (state, payload) in batch.entries.items()
             ],
-            ["request_id", "key"],
+            replace_on=("request_id", "key"),
         )
     if batch.events:
-        conn.execute(
-            _INSERT_EVENTS,
+        insert_rows(
+            conn,
+            events_table,
             [
                 {"request_id": request_id, "seq": seq, "payload": dumps(wire)}
                 for seq, wire in batch.events
             ],
         )
     if batch.records:
-        conn.execute(_INSERT_RECORDS, [dataclasses.asdict(r) for r in batch.records])
+        insert_rows(conn, audit_table, [dataclasses.asdict(r) for r in batch.records])
 
 
 def add_last_record(conn: Connection, record: AuditRecord) -> None:
