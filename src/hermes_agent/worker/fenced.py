@@ -12,13 +12,23 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Select, Update, bindparam, insert, select, update
+from sqlalchemy import (
+    BindParameter,
+    Select,
+    bindparam,
+    case,
+    insert,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.schema import audit_table, journal_table, runs_table
 from hermes_agent.storage.sql import append_messages
 from hermes_agent.types import Message
-from hermes_agent.worker.leases import LeasedRuns, next_parked
+from hermes_agent.worker.leases import FINISHED_SQL, LeasedRuns
 from hermes_agent.worker.run_rows import (
     DEADLINE_KEY,
     LIMITS_KEY,
@@ -45,11 +55,30 @@ def _ending_row_statement() -> Select[Any]:
     )
 
 
-def _end_run_statement() -> Update:
+def _end_run_statement() -> ReturningUpdate[Any]:
+    """The run's row ended, returning the session's next run if it is parked waiting for
+    this one: the oldest other unfinished run of the session (the subquery reads the rows as
+    they were before the update, so the run itself is left out by its id)."""
     r = runs_table.c
+    other = runs_table.alias("other")
+    o = other.c
+    request_id: BindParameter[Any] = bindparam("p_request_id")
+    following = (
+        select(case((o.parked, o.request_id), else_=None))
+        # The ended row's column named with its table: SQLite writes the columns of an
+        # UPDATE's RETURNING bare (as in the claim's).
+        .where(
+            o.session_id == literal_column(f"{runs_table.name}.session_id"),
+            o.request_id != request_id,
+            o.status.not_in(FINISHED_SQL),
+        )
+        .order_by(o.created_ns, o.request_id)
+        .limit(1)
+        .scalar_subquery()
+    )
     return (
         update(runs_table)
-        .where(r.request_id == bindparam("p_request_id"))
+        .where(r.request_id == request_id)
         .values(
             status=bindparam("p_status"),
             updated_ns=bindparam("p_now"),
@@ -59,6 +88,7 @@ def _end_run_statement() -> Update:
             error=bindparam("p_error"),
             turn_saved=bindparam("p_turn_saved"),
         )
+        .returning(following.label("following"))
     )
 
 
@@ -171,7 +201,7 @@ class FencedWrites(LeasedRuns):
                 insert_batch(conn, request_id, token, batch)
             if turn and not row.turn_saved:
                 append_messages(conn, row.session_id, turn)
-            conn.execute(
+            following: str | None = conn.execute(
                 _END_RUN,
                 {
                     "p_request_id": request_id,
@@ -181,7 +211,7 @@ class FencedWrites(LeasedRuns):
                     "p_error": error,
                     "p_turn_saved": bool(turn) or row.turn_saved,
                 },
-            )
+            ).scalar_one()
             if status == "completed" and output is not None:
                 add_last_record(conn, output)
             elif status != "completed":
@@ -196,7 +226,7 @@ class FencedWrites(LeasedRuns):
                 )
             if event is not None:
                 append_event(conn, request_id, event, locked=True)
-            return next_parked(conn, row.session_id)
+            return following
 
     def write_records(self, request_id: str, token: int, records: Sequence[AuditRecord]) -> None:
         """Add records of the run's trail, fenced by ``token`` (a copy of the run that lost

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import (
     BindParameter,
+    ColumnElement,
     Connection,
     Select,
     and_,
@@ -44,11 +45,22 @@ from hermes_agent.worker.run_writes import write_ending
 # costs more CPU than PostgreSQL spends running it. Their values are bound at execution.
 
 
+def constants(values: tuple[str, ...]) -> list[ColumnElement[Any]]:
+    """``values`` written into a statement built once, for ``IN``: an ``IN`` over bound
+    values is rendered again at every execution (SQLAlchemy's expanding parameters). Only
+    the module's own names, which hold no quote."""
+    assert all(value.isidentifier() for value in values)
+    return [literal_column(f"'{value}'") for value in values]
+
+
+FINISHED_SQL = constants(FINISHED)
+
+
 def _next_parked_statement() -> Select[Any]:
     r = runs_table.c
     return (
         select(r.request_id, r.parked)
-        .where(r.session_id == bindparam("p_session_id"), r.status.not_in(FINISHED))
+        .where(r.session_id == bindparam("p_session_id"), r.status.not_in(FINISHED_SQL))
         .order_by(r.created_ns, r.request_id)
         .limit(1)
     )
@@ -78,7 +90,7 @@ def _claim_queued_statement() -> ReturningUpdate[Any]:
             ~select(o.request_id)
             .where(
                 o.session_id == r.session_id,
-                o.status.not_in(FINISHED),
+                o.status.not_in(FINISHED_SQL),
                 (o.created_ns < r.created_ns)
                 | and_(o.created_ns == r.created_ns, o.request_id < r.request_id),
             )
@@ -103,7 +115,7 @@ def _claim_queued_statement() -> ReturningUpdate[Any]:
             .label("last_seq"),
             select(func.count())
             .select_from(journal_table)
-            .where(j.request_id == request_id, j.key.in_([LIMITS_KEY, DEADLINE_KEY]))
+            .where(j.request_id == request_id, j.key.in_(constants((LIMITS_KEY, DEADLINE_KEY))))
             .scalar_subquery()
             .label("limits"),
             # Whether the session holds any message: a run that starts one reads no history.
