@@ -12,8 +12,8 @@ the rows travel as one JSON array in one parameter of one statement whose text n
 ``json_populate_recordset`` converts each value to its column's type, as a parameter would
 be. Rows hold only JSON's own types (text, integers, finite floats, booleans, ``None``), and
 their text is storable already (``audit.redaction.storable``: no NUL, no lone surrogate);
-a row that is not — a float that is not finite — goes by ``executemany``, as every row does
-on SQLite, where a statement per row costs no round trip.
+rows JSON cannot carry — a float that is not finite — go by ``executemany``, as every row
+does on SQLite, where a statement per row costs no round trip.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def insert_rows(
     if conn.dialect.name == "postgresql":
         try:
             payload = json.dumps(rows, ensure_ascii=False, allow_nan=False)
-        except ValueError:  # a float that is not finite: JSON cannot say it
+        except (TypeError, ValueError):  # a float that is not finite, a value JSON cannot say
             payload = None
         if payload is not None:
             quote = conn.dialect.identifier_preparer.quote

@@ -57,8 +57,9 @@ def _ending_row_statement() -> Select[Any]:
 
 def _end_run_statement() -> ReturningUpdate[Any]:
     """The run's row ended, returning the session's next run if it is parked waiting for
-    this one: the oldest other unfinished run of the session (the subquery reads the rows as
-    they were before the update, so the run itself is left out by its id)."""
+    this one: the oldest other unfinished run of the session. Whether the subquery sees the
+    run's own row as it was or as updated differs by database, so the run is left out by its
+    id."""
     r = runs_table.c
     other = runs_table.alias("other")
     o = other.c
