@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from hermes_agent import Agent, ScriptedModel, tool
+from hermes_agent.memory.session import InMemorySessionStore
 from hermes_agent.storage import open_storage
 
 pytest.importorskip("mcp")
@@ -286,7 +287,14 @@ def test_the_server_in_process_with_an_approver_of_its_own() -> None:
         asked.append(call.arguments)
         return call.arguments["target"] == "balloon"
 
-    agent = Agent(ScriptedModel(["unused"]), tools=[launch])
+    reads: list[str] = []
+
+    class Sessions(InMemorySessionStore):
+        def load(self, session_id: str) -> list[Any]:
+            reads.append(session_id)
+            return super().load(session_id)
+
+    agent = Agent(ScriptedModel(["unused"]), tools=[launch], session_store=Sessions())
     server = AgentMcpServer(agent, approver=approver)
 
     async def main() -> tuple[Any, Any]:
@@ -300,6 +308,7 @@ def test_the_server_in_process_with_an_approver_of_its_own() -> None:
         assert (yes.is_error, yes.content[0].text) == (False, "launched balloon")
         assert no.is_error and "denied" in no.content[0].text
         assert asked == [{"target": "balloon"}, {"target": "rocket"}]
+        assert reads == []  # each call's session is made up for it: no history to read
     finally:
         server.close()
         agent.close()

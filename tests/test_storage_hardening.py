@@ -5,11 +5,12 @@ JSON escapes. Then the storage seam itself: ``open_storage``, ``Agent.fork``, mi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -400,14 +401,59 @@ def test_many_rows_in_one_statement_read_back_exactly(sql_url: str) -> None:
             )
             for n, content in enumerate(HARD_TEXTS)
         ]
-        with storage.transaction(write=True) as conn:
+        with statements_of(storage) as sent, storage.transaction(write=True) as conn:
             insert_rows(conn, audit_table, [dataclasses.asdict(r) for r in records])
         assert storage.records("r1") == records
+        inserts = [(text_, many) for text_, many in sent if text_.startswith("INSERT")]
+        if sql_url.startswith("postgresql"):  # one statement, the rows as JSON
+            assert len(inserts) == 1 and "json_populate_recordset" in inserts[0][0], inserts
+            assert not inserts[0][1]
+        else:  # row by row: no round trip to save in process
+            assert len(inserts) == 1 and inserts[0][1], inserts
+    finally:
+        storage.close()
+
+
+@contextlib.contextmanager
+def statements_of(storage: SqlStorage) -> Iterator[list[tuple[str, bool]]]:
+    """The statements ``storage`` sends while the block runs: (text, whether executemany)."""
+    from sqlalchemy import event
+
+    sent: list[tuple[str, bool]] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, _params: Any, _ctx: Any, many: bool) -> None:
+        sent.append((statement.lstrip(), many))
+
+    event.listen(storage.engine, "before_cursor_execute", note)
+    try:
+        yield sent
+    finally:
+        event.remove(storage.engine, "before_cursor_execute", note)
+
+
+def test_values_json_would_read_otherwise_go_row_by_row(sql_url: str) -> None:
+    """A boolean or a float given for an integer column is stored as a parameter stores it
+    (PostgreSQL's JSON conversion would refuse them): those rows go row by row."""
+    from hermes_agent.storage.bulk import insert_rows
+    from hermes_agent.storage.schema import audit_table
+
+    storage = SqlStorage(sql_url)
+    try:
+        row = dataclasses.asdict(
+            AuditRecord("r3", "s3", 0, "Worker", "usage", "{}", 1, 2.5, "ok", 200, "m", "0" * 64)
+        )
+        rows = [{**row, "step": 1.0}, {**row, "seq": 1, "status_code": True}]
+        with statements_of(storage) as sent, storage.transaction(write=True) as conn:
+            insert_rows(conn, audit_table, rows)
+        assert [(r.step, r.status_code) for r in storage.records("r3")] == [(1, 200), (0, 1)]
+        assert not any("json_populate_recordset" in text_ for text_, _ in sent)
     finally:
         storage.close()
 
 
 def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
+    """With ``replace_on``, a row whose key is stored replaces it, and of two rows with one
+    key in a batch the last stays (one PostgreSQL statement may not change a row twice)."""
     from hermes_agent.storage.bulk import insert_rows
     from hermes_agent.storage.schema import journal_table
 
@@ -428,9 +474,8 @@ def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
         with storage.transaction(write=True) as conn:
             insert_rows(conn, journal_table, [entry("a", "started", 1), entry("b", "started", 1)])
         with storage.transaction(write=True) as conn:
-            insert_rows(
-                conn, journal_table, [entry("b", "done", 2), entry("c", "done", 2)], replace_on=keys
-            )
+            again = [entry("b", "waiting", 2), entry("b", "done", 2), entry("c", "done", 2)]
+            insert_rows(conn, journal_table, again, replace_on=keys)  # b twice: the last stays
         with storage.transaction() as conn:
             rows = conn.execute(
                 text(

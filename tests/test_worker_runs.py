@@ -182,8 +182,8 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
         "INSERT audit_records",
         "INSERT sessions",  # the session created or counted in, where the turn starts
         "INSERT messages",
-        "UPDATE hermes_runs",  # returning the session's next run if it is parked
         "INSERT audit_records",  # the answer's record, numbered after the trail
+        "UPDATE hermes_runs",  # last: returning the session's next run if it is parked
     ]
 
     history = agent.sessions.load("s1")

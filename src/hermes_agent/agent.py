@@ -46,7 +46,7 @@ from hermes_agent.config import HermesConfig, QueueConfig, load_config
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.memory.history import HistoryLoader
-from hermes_agent.memory.session import InMemorySessionStore, SessionStore, off_the_loop
+from hermes_agent.memory.session import InMemorySessionStore, SessionStore, off_the_loop, save_turn
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
 from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, StreamChoice
@@ -538,13 +538,14 @@ class Agent:
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
+        new_session: bool = False,
     ) -> RunResult:
         """Answer ``message`` (sync). Works with no event loop in sight; inside a running
         loop, prefer ``await agent.arun(...)``. ``dry_run=True`` stops after the ToolSelector
         and returns the planned calls (validated arguments, ``result=None``) without running
         any tool. ``output_type`` (a pydantic model or a JSON Schema dict) asks for a
         structured answer: ``result.data`` is the validated instance (see ``arun``).
-        ``variables`` and the budgets: see ``arun``."""
+        ``variables``, the budgets and ``new_session``: see ``arun``."""
         coroutine = self.arun(
             message,
             session_id=session_id,
@@ -558,6 +559,7 @@ class Agent:
             max_run_tokens=max_run_tokens,
             max_run_cost=max_run_cost,
             run_timeout_s=run_timeout_s,
+            new_session=new_session,
         )
         try:
             asyncio.get_running_loop()
@@ -668,13 +670,13 @@ class Agent:
                 saved = [] if failed else redact_messages(ctx.messages_to_save(), self.redactor)
                 await journal.save_turn(session_id, saved)  # failures fail the attempt
             elif ctx.new_messages and not dry_run and not failed:
-                turn = ctx.messages_to_save()
-                await off_the_loop(
-                    self.sessions,
-                    session_id,
-                    lambda: self._save_turn(session_id, turn, result),
-                    append=True,
+                turn = redact_messages(ctx.messages_to_save(), self.redactor)
+                sessions = self.sessions
+                problem = await off_the_loop(
+                    sessions, session_id, lambda: save_turn(sessions, session_id, turn), append=True
                 )
+                if problem is not None:  # the tools have run: a turn not saved is a warning
+                    result.warnings.append(problem)
             pricing(self).fill(result)
         finally:
             lock.release()
@@ -685,20 +687,6 @@ class Agent:
                 problems=ctx.output_problems,
             )
         return result
-
-    def _save_turn(self, session_id: str, messages: list[Message], result: RunResult) -> None:
-        """Append the run's messages to the session, redacted. The run's tools have run by
-        now, so a store that fails does not fail the run: the failure is logged and reported
-        in ``result.warnings``."""
-        try:
-            self.sessions.append(session_id, redact_messages(messages, self.redactor))
-        except Exception as exc:
-            problem = (
-                f"storage: this turn was not saved to session {session_id!r}: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            logger.error("%s", problem)
-            result.warnings.append(problem)
 
     def _cost_of(self, usage_by_model: Mapping[str, Usage]) -> float | None:
         """What ``usage_by_model`` costs at each model's prices (``None``: no price set)."""

@@ -292,6 +292,7 @@ class AgentMcpServer:
                 session_id=stored_session_id(who.user_id, str(request.session_id)),
                 tool_choice="auto",
                 toolsets=self.toolsets,
+                new_session=True,  # made up above: there is no history to read
             )
         if result.tool_calls:
             return result.tool_calls[0]

@@ -10,6 +10,7 @@ model keeps the gist without the prompt growing with the conversation.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import weakref
@@ -19,6 +20,8 @@ from typing import Protocol, TypedDict, TypeVar, runtime_checkable
 
 from hermes_agent.late_cancels import finish_despite_cancels
 from hermes_agent.types import Message
+
+logger = logging.getLogger("hermes_agent")
 
 _T = TypeVar("_T")
 
@@ -81,6 +84,22 @@ async def off_the_loop(
     if cancelled and (done.cancelled() or done.exception() is not None):
         raise asyncio.CancelledError from (None if done.cancelled() else done.exception())
     return done.result()
+
+
+def save_turn(store: SessionStore, session_id: str, messages: Sequence[Message]) -> str | None:
+    """Append a run's turn (redacted already) to ``session_id``; what to warn of when the
+    store fails. The run's tools have run by then, so a store that fails does not fail the
+    run: the failure is logged and returned, for ``result.warnings``."""
+    try:
+        store.append(session_id, messages)
+    except Exception as exc:
+        problem = (
+            f"storage: this turn was not saved to session {session_id!r}: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        logger.error("%s", problem)
+        return problem
+    return None
 
 
 class SessionSummary(TypedDict):

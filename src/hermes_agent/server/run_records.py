@@ -34,6 +34,8 @@ from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import AuditRecord, AuditSink, Role
 from hermes_agent.memory.session import AnswersAtOnce
 from hermes_agent.storage.base import Storage
+from hermes_agent.storage.in_memory import InMemoryStorage
+from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message
 
@@ -91,16 +93,21 @@ def write_accepted(agent: Agent, request_id: str, session_id: str, instance: str
 
 def writes_at_once(agent: Agent, session_id: str) -> bool:
     """Whether the first record of a run of ``session_id`` is stored without waiting on the
-    network: the store's own sessions say an append answers at once (memory, a SQLite file:
-    ``memory.session.AnswersAtOnce``), and the record goes to the same store — the same file
-    and its one write lock. The run layer then writes it on the event loop, as the agent
-    appends a turn there, where a thread hop would cost more than the write."""
+    network: the store is one the project ships whose sessions and trail are in one place
+    (memory, one SQLite file: the same file and its one write lock), and its sessions say an
+    append answers at once (``memory.session.AnswersAtOnce``). The run layer then writes the
+    record on the event loop, as the agent appends a turn there, where a thread hop would
+    cost more than the write. Any other store gets it from a thread: its trail may wait on
+    the network where its sessions do not."""
     storage = agent.storage
     if storage is None:
         return True  # nothing to write
+    one_place = isinstance(storage, InMemoryStorage) or (
+        isinstance(storage, SqlStorage) and storage.engine.dialect.name == "sqlite"
+    )
     sessions = storage.sessions
     # The class, not the instance: as ``off_the_loop`` asks it (a delegating wrapper waits).
-    if not issubclass(type(sessions), AnswersAtOnce):
+    if not one_place or not issubclass(type(sessions), AnswersAtOnce):
         return False
     return bool(sessions.answers_at_once(session_id, append=True))  # type: ignore[attr-defined]
 

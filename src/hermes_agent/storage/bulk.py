@@ -9,11 +9,13 @@ the rows travel as one JSON array in one parameter of one statement whose text n
     INSERT INTO events (request_id, seq, payload)
     SELECT request_id, seq, payload FROM json_populate_recordset(NULL::events, $1)
 
-``json_populate_recordset`` converts each value to its column's type, as a parameter would
-be. Rows hold only JSON's own types (text, integers, finite floats, booleans, ``None``), and
-their text is storable already (``audit.redaction.storable``: no NUL, no lone surrogate);
-rows JSON cannot carry — a float that is not finite — go by ``executemany``, as every row
-does on SQLite, where a statement per row costs no round trip.
+The JSON way is taken only where it stores what a parameter would: every value is text, an
+integer, ``None`` or a finite float in a column of floats (a boolean, or a float given for an
+integer column, is read otherwise by PostgreSQL's JSON conversion, or refused), the text is
+storable already (``audit.redaction.storable``: no NUL, no lone surrogate, which fail either
+way), and no column left out has a default of SQLAlchemy's to fill in (a ``text`` statement
+applies none). Other rows go by ``executemany``, as every row does on SQLite, where a
+statement per row costs no round trip.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, TextClause, insert, text
+from sqlalchemy import Connection, Float, Table, TextClause, insert, text
 
 
 def insert_rows(
@@ -35,21 +37,53 @@ def insert_rows(
 ) -> None:
     """Insert ``rows`` (dicts with the same keys) into ``table`` inside the caller's
     transaction; with ``replace_on`` (the columns of a unique key), a row whose key is there
-    already replaces it (``ON CONFLICT … DO UPDATE``)."""
+    already replaces it (``ON CONFLICT … DO UPDATE``), and of rows with the same key the last
+    one given is stored, as row by row."""
     if not rows:
         return
-    columns = tuple(rows[0])
-    if conn.dialect.name == "postgresql":
-        try:
-            payload = json.dumps(rows, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError):  # a float that is not finite, a value JSON cannot say
-            payload = None
+    columns, keys = tuple(rows[0]), tuple(replace_on)
+    fractional = _fractional(table, columns) if conn.dialect.name == "postgresql" else None
+    if fractional is not None:
+        if keys:  # one statement may not change a row twice: the last of each key stays
+            rows = list({tuple(row[k] for k in keys): row for row in rows}.values())
+        payload = _as_json(rows, fractional)
         if payload is not None:
             quote = conn.dialect.identifier_preparer.quote
-            statement = _from_json(quote, table, columns, tuple(replace_on))
-            conn.execute(statement, {"p_rows": payload})
+            conn.execute(_from_json(quote, table, columns, keys), {"p_rows": payload})
             return
-    conn.execute(_row_by_row(conn.dialect.name, table, columns, tuple(replace_on)), list(rows))
+    conn.execute(_row_by_row(conn.dialect.name, table, columns, keys), list(rows))
+
+
+_WHOLE = frozenset({str, int, type(None)})
+"""The types whose values PostgreSQL's JSON conversion reads as it reads a parameter, in any
+column (``bool`` is not among them: ``type(True)`` is ``bool``, not ``int``); a ``float``
+only in a column of floats."""
+
+
+def _as_json(rows: Sequence[dict[str, Any]], fractional: frozenset[str]) -> str | None:
+    """The rows as one JSON array, or ``None`` where a value is not plain (see the module)."""
+    whole = _WHOLE
+    for row in rows:
+        for name, value in row.items():
+            kind = type(value)
+            if kind not in whole and (kind is not float or name not in fractional):
+                return None
+    try:
+        return json.dumps(rows, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a float that is not finite: JSON cannot say it
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _fractional(table: Table, columns: tuple[str, ...]) -> frozenset[str] | None:
+    """Which of ``columns`` hold floats; ``None`` when the rows cannot go as JSON: a column
+    that is not ``table``'s, or one left out that has a default SQLAlchemy would fill in
+    (what the server fills in, a serial id, it fills in either way)."""
+    if not set(columns) <= set(table.c.keys()):
+        return None
+    if any(column.default is not None for column in table.c if column.name not in columns):
+        return None
+    return frozenset(name for name in columns if isinstance(table.c[name].type, Float))
 
 
 @functools.lru_cache(maxsize=256)

@@ -202,17 +202,6 @@ class FencedWrites(LeasedRuns):
                 insert_batch(conn, request_id, token, batch)
             if turn and not row.turn_saved:
                 append_messages(conn, row.session_id, turn)
-            following: str | None = conn.execute(
-                _END_RUN,
-                {
-                    "p_request_id": request_id,
-                    "p_status": status,
-                    "p_now": now_ns(),
-                    "p_result": dumps(result) if result is not None else None,
-                    "p_error": error,
-                    "p_turn_saved": bool(turn) or row.turn_saved,
-                },
-            ).scalar_one()
             if status == "completed" and output is not None:
                 add_last_record(conn, output)
             elif status != "completed":
@@ -227,6 +216,19 @@ class FencedWrites(LeasedRuns):
                 )
             if event is not None:
                 append_event(conn, request_id, event, locked=True)
+            # Last, just before the commit: its read of the session's next run is as late as
+            # a read of its own was (a run parked after it waits for the sweeper).
+            following: str | None = conn.execute(
+                _END_RUN,
+                {
+                    "p_request_id": request_id,
+                    "p_status": status,
+                    "p_now": now_ns(),
+                    "p_result": dumps(result) if result is not None else None,
+                    "p_error": error,
+                    "p_turn_saved": bool(turn) or row.turn_saved,
+                },
+            ).scalar_one()
             return following
 
     def write_records(self, request_id: str, token: int, records: Sequence[AuditRecord]) -> None:
