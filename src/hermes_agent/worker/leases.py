@@ -49,7 +49,8 @@ def constants(values: tuple[str, ...]) -> list[ColumnElement[Any]]:
     """``values`` written into a statement built once, for ``IN``: an ``IN`` over bound
     values is rendered again at every execution (SQLAlchemy's expanding parameters). Only
     the module's own names, which hold no quote."""
-    assert all(value.isidentifier() for value in values)
+    if not all(value.isidentifier() for value in values):
+        raise ValueError(f"not a plain name: {values!r}")
     return [literal_column(f"'{value}'") for value in values]
 
 
