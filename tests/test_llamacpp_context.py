@@ -156,6 +156,7 @@ def _alone(n_ctx: int) -> LlamaCpp:
     return _Alone(n_ctx=n_ctx)
 
 
+@pytest.mark.timeout(900)  # six turns of a 3,000-token conversation: 5 min on a 2-core AVX2 CPU
 def test_auto_turns_evaluate_the_conversation_once_not_at_every_switch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
