@@ -109,10 +109,17 @@ def _row_by_row(dialect: str, table: Table, columns: tuple[str, ...], keys: tupl
     """The ``executemany`` statement for rows of ``columns`` (built once per table and key)."""
     if not keys:
         return insert(table)
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as upsert
-    else:
-        from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
-    statement = upsert(table)
+    statement = dialect_insert(dialect)(table)
     changed = {c: statement.excluded[c] for c in columns if c not in keys}
     return statement.on_conflict_do_update(index_elements=list(keys), set_=changed)
+
+
+def dialect_insert(dialect: str) -> Any:
+    """The ``insert`` of ``dialect``'s SQLAlchemy module (the one with ``ON CONFLICT``)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert

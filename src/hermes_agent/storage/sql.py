@@ -43,7 +43,7 @@ from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
 from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
-from hermes_agent.storage.bulk import insert_rows
+from hermes_agent.storage.bulk import dialect_insert, insert_rows
 from hermes_agent.storage.engine import (
     SINGLE,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -428,7 +428,7 @@ def _insert_session_if_missing(conn: Connection, session_id: str, now: int) -> N
     dialect = conn.dialect.name
     if dialect in ("postgresql", "sqlite"):
         conn.execute(
-            _dialect_insert(dialect)(sessions_table).values(values).on_conflict_do_nothing()
+            dialect_insert(dialect)(sessions_table).values(values).on_conflict_do_nothing()
         )
     else:
         found = conn.execute(
@@ -568,24 +568,13 @@ def _count_in_statement(dialect: str) -> Any:
     now: BindParameter[Any] = bindparam("p_now")
     added: BindParameter[Any] = bindparam("p_added")
     users: BindParameter[Any] = bindparam("p_users")
-    counted = _dialect_insert(dialect)(sessions_table).values(
+    counted = dialect_insert(dialect)(sessions_table).values(
         id=bindparam("p_id"), created_ns=now, updated_ns=now, turns=users, messages=added
     )
     return counted.on_conflict_do_update(
         index_elements=[s.id],
         set_={"updated_ns": now, "messages": s.messages + added, "turns": s.turns + users},
     ).returning(s.messages)
-
-
-def _dialect_insert(dialect: str) -> Any:
-    """The ``insert`` of ``dialect``'s SQLAlchemy module (the one with ``ON CONFLICT``)."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert
 
 
 def _iso(ns: int) -> str:
