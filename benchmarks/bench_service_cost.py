@@ -236,6 +236,12 @@ def serve(
     agent = None
     if kind == "hermes":
         app, agent = hermes_app(port, model_url, storage_url, in_flight, transport)
+        try:  # as `hermes-agent serve` does before it serves (a tree older than it has none)
+            from hermes_agent.server import settle_heap
+        except ImportError:
+            pass
+        else:
+            settle_heap()
     elif kind == "sdk-loop":
         app = sdk_app(model_url)
     else:

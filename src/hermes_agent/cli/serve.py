@@ -43,6 +43,7 @@ from hermes_agent.cli._common import (
 )
 from hermes_agent.config import DEFAULT_STORAGE_URL, HermesConfig, load_config
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.heap import settle_heap
 
 if TYPE_CHECKING:
     from hermes_agent.server.auth import KeyStore
@@ -127,6 +128,7 @@ def serve(
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         server_config = uvicorn_config(app, settings, level)
+        settle_heap()  # all that the service keeps is built: the collector need not walk it
         _draining_server(uvicorn, app.state.manager, settings.shutdown_grace_s)(server_config).run()
     except _Stopped:
         pass

@@ -6,6 +6,7 @@ app = create_app("config.yaml")
 A public module: import from here, not from its submodules (docs/api.md).
 """
 
+from hermes_agent.heap import settle_heap
 from hermes_agent.runs.events import ApprovalRequiredEvent, ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.server.app import create_app
 from hermes_agent.server.auth import KeyStore, Principal, current_user, open_key_store
@@ -21,4 +22,5 @@ __all__ = [
     "create_app",
     "current_user",
     "open_key_store",
+    "settle_heap",
 ]

@@ -29,6 +29,7 @@ from typing import Any
 
 from hermes_agent.config import HermesConfig, QueueConfig
 from hermes_agent.errors import ConfigError, MissingDependencyError, StoreUnavailable
+from hermes_agent.heap import settle_heap
 
 logger = logging.getLogger("hermes_agent.worker")
 
@@ -339,4 +340,5 @@ def run_worker(
 
         url = (config.storage or StorageConfig()).url
         _main_store = RunStore(SqlStorage(url), max_redeliveries=config.queue.max_redeliveries)
+    settle_heap()  # before the pool forks: the children share the frozen heap's pages
     app.worker_main(argv)
