@@ -18,7 +18,8 @@ import pytest
 from sqlalchemy import inspect, text
 
 from hermes_agent import Agent, HermesAgentError, Message, ScriptedModel
-from hermes_agent.audit.records import AuditRecord
+from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.stages import StageName
 from hermes_agent.storage import (
     LATEST_VERSION,
     MAX_ID_LENGTH,
@@ -376,7 +377,8 @@ HARD_TEXTS = [
 
 def test_many_rows_in_one_statement_read_back_exactly(sql_url: str) -> None:
     """``insert_rows`` (on PostgreSQL one statement with the rows as JSON): every value reads
-    back as it was given, whatever its text, with numbers and ``None`` kept."""
+    back as it was given, whatever its text, with numbers, ``None`` and the text of a str enum
+    (a record's stage and role) kept."""
     from hermes_agent.storage.bulk import insert_rows
     from hermes_agent.storage.schema import audit_table
 
@@ -387,8 +389,8 @@ def test_many_rows_in_one_statement_read_back_exactly(sql_url: str) -> None:
                 request_id="r1",
                 session_id="s1",
                 step=n,
-                stage="ToolExecutor",
-                role="tool",
+                stage=StageName.TOOL_EXECUTOR,  # a str enum, as the pipeline's records hold
+                role=Role.TOOL,
                 content=content,
                 timestamp_ns=1_780_000_000_000_000_000 + n,
                 latency_ms=0.1 + n / 3,

@@ -9,13 +9,14 @@ the rows travel as one JSON array in one parameter of one statement whose text n
     INSERT INTO events (request_id, seq, payload)
     SELECT request_id, seq, payload FROM json_populate_recordset(NULL::events, $1)
 
-The JSON way is taken only where it stores what a parameter would: every value is text, an
-integer, ``None`` or a finite float in a column of floats (a boolean, or a float given for an
-integer column, is read otherwise by PostgreSQL's JSON conversion, or refused), the text is
-storable already (``audit.redaction.storable``: no NUL, no lone surrogate, which fail either
-way), and no column left out has a default of SQLAlchemy's to fill in (a ``text`` statement
-applies none). Other rows go by ``executemany``, as every row does on SQLite, where a
-statement per row costs no round trip.
+The JSON way is taken only where it stores what a parameter would: every value is text (a
+``str``, or a subclass such as a ``StrEnum``: JSON and psycopg both send its text), an integer,
+``None`` or a finite float in a column of floats (a boolean, or a float given for an integer
+column, is read otherwise by PostgreSQL's JSON conversion, or refused), the text is storable
+already (``audit.redaction.storable``: no NUL, no lone surrogate, which fail either way), and
+no column left out has a default of SQLAlchemy's to fill in (a ``text`` statement applies
+none). Other rows go by ``executemany``, as every row does on SQLite, where a statement per
+row costs no round trip.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ def _as_json(rows: Sequence[dict[str, Any]], fractional: frozenset[str]) -> str 
     for row in rows:
         for name, value in row.items():
             kind = type(value)
-            if kind not in whole and (kind is not float or name not in fractional):
+            if kind in whole or (kind is float and name in fractional):
+                continue
+            if not isinstance(value, str):  # a str enum (a stage, a role): its text, either way
                 return None
     try:
         return json.dumps(rows, ensure_ascii=False, allow_nan=False)
