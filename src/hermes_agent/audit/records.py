@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -87,8 +87,12 @@ class AuditRecord:
     surrogate escaped as \\uXXXX``), or ``None`` when it is stored as made."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, as JSON-ready values."""
-        return asdict(self)
+        """Every field, as JSON-ready values (all are scalars: what ``dataclasses.asdict``
+        gives, without its recursive copy, which a run's store writes paid per record)."""
+        return {name: getattr(self, name) for name in _FIELD_NAMES}
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(AuditRecord))
 
 
 class AuditSink(Protocol):

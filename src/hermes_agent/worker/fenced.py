@@ -237,7 +237,7 @@ class FencedWrites(LeasedRuns):
         with self._tx() as conn:
             self._fence(conn, request_id, token)
             if records:
-                conn.execute(insert(audit_table), [dataclasses.asdict(r) for r in records])
+                conn.execute(insert(audit_table), [r.to_dict() for r in records])
 
     def add_fenced_event(self, request_id: str, token: int, wire: dict[str, Any]) -> int:
         """Append an event of the run's pipeline, fenced by ``token``."""

@@ -69,13 +69,13 @@ def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) ->
             ],
         )
     if batch.records:
-        insert_rows(conn, audit_table, [dataclasses.asdict(r) for r in batch.records])
+        insert_rows(conn, audit_table, [r.to_dict() for r in batch.records])
 
 
 def add_last_record(conn: Connection, record: AuditRecord) -> None:
     """Add the trail's ending, numbered after every record the trail holds."""
     conn.execute(
-        _LAST_RECORD, {f"p_{name}": value for name, value in dataclasses.asdict(record).items()}
+        _LAST_RECORD, {f"p_{name}": value for name, value in record.to_dict().items()}
     )
 
 
@@ -110,7 +110,7 @@ def write_ending(
         status_code=STOP_CODES.get(status, 500),
         model_name="",
     )
-    conn.execute(insert(audit_table).values(**dataclasses.asdict(record)))
+    conn.execute(insert(audit_table).values(**record.to_dict()))
     if add_event:
         append_event(conn, request_id, RunStoppedEvent(status, error).to_dict(), locked=locked)
 
