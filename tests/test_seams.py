@@ -462,3 +462,41 @@ def test_an_object_that_is_not_a_model_is_refused_with_what_it_lacks() -> None:
 
     with pytest.raises(hermes_agent.HermesAgentError, match="lacks profile, render_prompt"):
         Agent(model=Duck())  # type: ignore[arg-type]
+
+
+def test_as_plain_gives_what_dataclasses_asdict_gives_and_copies_as_deeply() -> None:
+    """``types.as_plain`` stands in for ``dataclasses.asdict`` on every result and event the
+    service sends: the same dicts, lists, tuples, named tuples and deep copies."""
+    import collections
+
+    from pydantic import BaseModel
+
+    from hermes_agent.types import Usage, as_plain
+
+    class Point(BaseModel):
+        x: int
+
+    pair = collections.namedtuple("pair", "left right")
+    mutable = {"nested": [1, {"deep": ["x"]}], 3: (1, 2.5, None), "pair": pair([1], "r")}
+    call_record = ToolCallRecord("t", {"a": [1, 2]}, mutable, metadata={"point": Point(x=1)})
+    result = RunResult(
+        output="out",
+        status=200,
+        request_id="r",
+        session_id="s",
+        tool_calls=[call_record],
+        usage=Usage(prompt_tokens=3, completion_tokens=4, requests=1),
+        steps=[Step(index=0, completion_text="c", tool_calls=[call_record], notes=["n"])],
+        rendered=b"bytes",
+        variables={"v": frozenset({1})},
+    )
+    plain = as_plain(result)
+    assert plain == dataclasses.asdict(result)
+    assert type(plain["tool_calls"][0]["result"][3]) is tuple
+    assert type(plain["tool_calls"][0]["result"]["pair"]) is pair
+    # A deep copy, as asdict's: changing it leaves the run's result as it was.
+    plain["tool_calls"][0]["result"]["nested"][1]["deep"].append("y")
+    plain["tool_calls"][0]["metadata"]["point"].x = 2
+    assert mutable["nested"][1] == {"deep": ["x"]} and call_record.metadata["point"].x == 1
+    assert as_plain(collections.defaultdict(list, {"k": [1]})) == {"k": [1]}
+    assert as_plain("text") == "text" and as_plain(Usage) is Usage  # a class stays a class

@@ -37,7 +37,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from hermes_agent.types import RunResult
+from hermes_agent.types import RunResult, as_plain
 
 
 @dataclass(slots=True)
@@ -56,7 +56,7 @@ class _EventBase:
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
+        return as_plain(value)
     if isinstance(value, list):
         return [_plain(item) for item in value]
     return value

@@ -6,8 +6,12 @@ outside world (config files) is pydantic and lives in ``config.py``.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import os
-from dataclasses import asdict, dataclass, field
+import types
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -237,7 +241,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""
-        data = asdict(self)
+        data: dict[str, Any] = as_plain(self)
         data["usage"]["total_tokens"] = self.usage.total_tokens
         for name, usage in self.usage_by_model.items():
             data["usage_by_model"][name]["total_tokens"] = usage.total_tokens
@@ -246,3 +250,63 @@ class RunResult:
 
             data["data"] = to_jsonable_python(self.data)
         return data
+
+
+# -- dataclasses as plain dicts -------------------------------------------------------------
+
+_ATOMIC = frozenset(
+    {
+        type(None),
+        bool,
+        int,
+        float,
+        str,
+        complex,
+        bytes,
+        type(Ellipsis),
+        type(NotImplemented),
+        types.CodeType,
+        types.BuiltinFunctionType,
+        types.FunctionType,
+        type,
+        range,
+        property,
+    }
+)
+"""What ``copy.deepcopy`` returns as it is (``copy._deepcopy_atomic``)."""
+
+
+def as_plain(value: Any) -> Any:
+    """``dataclasses.asdict`` of a dataclass instance, and the same copy of anything else:
+    dataclasses become dicts of their fields, lists, tuples and dicts are rebuilt around their
+    items, and other values are deep copies. Its result is ``asdict``'s; it returns the values
+    ``deepcopy`` would return as they are (strings, numbers, ``None``) without calling it, and
+    reads a class's field names once, where CPython 3.11's ``asdict`` did neither: a run's
+    result and events went through it for every run the service answered."""
+    kind: Any = type(value)
+    if kind in _ATOMIC:
+        return value
+    names = _field_names(kind)
+    if names is not None:
+        return {name: as_plain(getattr(value, name)) for name in names}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return kind(*[as_plain(item) for item in value])
+    if isinstance(value, (list, tuple)):
+        return kind(as_plain(item) for item in value)
+    if isinstance(value, dict):
+        if hasattr(kind, "default_factory"):  # a defaultdict takes its factory first
+            rebuilt = kind(value.default_factory)  # type: ignore[attr-defined]
+            for key, item in value.items():
+                rebuilt[as_plain(key)] = as_plain(item)
+            return rebuilt
+        return kind((as_plain(key), as_plain(item)) for key, item in value.items())
+    return copy.deepcopy(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _field_names(kind: Any) -> tuple[str, ...] | None:
+    """The field names of a dataclass (``None`` for any other class; a bounded cache, as
+    classes may be made at run time)."""
+    if not dataclasses.is_dataclass(kind):
+        return None
+    return tuple(f.name for f in dataclasses.fields(kind))
