@@ -28,7 +28,9 @@ measured ones, and check every answer. CPU is read from ``/proc``: the serving p
 process group) between the first and the last measured run, and for a PostgreSQL row also the
 backends of its database that the service opened (its connections carry an
 ``application_name`` of their own), sampled every 20 ms so that a backend that exits in the
-window still counts (up to its last sample). Rounds alternate the contenders (the order flips
+window still counts (up to its last sample). Of the serving process's CPU, the time its
+garbage collector took is read too (``gc.callbacks`` in the process, read over HTTP before and
+after the measured runs: ``gc_ms_per_run``). Rounds alternate the contenders (the order flips
 each round); the summary holds the medians over the rounds, and each contender's total CPU per
 run as a multiple of the sdk-loop's and of the httpx floor's at the same concurrency.
 
@@ -246,6 +248,10 @@ def serve(
         app = sdk_app(model_url)
     else:
         app = httpx_app(model_url, library)
+    collecting = _time_collections()
+    # The seconds the garbage collector has taken so far in this process (the load generator
+    # reads them before and after the measured runs; never part of a run).
+    app.add_api_route("/bench/gc", lambda: {"gc_s": collecting[0]}, methods=["GET"])
     uvicorn.run(
         app,
         host="127.0.0.1",
@@ -259,6 +265,24 @@ def serve(
     )
     if agent is not None:
         agent.close()
+
+
+def _time_collections() -> list[float]:
+    """A one-item list that adds up the wall seconds of every garbage collection from now on
+    (``gc.callbacks``; one thread holds the GIL while it collects, so they are CPU seconds)."""
+    import gc
+
+    spent = [0.0]
+    began = [0.0]
+
+    def note(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            spent[0] += time.perf_counter() - began[0]
+
+    gc.callbacks.append(note)
+    return spent
 
 
 # -- CPU from /proc ---------------------------------------------------------------------------
@@ -418,6 +442,14 @@ async def drive(base: str, concurrency: int, runs: int) -> dict[str, Any]:
     return {"wall": wall, "times": sorted(times), "wrong": len(wrong)}
 
 
+async def _collected_s(base: str) -> float:
+    """The seconds the service's garbage collector has taken so far."""
+    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+        reply = await client.get("/bench/gc")
+        reply.raise_for_status()
+        return float(reply.json()["gc_s"])
+
+
 async def measure(
     base: str, pid: int, concurrency: int, args: argparse.Namespace, meter: BackendMeter | None
 ) -> dict[str, Any]:
@@ -426,9 +458,10 @@ async def measure(
         raise RuntimeError(f"{warm['wrong']} of the warm-up runs failed")
     if meter is not None:
         meter.start()
-    before = group_ticks(pid)
+    before, collected = group_ticks(pid), await _collected_s(base)
     done = await drive(base, concurrency, args.runs)
     service_s = (group_ticks(pid) - before) / os.sysconf("SC_CLK_TCK")
+    collected = await _collected_s(base) - collected
     backend_s, backends = meter.stop() if meter is not None else (0.0, 0)
     times, wall = done["times"], done["wall"]
 
@@ -445,6 +478,7 @@ async def measure(
         "service_cpu_ms_per_run": round(service_s * 1000 / args.runs, 3),
         "postgres_cpu_ms_per_run": None,
         "total_cpu_ms_per_run": round((service_s + backend_s) * 1000 / args.runs, 3),
+        "gc_ms_per_run": round(collected * 1000 / args.runs, 3),
         "latency_p50_ms": pct(0.50),
         "latency_p99_ms": pct(0.99),
     }
@@ -525,6 +559,7 @@ def summarise(results: dict[str, list[dict[str, Any]]], concurrencies: list[int]
                     "postgres_cpu_ms_per_run": median(rows, "postgres_cpu_ms_per_run"),
                     "total_cpu_ms_per_run": total,
                     "total_cpu_ms_per_run_each_round": [r["total_cpu_ms_per_run"] for r in rows],
+                    "gc_ms_per_run": median(rows, "gc_ms_per_run"),
                     "x_sdk_loop": round(total / sdk, 2) if total and sdk else None,
                     "x_httpx_floor": round(total / bare, 2) if total and bare else None,
                     "runs_per_s": median(rows, "runs_per_s"),
@@ -606,15 +641,15 @@ def print_table(summary: list[dict[str, Any]]) -> None:
 
     print(
         "\n| contender | concurrency | CPU ms/run service | + PostgreSQL | total "
-        "| × sdk-loop | × httpx floor | runs/s | p50 ms | p99 ms | all correct |"
+        "| × sdk-loop | × httpx floor | of it GC | runs/s | p50 ms | p99 ms | all correct |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in summary:
         print(
             f"| {row['contender']} | {row['concurrency']} | {row['service_cpu_ms_per_run']} "
             f"| {show(row['postgres_cpu_ms_per_run'])} | {row['total_cpu_ms_per_run']} "
             f"| {show(row['x_sdk_loop'], '×')} | {show(row['x_httpx_floor'], '×')} "
-            f"| {row['runs_per_s']} | {show(row['latency_p50_ms'])} "
+            f"| {show(row['gc_ms_per_run'])} | {row['runs_per_s']} | {show(row['latency_p50_ms'])} "
             f"| {show(row['latency_p99_ms'])} | {'yes' if row['all_correct'] else 'NO'} |"
         )
 
