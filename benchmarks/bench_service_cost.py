@@ -30,7 +30,8 @@ backends of its database that the service opened (its connections carry an
 ``application_name`` of their own), sampled every 20 ms so that a backend that exits in the
 window still counts (up to its last sample). Of the serving process's CPU, the time its
 garbage collector took is read too (``gc.callbacks`` in the process, read over HTTP before and
-after the measured runs: ``gc_ms_per_run``). Rounds alternate the contenders (the order flips
+after the measured runs: ``gc_ms_per_run``), and its peak resident memory once they are done
+(``VmHWM``: ``peak_rss_mb``). Rounds alternate the contenders (the order flips
 each round); the summary holds the medians over the rounds, and each contender's total CPU per
 run as a multiple of the sdk-loop's and of the httpx floor's at the same concurrency.
 
@@ -269,7 +270,8 @@ def serve(
 
 def _time_collections() -> list[float]:
     """A one-item list that adds up the wall seconds of every garbage collection from now on
-    (``gc.callbacks``; one thread holds the GIL while it collects, so they are CPU seconds)."""
+    (``gc.callbacks``; the collecting thread holds the GIL throughout, so on a machine with a
+    core to spare they are close to its CPU seconds)."""
     import gc
 
     spent = [0.0]
@@ -442,6 +444,17 @@ async def drive(base: str, concurrency: int, runs: int) -> dict[str, Any]:
     return {"wall": wall, "times": sorted(times), "wrong": len(wrong)}
 
 
+def _peak_rss_mb(pid: int) -> float | None:
+    """The serving process's peak resident memory so far (``VmHWM``), in MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 async def _collected_s(base: str) -> float:
     """The seconds the service's garbage collector has taken so far."""
     async with httpx.AsyncClient(base_url=base, timeout=10) as client:
@@ -479,6 +492,7 @@ async def measure(
         "postgres_cpu_ms_per_run": None,
         "total_cpu_ms_per_run": round((service_s + backend_s) * 1000 / args.runs, 3),
         "gc_ms_per_run": round(collected * 1000 / args.runs, 3),
+        "peak_rss_mb": _peak_rss_mb(pid),
         "latency_p50_ms": pct(0.50),
         "latency_p99_ms": pct(0.99),
     }
@@ -560,6 +574,7 @@ def summarise(results: dict[str, list[dict[str, Any]]], concurrencies: list[int]
                     "total_cpu_ms_per_run": total,
                     "total_cpu_ms_per_run_each_round": [r["total_cpu_ms_per_run"] for r in rows],
                     "gc_ms_per_run": median(rows, "gc_ms_per_run"),
+                    "peak_rss_mb": max((r["peak_rss_mb"] or 0 for r in rows), default=None),
                     "x_sdk_loop": round(total / sdk, 2) if total and sdk else None,
                     "x_httpx_floor": round(total / bare, 2) if total and bare else None,
                     "runs_per_s": median(rows, "runs_per_s"),

@@ -119,3 +119,29 @@ def test_hermes_agent_worker_settles_its_heap_before_celery_takes_over(
     config = HermesConfig(queue=QueueConfig())
     worker_module.run_worker(config, pool="threads")
     assert happened == ["agent", "settled", "celery"]
+
+
+def test_a_prefork_child_settles_its_heap_once_it_has_built_its_agent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from celery.signals import worker_process_init  # type: ignore[import-untyped]
+
+    from hermes_agent.config import HermesConfig, QueueConfig
+    from hermes_agent.worker import app as worker_module
+
+    happened: list[str] = []
+    monkeypatch.setattr(worker_module, "worker_process", lambda: happened.append("agent"))
+    monkeypatch.setattr(worker_module, "settle_heap", lambda: happened.append("settled"))
+    # The module's state worker_app sets, put back afterwards (as the signal's receivers).
+    monkeypatch.setattr(worker_module, "_settings", None)
+    monkeypatch.setattr(worker_module, "_deliveries", None)
+    receivers = list(worker_process_init.receivers)
+    try:
+        worker_module.worker_app(HermesConfig(queue=QueueConfig()))
+        worker_process_init.send(sender=None)  # what Celery sends in a child after the fork
+    finally:
+        if worker_module._deliveries is not None:
+            worker_module._deliveries.close()
+        worker_process_init.receivers[:] = receivers
+        worker_process_init.sender_receivers_cache.clear()
+    assert happened == ["agent", "settled"]

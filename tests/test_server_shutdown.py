@@ -49,8 +49,8 @@ have taken 2 s more than that."""
 MODEL_LATENCY_S = 0.3
 KINDS = ["short"] * 40 + ["medium"] * 30 + ["long"] * 26 + ["nap"] * 4
 """What each run's tool does: ``short`` waits 0.5 s and ``medium`` 1.5 s (a run takes two model
-answers more: they end within the grace period, the medium ones with less to spare), ``long``
-waits 60 s and ``nap`` runs a subprocess tool that sleeps 60 s (both are cancelled)."""
+answers more: both end within the grace period), ``long`` waits 60 s and ``nap`` runs a
+subprocess tool that sleeps 60 s (both are cancelled)."""
 PAUSE_S = {"short": 0.5, "medium": 1.5, "long": 60.0}
 
 SERVICE = """

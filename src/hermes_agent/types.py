@@ -279,7 +279,8 @@ _ATOMIC = frozenset(
 def as_plain(value: Any) -> Any:
     """``dataclasses.asdict`` of a dataclass instance, and the same copy of anything else:
     dataclasses become dicts of their fields, lists, tuples and dicts are rebuilt around their
-    items, and other values are deep copies. Its result is ``asdict``'s; it returns the values
+    items, and other values are deep copies. Its result is CPython 3.12's ``asdict``'s (3.11's
+    raises on a ``defaultdict``, which this rebuilds around its factory); it returns the values
     ``deepcopy`` would return as they are (strings, numbers, ``None``) without calling it, and
     reads a class's field names once, where CPython 3.11's ``asdict`` did neither: a run's
     result and events went through it for every run the service answered."""

@@ -251,6 +251,7 @@ def worker_app(config: HermesConfig, tools_files: Sequence[str] = ()) -> Any:
         if _main_store is not None:
             _main_store.storage.engine.dispose(close=False)
         worker_process()
+        settle_heap()  # the child's own agent and store, built after the fork
 
     def close_process() -> None:
         global _process

@@ -74,9 +74,7 @@ def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) ->
 
 def add_last_record(conn: Connection, record: AuditRecord) -> None:
     """Add the trail's ending, numbered after every record the trail holds."""
-    conn.execute(
-        _LAST_RECORD, {f"p_{name}": value for name, value in record.to_dict().items()}
-    )
+    conn.execute(_LAST_RECORD, {f"p_{name}": value for name, value in record.to_dict().items()})
 
 
 def write_ending(
