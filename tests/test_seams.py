@@ -500,3 +500,13 @@ def test_as_plain_gives_what_dataclasses_asdict_gives_and_copies_as_deeply() -> 
     assert mutable["nested"][1] == {"deep": ["x"]} and call_record.metadata["point"].x == 1
     assert as_plain(collections.defaultdict(list, {"k": [1]})) == {"k": [1]}
     assert as_plain("text") == "text" and as_plain(Usage) is Usage  # a class stays a class
+
+    class Unhashable(type):  # a metaclass that makes its classes unhashable
+        __hash__ = None  # type: ignore[assignment]
+
+    @dataclasses.dataclass
+    class Odd(metaclass=Unhashable):
+        items: list[Any]
+
+    odd = Odd([{"a": 1}])
+    assert as_plain(odd) == dataclasses.asdict(odd) == {"items": [{"a": 1}]}

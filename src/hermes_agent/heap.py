@@ -9,9 +9,9 @@ CPU went to the collector, and 1–5% once settled (docs/benchmarks.md, tenth ro
 ``settle_heap`` is called once the process has built what it keeps: ``hermes-agent serve``
 after ``create_app``, ``hermes-agent worker`` after its agent (a prefork pool's main process
 before it forks, so that the children share its frozen pages, and each child again once it
-has built its own agent). It is not done by ``create_app`` or ``Agent``:
-the collector's settings belong to the process, and a program that embeds the runtime decides
-them itself (it may call this).
+has built its own agent). It is not done by ``create_app`` or ``Agent``: the collector's
+settings belong to the process, and a program that embeds the runtime decides them itself (it
+may call this).
 """
 
 from __future__ import annotations

@@ -285,9 +285,12 @@ def as_plain(value: Any) -> Any:
     reads a class's field names once, where CPython 3.11's ``asdict`` did neither: a run's
     result and events went through it for every run the service answered."""
     kind: Any = type(value)
-    if kind in _ATOMIC:
-        return value
-    names = _field_names(kind)
+    try:
+        if kind in _ATOMIC:
+            return value
+        names = _field_names(kind)
+    except TypeError:  # a class its metaclass made unhashable: looked up, not cached
+        names = _field_names.__wrapped__(kind)
     if names is not None:
         return {name: as_plain(getattr(value, name)) for name in names}
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
