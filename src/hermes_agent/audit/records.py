@@ -89,10 +89,11 @@ class AuditRecord:
     def to_dict(self) -> dict[str, Any]:
         """Every field, as JSON-ready values (all are scalars: what ``dataclasses.asdict``
         gives, without its recursive copy, which a run's store writes paid per record)."""
-        return {name: getattr(self, name) for name in _FIELD_NAMES}
+        return {name: getattr(self, name) for name in RECORD_FIELDS}
 
 
-_FIELD_NAMES = tuple(f.name for f in fields(AuditRecord))
+RECORD_FIELDS = tuple(f.name for f in fields(AuditRecord))
+"""``AuditRecord``'s field names, in order (the audit table's columns but its id)."""
 
 
 class AuditSink(Protocol):

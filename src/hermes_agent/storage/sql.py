@@ -39,7 +39,7 @@ from typing import Any
 from sqlalchemy import BindParameter, Connection, bindparam, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from hermes_agent.audit.records import AuditRecord, Role, records_to_jsonl
+from hermes_agent.audit.records import RECORD_FIELDS, AuditRecord, Role, records_to_jsonl
 from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
@@ -239,7 +239,7 @@ class SqlStorage:
         self.audit.flush()
         a = audit_table.c
         query = (
-            select(*(getattr(a, name) for name in _RECORD_FIELDS))
+            select(*(getattr(a, name) for name in RECORD_FIELDS))
             .where(a.request_id == request_id)
             .order_by(a.seq, a.id)
         )
@@ -290,24 +290,6 @@ class SqlStorage:
 
     def __repr__(self) -> str:
         return f"SqlStorage({_safe_url(self.url)!r})"
-
-
-_RECORD_FIELDS = (
-    "request_id",
-    "session_id",
-    "step",
-    "stage",
-    "role",
-    "content",
-    "timestamp_ns",
-    "latency_ms",
-    "status",
-    "status_code",
-    "model_name",
-    "system_prompt_sha256",
-    "seq",
-    "sanitized",
-)
 
 
 # -- sessions ----------------------------------------------------------------------------
@@ -516,7 +498,7 @@ class SqlAuditSink:
 
 
 def _audit_row(record: AuditRecord) -> dict[str, Any]:
-    row: dict[str, Any] = {name: getattr(record, name) for name in _RECORD_FIELDS}
+    row = record.to_dict()
     escaped = 0
     for name, value in row.items():
         if isinstance(value, str) and name != "sanitized":

@@ -5,13 +5,12 @@ run's log (``append_event``), and the trail's ending (``add_last_record`` for an
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from sqlalchemy import Connection, Insert, Integer, bindparam, case, func, insert, select
 
 from hermes_agent.audit.recorder import lifecycle_record
-from hermes_agent.audit.records import AuditRecord, Role
+from hermes_agent.audit.records import RECORD_FIELDS, AuditRecord, Role
 from hermes_agent.runs.events import RunStoppedEvent
 from hermes_agent.runs.status import STOP_CODES
 from hermes_agent.storage.bulk import insert_rows
@@ -28,7 +27,7 @@ def _last_record_statement() -> Insert:
     )
     wanted = bindparam("p_seq", type_=Integer)
     values: dict[str, Any] = {
-        f.name: bindparam(f"p_{f.name}") for f in dataclasses.fields(AuditRecord) if f.name != "seq"
+        name: bindparam(f"p_{name}") for name in RECORD_FIELDS if name != "seq"
     }
     return insert(audit_table).values(
         **values, seq=case((latest >= wanted, latest + 1), else_=wanted)
@@ -96,8 +95,7 @@ def write_ending(
     ).first()
     earlier = []
     if last is not None:
-        fields = {f.name for f in dataclasses.fields(AuditRecord)}
-        earlier.append(AuditRecord(**{k: v for k, v in last._mapping.items() if k in fields}))
+        earlier.append(AuditRecord(**{name: last._mapping[name] for name in RECORD_FIELDS}))
     record = lifecycle_record(
         earlier,
         request_id=request_id,
