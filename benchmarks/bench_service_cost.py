@@ -574,7 +574,10 @@ def summarise(results: dict[str, list[dict[str, Any]]], concurrencies: list[int]
                     "total_cpu_ms_per_run": total,
                     "total_cpu_ms_per_run_each_round": [r["total_cpu_ms_per_run"] for r in rows],
                     "gc_ms_per_run": median(rows, "gc_ms_per_run"),
-                    "peak_rss_mb": max((r["peak_rss_mb"] or 0 for r in rows), default=None),
+                    "peak_rss_mb": max(
+                        (r["peak_rss_mb"] for r in rows if r["peak_rss_mb"] is not None),
+                        default=None,
+                    ),
                     "x_sdk_loop": round(total / sdk, 2) if total and sdk else None,
                     "x_httpx_floor": round(total / bare, 2) if total and bare else None,
                     "runs_per_s": median(rows, "runs_per_s"),
