@@ -30,8 +30,18 @@ backends of its database that the service opened (its connections carry an
 ``application_name`` of their own), sampled every 20 ms so that a backend that exits in the
 window still counts (up to its last sample). Of the serving process's CPU, the time its
 garbage collector took is read too (``gc.callbacks`` in the process, read over HTTP before and
-after the measured runs: ``gc_ms_per_run``), and its peak resident memory once they are done
-(``VmHWM``: ``peak_rss_mb``). Rounds alternate the contenders (the order flips
+after the measured runs: ``gc_ms_per_run``), its peak resident memory once they are done
+(``VmHWM``: ``peak_rss_mb``), and how often its threads were switched out (``/proc``'s
+voluntary and involuntary context switches of every thread: ``switches_per_run``, the
+wake-ups a run costs, which CPU time on a shared machine shows only through its noise).
+
+``--callgrind`` runs every contender under valgrind's callgrind instead, instrumented only
+while the measured runs go (``callgrind_control -i on``/``off``), one process per concurrency,
+and adds ``instructions_m_per_run``: millions of instructions the serving process ran per run,
+in user space only (the kernel's share of a wake-up is not in it). A count repeats within
+about 1% from round to round where CPU time moves by 10-20%, so it can tell a change of a few
+percent; the CPU columns of such a sitting measure valgrind, not the service. Rounds
+alternate the contenders (the order flips
 each round); the summary holds the medians over the rounds, and each contender's total CPU per
 run as a multiple of the sdk-loop's and of the httpx floor's at the same concurrency.
 
@@ -41,6 +51,7 @@ run as a multiple of the sdk-loop's and of the httpx floor's at the same concurr
     python benchmarks/bench_service_cost.py --concurrency 10 --storage memory --rounds 1
     python benchmarks/bench_service_cost.py --concurrency 100 --floor-client httpx
     python benchmarks/bench_service_cost.py --src httpx=. --src aiohttp=. --aiohttp aiohttp
+    python benchmarks/bench_service_cost.py --callgrind --runs 150 --concurrency 10 --storage sqlite
 """
 
 from __future__ import annotations
@@ -50,8 +61,10 @@ import asyncio
 import json
 import os
 import platform
+import re
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -444,6 +457,33 @@ async def drive(base: str, concurrency: int, runs: int) -> dict[str, Any]:
     return {"wall": wall, "times": sorted(times), "wrong": len(wrong)}
 
 
+def _switches(pid: int) -> int:
+    """Context switches (voluntary and involuntary) of every thread of ``pid`` so far; a
+    thread that ended meanwhile is not counted (the service's threads live as long as it)."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def _callgrind(pid: int, switch: str) -> None:
+    """Instrument ``pid`` (running under callgrind) from now on (``on``) or no longer."""
+    subprocess.run(["callgrind_control", "-i", switch, str(pid)], check=True, capture_output=True)
+
+
+def _instructions(log: Path) -> int:
+    """What callgrind counted in the process whose output is ``log`` (written as it exits)."""
+    found = re.findall(r"Collected : (\d+)", log.read_text(errors="replace"))
+    if not found:
+        raise RuntimeError(f"callgrind wrote no count in {log}")
+    return int(found[-1])
+
+
 def _peak_rss_mb(pid: int) -> float | None:
     """The serving process's peak resident memory so far (``VmHWM``), in MiB."""
     try:
@@ -471,8 +511,13 @@ async def measure(
         raise RuntimeError(f"{warm['wrong']} of the warm-up runs failed")
     if meter is not None:
         meter.start()
-    before, collected = group_ticks(pid), await _collected_s(base)
+    before, collected, switched = group_ticks(pid), await _collected_s(base), _switches(pid)
+    if args.callgrind:
+        _callgrind(pid, "on")
     done = await drive(base, concurrency, args.runs)
+    if args.callgrind:
+        _callgrind(pid, "off")
+    switched = _switches(pid) - switched
     service_s = (group_ticks(pid) - before) / os.sysconf("SC_CLK_TCK")
     collected = await _collected_s(base) - collected
     backend_s, backends = meter.stop() if meter is not None else (0.0, 0)
@@ -493,6 +538,8 @@ async def measure(
         "total_cpu_ms_per_run": round((service_s + backend_s) * 1000 / args.runs, 3),
         "gc_ms_per_run": round(collected * 1000 / args.runs, 3),
         "peak_rss_mb": _peak_rss_mb(pid),
+        "switches_per_run": round(switched / args.runs, 2),
+        "instructions_m_per_run": None,  # counted once the process has exited (--callgrind)
         "latency_p50_ms": pct(0.50),
         "latency_p99_ms": pct(0.99),
     }
@@ -503,7 +550,12 @@ async def measure(
 
 
 async def measure_contender(
-    name: str, args: argparse.Namespace, folder: Path, model_url: str, tree: Path | None
+    name: str,
+    args: argparse.Namespace,
+    folder: Path,
+    model_url: str,
+    tree: Path | None,
+    concurrencies: list[int],
 ) -> list[dict[str, Any]]:
     """One contender's process, each concurrency measured in turn (warm-up, then the runs)."""
     kind = "hermes" if tree is not None else name
@@ -519,8 +571,11 @@ async def measure_contender(
         storage_url = f"{url}?application_name={SERVICE_APP}"
         conninfo = url.replace("postgresql+psycopg://", "postgresql://")
     port = free_port()
-    log = f"{kind}.log"
+    log = f"{kind}-{port}.log"
     command = [sys.executable, str(Path(__file__).resolve()), "--serve", kind, "--port", str(port)]
+    if args.callgrind:
+        output = f"--callgrind-out-file={folder / f'callgrind-{port}.out'}"
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", output, *command]
     command += ["--model-url", model_url, "--storage-url", storage_url]
     command += ["--in-flight", str(2 * max(args.concurrency)), "--floor-client", args.floor_client]
     if tree is not None and name.rsplit("/", 1)[0] in (args.aiohttp or []):
@@ -531,19 +586,22 @@ async def measure_contender(
     try:
         process = start_process(command, folder, log, env)
         base = f"http://127.0.0.1:{port}"
-        await wait_up(f"{base}/healthz", process, folder / log)
+        await wait_up(f"{base}/healthz", process, folder / log, 600 if args.callgrind else 120)
         if database:
             meter = BackendMeter(database, conninfo)
-        for concurrency in args.concurrency:
+        for concurrency in concurrencies:
             row = await measure(base, process.pid, concurrency, args, meter)
             rows.append(row)
     finally:
         if process is not None:
-            stop_group(process, timeout=30)
+            stop_group(process, timeout=120 if args.callgrind else 30)
         if meter is not None:
             meter.close()
         if drop is not None:
             drop()
+    if args.callgrind:  # one concurrency per process: its count is the row's
+        (row,) = rows
+        row["instructions_m_per_run"] = round(_instructions(folder / log) / args.runs / 1e6, 3)
     return rows
 
 
@@ -574,6 +632,8 @@ def summarise(results: dict[str, list[dict[str, Any]]], concurrencies: list[int]
                     "total_cpu_ms_per_run": total,
                     "total_cpu_ms_per_run_each_round": [r["total_cpu_ms_per_run"] for r in rows],
                     "gc_ms_per_run": median(rows, "gc_ms_per_run"),
+                    "switches_per_run": median(rows, "switches_per_run"),
+                    "instructions_m_per_run": median(rows, "instructions_m_per_run"),
                     "peak_rss_mb": max(
                         (r["peak_rss_mb"] for r in rows if r["peak_rss_mb"] is not None),
                         default=None,
@@ -621,15 +681,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 order = list(contenders)
                 if round_ % 2:
                     order.reverse()
+                # Under callgrind a process per concurrency: its count covers one.
+                batches = [[c] for c in args.concurrency] if args.callgrind else [args.concurrency]
                 for name in order:
                     folder = Path(tmp) / f"{name.replace('/', '_')}-{round_}"
                     folder.mkdir()
-                    for row in await measure_contender(
-                        name, args, folder, model_url, contenders[name]
-                    ):
-                        row["round"] = round_
-                        print(json.dumps({name: row}), flush=True)
-                        results[name].append(row)
+                    for concurrencies in batches:
+                        for row in await measure_contender(
+                            name, args, folder, model_url, contenders[name], concurrencies
+                        ):
+                            row["round"] = round_
+                            print(json.dumps({name: row}), flush=True)
+                            results[name].append(row)
         finally:
             stop_group(model, timeout=30)
     return {
@@ -641,6 +704,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "model_latency_s": args.latency,
         "stack": "asyncio + h11 (uvicorn), every contender",
         "floor_client": args.floor_client,
+        "callgrind": args.callgrind,
         "machine": f"{os.cpu_count()} CPUs (shared), {platform.python_implementation()} "
         f"{platform.python_version()}, {platform.machine()}",
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -659,15 +723,18 @@ def print_table(summary: list[dict[str, Any]]) -> None:
 
     print(
         "\n| contender | concurrency | CPU ms/run service | + PostgreSQL | total "
-        "| × sdk-loop | × httpx floor | of it GC | runs/s | p50 ms | p99 ms | all correct |"
+        "| × sdk-loop | × httpx floor | of it GC | switches | M instructions "
+        "| runs/s | p50 ms | p99 ms | all correct |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for row in summary:
         print(
             f"| {row['contender']} | {row['concurrency']} | {row['service_cpu_ms_per_run']} "
             f"| {show(row['postgres_cpu_ms_per_run'])} | {row['total_cpu_ms_per_run']} "
             f"| {show(row['x_sdk_loop'], '×')} | {show(row['x_httpx_floor'], '×')} "
-            f"| {show(row['gc_ms_per_run'])} | {row['runs_per_s']} | {show(row['latency_p50_ms'])} "
+            f"| {show(row['gc_ms_per_run'])} | {show(row['switches_per_run'])} "
+            f"| {show(row['instructions_m_per_run'])} "
+            f"| {row['runs_per_s']} | {show(row['latency_p50_ms'])} "
             f"| {show(row['latency_p99_ms'])} | {'yes' if row['all_correct'] else 'NO'} |"
         )
 
@@ -699,6 +766,12 @@ def main() -> None:
         metavar="NAME",
         help="the --src tree NAME's service sends its model requests through aiohttp "
         "(model.transport: aiohttp; repeatable)",
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="count each contender's instructions per run under valgrind's callgrind "
+        "(its CPU columns then measure valgrind)",
     )
     parser.add_argument("--json", type=Path, help="also write the report here")
     # A contender's own process: this file with --serve KIND.

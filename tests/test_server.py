@@ -162,6 +162,50 @@ def test_a_plain_post_asks_the_model_whole_and_a_streamed_one_gets_the_pieces(
         assert set(kinds) <= set(streamed)
 
 
+def test_a_plain_post_wakes_at_its_runs_turns_not_at_each_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain POST waits for its run's end or a pending approval, and is woken only then: each
+    wake resumes its whole request (route, middleware), and a run emits a dozen events. The
+    approval still ends the wait at once, after a slow tool's events came and went."""
+    from hermes_agent.server.runs import Run
+
+    wakes = {"turned": 0, "changed": 0}
+    turned, changed = Run.turned, Run.changed
+
+    async def counting_turned(run: Run) -> None:
+        await turned(run)
+        wakes["turned"] += 1
+
+    async def counting_changed(run: Run) -> None:
+        await changed(run)
+        wakes["changed"] += 1
+
+    monkeypatch.setattr(Run, "turned", counting_turned)
+    monkeypatch.setattr(Run, "changed", counting_changed)
+    keys = MemoryKeyStore()
+    alice = {"Authorization": f"Bearer {keys.create('alice')}"}
+    with serve(_approval_app(tmp_path, keys, approval_timeout_s=30)) as url:
+        client = httpx.Client(base_url=url, timeout=30, headers=alice)
+        plain = client.post("/v1/runs", json={"message": "slow"})
+        assert plain.status_code == 200, plain.text
+        with client.stream("GET", f"/v1/runs/{plain.json()['request_id']}/events") as r:
+            events = [f for f in sse_events(r.iter_lines()) if "event" in f]
+        assert len(events) >= 6  # input, thoughts, selection, tool results, output, result
+        assert wakes["turned"] == 1  # the run's end, and nothing before
+        assert wakes["changed"] == 0  # nobody streamed it while it ran
+
+        wakes["turned"] = 0
+        reply = client.post("/v1/runs", json={"message": "slow delete /tmp/z"})
+        assert reply.status_code == 202, reply.text  # back as soon as the approval is asked
+        (pending,) = reply.json()["pending_approvals"]
+        assert wakes["turned"] == 1
+        answer = client.post(f"/v1/approvals/{pending['approval_id']}", json={"approved": True})
+        assert answer.status_code == 200
+        result = poll_run(client, reply.json()["request_id"])["result"]
+        assert [c["status_code"] for c in result["tool_calls"]] == [200, 200]
+
+
 def test_a_client_that_follows_a_run_midway_gets_the_pieces_of_its_next_turns(
     tmp_path: Path,
 ) -> None:
@@ -335,6 +379,46 @@ def test_keys_scope_everything_to_its_owner(tmp_path: Path) -> None:
         bobs = client.get("/v1/sessions/shared", headers=bob).json()
         assert len(bobs["messages"]) == 2
         assert len(client.get("/v1/sessions/shared", headers=alice).json()["messages"]) == 2
+
+
+def test_the_caller_is_known_on_the_loop_without_keys_and_off_it_with_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auth: none`` reads nothing to know the caller, so no thread hop per request; a key is
+    looked up in its store, which may wait on a database, so never on the event loop."""
+    import asyncio
+
+    from hermes_agent.server import auth
+
+    on_loop: list[bool] = []
+    known = auth.current_user
+
+    def noting(request: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return known(request)
+
+    monkeypatch.setattr(auth, "current_user", noting)
+    with serve(create_app(agent=make_agent(sqlite(tmp_path)), settings=local())) as url:
+        assert httpx.post(f"{url}/v1/runs", json={"message": "hello"}).status_code == 200
+    assert on_loop == [True]
+
+    on_loop.clear()
+    keys = MemoryKeyStore()
+    key = keys.create("alice")
+    app = create_app(agent=make_agent(sqlite(tmp_path)), settings=ServiceSettings(auth="keys"), keys=keys)
+    with serve(app) as url:
+        asked = httpx.post(
+            f"{url}/v1/runs",
+            json={"message": "hello"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert asked.status_code == 200
+        assert httpx.post(f"{url}/v1/runs", json={"message": "hello"}).status_code == 401
+    assert on_loop == [False, False]
 
 
 def test_keys_are_stored_hashed_in_the_agents_database(tmp_path: Path) -> None:

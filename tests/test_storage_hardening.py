@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -513,5 +514,73 @@ def test_a_float_json_cannot_say_goes_row_by_row(sql_url: str) -> None:
         with storage.transaction(write=True) as conn:
             insert_rows(conn, audit_table, rows)
         assert [r.latency_ms for r in storage.records("r2")] == [float("inf"), 2.5]
+    finally:
+        storage.close()
+
+
+# -- the written-behind trail: one wake a linger, not one a step ------------------------------
+
+
+def _trail_record(index: int) -> AuditRecord:
+    return AuditRecord(
+        "written-behind", "s", index, "Worker", "usage", "{}", index, 1.0, "ok", 200, "m", "0" * 64
+    )
+
+
+def _voluntary_switches(native_id: int) -> int:
+    """How often the thread ``native_id`` of this process has gone to sleep (Linux)."""
+    status = Path(f"/proc/self/task/{native_id}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("voluntary_ctxt"))
+    return int(line.split()[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
+    tmp_path: Path,
+) -> None:
+    """Steps queued while the writer lingers do not wake it: a service queues one every few
+    milliseconds, and a writer woken by each took the GIL from the runs as often. They are
+    stored all the same, in the order they came, in one burst or a few."""
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
+    sink = storage.audit
+    sink.LINGER_S, sink.MAX_DELAY_S = 0.05, 30.0
+    try:
+        sink.write([_trail_record(0)])
+        time.sleep(0.01)  # the writer has taken the first step and lingers
+        writer = sink._thread
+        assert writer is not None and writer.native_id is not None
+        before = _voluntary_switches(writer.native_id)
+        for index in range(1, 101):
+            sink.write([_trail_record(index)])
+            time.sleep(0.001)
+        woken = _voluntary_switches(writer.native_id) - before
+        sink.flush()
+        assert [r.step for r in storage.records("written-behind")] == list(range(101))
+        # Lingering on the queue, it went back to sleep after each of the 100 steps.
+        assert woken < 40, woken
+    finally:
+        storage.close()
+
+
+@pytest.mark.parametrize("ending", ["flush", "close"])
+def test_flush_and_close_cut_the_writers_linger_short(tmp_path: Path, ending: str) -> None:
+    """A writer sleeping out a long linger is woken by ``flush`` or ``close``, which return
+    once what was queued is stored, not once the linger is over."""
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
+    sink = storage.audit
+    sink.LINGER_S, sink.MAX_DELAY_S = 60.0, 120.0
+    try:
+        sink.write([_trail_record(0)])
+        time.sleep(0.05)  # lingering now
+        sink.write([_trail_record(1)])
+        ended = threading.Thread(target=getattr(sink, ending), daemon=True)
+        ended.start()
+        ended.join(20)
+        assert not ended.is_alive(), f"{ending} waited for the linger"
+        assert [r.step for r in storage.records("written-behind")] == [0, 1]
+        if ending == "flush":  # the writer lingers again for what comes next
+            sink.write([_trail_record(2)])
+            sink.flush()
+            assert len(storage.records("written-behind")) == 3
     finally:
         storage.close()

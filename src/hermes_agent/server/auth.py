@@ -35,6 +35,7 @@ from typing import Annotated, Any, Protocol
 
 import sqlalchemy as sa
 from fastapi import Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
 
 from hermes_agent.runs.principal import LOCAL_USER as LOCAL_USER
 from hermes_agent.runs.principal import Principal as Principal
@@ -340,7 +341,17 @@ def _stream_token_user(request: Request) -> Principal | None:
     return principal
 
 
-CurrentUser = Annotated[Principal, Depends(current_user)]
+async def caller(request: Request) -> Principal:
+    """``current_user`` as the endpoints' dependency. With ``auth: none`` it reads nothing,
+    so it runs on the event loop: a thread hop per request (FastAPI's, for a plain function)
+    cost more CPU than the rest of the check. With keys it asks the key store, which may wait
+    on its database, so it runs in FastAPI's thread pool as before."""
+    if request.app.state.settings.auth == "none":
+        return current_user(request)
+    return await run_in_threadpool(current_user, request)
+
+
+CurrentUser = Annotated[Principal, Depends(caller)]
 """The caller, as an endpoint parameter: ``user: CurrentUser``."""
 
 

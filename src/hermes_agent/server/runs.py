@@ -99,22 +99,27 @@ class Run:
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self._wake = asyncio.Event()
+        self._turn = asyncio.Event()
 
     @property
     def done(self) -> bool:
         return self.status in FINAL_STATUSES
 
-    def add(self, wire: dict[str, Any]) -> int:
-        """Append one event (its wire dict); returns its id."""
+    def add(self, wire: dict[str, Any], *, turn: bool = False) -> int:
+        """Append one event (its wire dict); returns its id. ``turn``: the event is a turn of
+        the run (an approval asked, its ending), not only a step of it (see ``turned``)."""
         event_id = len(self.events) + 1
         self.events.append((event_id, wire))
-        self.poke()
+        self.poke(turn=turn)
         return event_id
 
-    def poke(self) -> None:
-        """Wake everyone waiting for a change."""
+    def poke(self, *, turn: bool = True) -> None:
+        """Wake everyone waiting for a change; with ``turn`` also whoever waits for a turn."""
         self._wake.set()
         self._wake = asyncio.Event()
+        if turn:
+            self._turn.set()
+            self._turn = asyncio.Event()
 
     def attach(self) -> None:
         """A client starts following the run."""
@@ -127,6 +132,12 @@ class Run:
     async def changed(self) -> None:
         """Wait for the next event or status change."""
         await self._wake.wait()
+
+    async def turned(self) -> None:
+        """Wait for the next turn of the run: an approval asked, its ending, a status change.
+        What a plain request waits on: woken at every event, it would resume its whole
+        request's coroutines (the route, the middleware) a dozen times a run for nothing."""
+        await self._turn.wait()
 
     async def follow(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """Every event after id ``after``, then live ones, until the run is over."""
@@ -405,7 +416,7 @@ class RunManager:
             run.result = ending.result
         if ending.error is not None:
             run.error = ending.error
-        run.add(ending.wire)
+        run.add(ending.wire, turn=True)
         run.status = ending.status
 
     async def _lost_records(self, run: Run, agent: Agent, result: RunResult) -> list[str]:
@@ -474,7 +485,7 @@ class RunManager:
         ttl = self.settings.approval_timeout_s
         pending = self.approvals.open(run.id, run.owner, tool.name, call.arguments, ttl)
         run.status = "waiting_approval"
-        run.add(pending.event().to_dict())
+        run.add(pending.event().to_dict(), turn=True)
         try:
             approved, reason = await asyncio.wait_for(asyncio.shield(pending.decision), ttl)
         except TimeoutError:
@@ -638,7 +649,7 @@ class InProcessBackend:
         run = self._held(request_id, principal)
         try:
             while not run.done and not self.manager.pending(run):
-                await run.changed()
+                await run.turned()
         finally:
             if started:
                 run.detach()

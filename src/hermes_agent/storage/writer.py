@@ -41,7 +41,7 @@ class WriteBehindSink:
     RETRIES = 3
     """Attempts at storing one step on its own before it is stored record by record."""
     LINGER_S = 0.02
-    """Write once no new step has arrived for this long..."""
+    """Write once a linger this long has passed with no new step..."""
     MAX_DELAY_S = 0.5
     """...or once the oldest queued step has waited this long..."""
     MAX_RECORDS = 2000
@@ -53,6 +53,7 @@ class WriteBehindSink:
         self.target = target
         self._name = name
         self._queue: queue.Queue[Any] = queue.Queue()
+        self._hurry = threading.Event()  # set by flush and close: the linger ends at once
         self._thread: threading.Thread | None = None
         self._start_guard = threading.Lock()
         self._closed = False
@@ -78,6 +79,7 @@ class WriteBehindSink:
         """Return once every batch written so far is stored (or set aside)."""
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_HURRY)
+            self._hurry.set()
             self._queue.join()
         self.target.flush()
 
@@ -89,6 +91,7 @@ class WriteBehindSink:
         atexit.unregister(self._exit_hook)
         if self._thread is not None and self._thread.is_alive():
             self._queue.put(_STOP)
+            self._hurry.set()
             self._thread.join()
 
     def _ensure_thread(self) -> None:
@@ -119,29 +122,38 @@ class WriteBehindSink:
     def _collect(self) -> tuple[list[Any], bool]:
         """Wait for work, then keep taking batches while steps keep coming (up to a bound):
         one transaction per burst, written when the run pauses, keeps the writer off the GIL
-        while steps run back to back. Still whole steps only; ``flush`` cuts the wait short."""
+        while steps run back to back. Still whole steps only; ``flush`` cuts the wait short.
+
+        The linger is slept, not waited out on the queue: a thread waiting on the queue is
+        woken by every step queued (a thread switch and a hand-over of the GIL each, and a
+        service queues a step every few milliseconds); a sleeping one wakes once a linger,
+        or at once for ``flush`` and ``close``."""
         item = self._queue.get()
-        if item is _STOP:
-            return [], True
+        if item is _STOP or item is _HURRY:
+            self._hurry.clear()
+            return ([], True) if item is _STOP else ([item], False)
         taken: list[Any] = [item]
-        if item is _HURRY:
-            return taken, False
         count = len(item)
         started = time.monotonic()
         while count < self.MAX_RECORDS:
             waited = time.monotonic() - started
             if waited >= self.MAX_DELAY_S:
                 break
-            try:
-                item = self._queue.get(timeout=min(self.LINGER_S, self.MAX_DELAY_S - waited))
-            except queue.Empty:
+            self._hurry.wait(min(self.LINGER_S, self.MAX_DELAY_S - waited))
+            arrived = False
+            while count < self.MAX_RECORDS:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP or item is _HURRY:
+                    self._hurry.clear()
+                    return (taken, True) if item is _STOP else ([*taken, item], False)
+                taken.append(item)
+                count += len(item)
+                arrived = True
+            if not arrived:
                 break
-            if item is _STOP:
-                return taken, True
-            taken.append(item)
-            if item is _HURRY:
-                break
-            count += len(item)
         return taken, False
 
     def _store(self, steps: list[list[AuditRecord]]) -> None:
