@@ -162,7 +162,7 @@ def test_a_plain_post_asks_the_model_whole_and_a_streamed_one_gets_the_pieces(
         assert set(kinds) <= set(streamed)
 
 
-def test_a_plain_post_wakes_at_its_runs_turns_not_at_each_event(
+def test_a_plain_post_wakes_at_its_runs_milestones_not_at_each_event(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A plain POST waits for its run's end or a pending approval, and is woken only then: each
@@ -170,18 +170,18 @@ def test_a_plain_post_wakes_at_its_runs_turns_not_at_each_event(
     approval still ends the wait at once, after a slow tool's events came and went."""
     from hermes_agent.server.runs import Run
 
-    wakes = {"turned": 0, "changed": 0}
-    turned, changed = Run.turned, Run.changed
+    wakes = {"milestone": 0, "changed": 0}
+    milestone, changed = Run.milestone, Run.changed
 
-    async def counting_turned(run: Run) -> None:
-        await turned(run)
-        wakes["turned"] += 1
+    async def counting_milestone(run: Run) -> None:
+        await milestone(run)
+        wakes["milestone"] += 1
 
     async def counting_changed(run: Run) -> None:
         await changed(run)
         wakes["changed"] += 1
 
-    monkeypatch.setattr(Run, "turned", counting_turned)
+    monkeypatch.setattr(Run, "milestone", counting_milestone)
     monkeypatch.setattr(Run, "changed", counting_changed)
     keys = MemoryKeyStore()
     alice = {"Authorization": f"Bearer {keys.create('alice')}"}
@@ -192,14 +192,14 @@ def test_a_plain_post_wakes_at_its_runs_turns_not_at_each_event(
         with client.stream("GET", f"/v1/runs/{plain.json()['request_id']}/events") as r:
             events = [f for f in sse_events(r.iter_lines()) if "event" in f]
         assert len(events) >= 6  # input, thoughts, selection, tool results, output, result
-        assert wakes["turned"] == 1  # the run's end, and nothing before
+        assert wakes["milestone"] == 1  # the run's end, and nothing before
         assert wakes["changed"] == 0  # nobody streamed it while it ran
 
-        wakes["turned"] = 0
+        wakes["milestone"] = 0
         reply = client.post("/v1/runs", json={"message": "slow delete /tmp/z"})
         assert reply.status_code == 202, reply.text  # back as soon as the approval is asked
         (pending,) = reply.json()["pending_approvals"]
-        assert wakes["turned"] == 1
+        assert wakes["milestone"] == 1
         answer = client.post(f"/v1/approvals/{pending['approval_id']}", json={"approved": True})
         assert answer.status_code == 200
         result = poll_run(client, reply.json()["request_id"])["result"]
@@ -409,7 +409,8 @@ def test_the_caller_is_known_on_the_loop_without_keys_and_off_it_with_them(
     on_loop.clear()
     keys = MemoryKeyStore()
     key = keys.create("alice")
-    app = create_app(agent=make_agent(sqlite(tmp_path)), settings=ServiceSettings(auth="keys"), keys=keys)
+    settings = ServiceSettings(auth="keys")
+    app = create_app(agent=make_agent(sqlite(tmp_path)), settings=settings, keys=keys)
     with serve(app) as url:
         asked = httpx.post(
             f"{url}/v1/runs",

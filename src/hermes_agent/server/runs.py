@@ -99,27 +99,28 @@ class Run:
         self.task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
         self._wake = asyncio.Event()
-        self._turn = asyncio.Event()
+        self._milestone = asyncio.Event()
 
     @property
     def done(self) -> bool:
         return self.status in FINAL_STATUSES
 
-    def add(self, wire: dict[str, Any], *, turn: bool = False) -> int:
-        """Append one event (its wire dict); returns its id. ``turn``: the event is a turn of
-        the run (an approval asked, its ending), not only a step of it (see ``turned``)."""
+    def add(self, wire: dict[str, Any], *, milestone: bool = False) -> int:
+        """Append one event (its wire dict); returns its id. ``milestone``: the event is one
+        that a plain request waits for (an approval asked, the ending; see ``milestone``)."""
         event_id = len(self.events) + 1
         self.events.append((event_id, wire))
-        self.poke(turn=turn)
+        self.poke(milestone=milestone)
         return event_id
 
-    def poke(self, *, turn: bool = True) -> None:
-        """Wake everyone waiting for a change; with ``turn`` also whoever waits for a turn."""
+    def poke(self, *, milestone: bool = True) -> None:
+        """Wake everyone waiting for a change; with ``milestone`` also whoever waits only for
+        the run's milestones."""
         self._wake.set()
         self._wake = asyncio.Event()
-        if turn:
-            self._turn.set()
-            self._turn = asyncio.Event()
+        if milestone:
+            self._milestone.set()
+            self._milestone = asyncio.Event()
 
     def attach(self) -> None:
         """A client starts following the run."""
@@ -133,11 +134,11 @@ class Run:
         """Wait for the next event or status change."""
         await self._wake.wait()
 
-    async def turned(self) -> None:
-        """Wait for the next turn of the run: an approval asked, its ending, a status change.
-        What a plain request waits on: woken at every event, it would resume its whole
-        request's coroutines (the route, the middleware) a dozen times a run for nothing."""
-        await self._turn.wait()
+    async def milestone(self) -> None:
+        """Wait for the run's next milestone: an approval asked, or its ending. What a plain
+        request waits on: woken at every event, it would resume its whole request's
+        coroutines (the route, the middleware) a dozen times a run for nothing."""
+        await self._milestone.wait()
 
     async def follow(self, after: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """Every event after id ``after``, then live ones, until the run is over."""
@@ -416,7 +417,7 @@ class RunManager:
             run.result = ending.result
         if ending.error is not None:
             run.error = ending.error
-        run.add(ending.wire, turn=True)
+        run.add(ending.wire, milestone=True)
         run.status = ending.status
 
     async def _lost_records(self, run: Run, agent: Agent, result: RunResult) -> list[str]:
@@ -485,7 +486,7 @@ class RunManager:
         ttl = self.settings.approval_timeout_s
         pending = self.approvals.open(run.id, run.owner, tool.name, call.arguments, ttl)
         run.status = "waiting_approval"
-        run.add(pending.event().to_dict(), turn=True)
+        run.add(pending.event().to_dict(), milestone=True)
         try:
             approved, reason = await asyncio.wait_for(asyncio.shield(pending.decision), ttl)
         except TimeoutError:
@@ -649,7 +650,7 @@ class InProcessBackend:
         run = self._held(request_id, principal)
         try:
             while not run.done and not self.manager.pending(run):
-                await run.turned()
+                await run.milestone()
         finally:
             if started:
                 run.detach()
