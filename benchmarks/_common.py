@@ -132,6 +132,27 @@ def group_ticks(pgrp: int) -> int:
     return total
 
 
+def group_switches(pgrp: int) -> int:
+    """Context switches (voluntary and involuntary) so far of every thread of every process
+    in the group; threads that ended are not counted (a worker's and a service's live as
+    long as the process)."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = proc_stat(entry.name)
+        if fields is None or int(fields[2]) != pgrp:
+            continue
+        for status in Path(f"/proc/{entry.name}/task").glob("*/status"):
+            try:
+                for line in status.read_text().splitlines():
+                    if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):
+                        total += int(line.split()[1])
+            except OSError:
+                continue
+    return total
+
+
 def find_postmaster() -> int:
     """The pid of the local PostgreSQL server's main process (its backends are its children)."""
     for entry in os.scandir("/proc"):

@@ -20,7 +20,9 @@ the submitter's, which connects with an ``application_name`` of its own), sample
 so that a backend that exits in the window still counts (up to its last sample). Also counted:
 the PostgreSQL backends the worker started in the window (each a fork of the server: a pool
 that closes and opens connections), and the transactions the server counted in the database
-per run (``pg_stat_database``; less the submitter's insert). Rounds alternate the contenders
+per run (``pg_stat_database``; less the submitter's insert), and the worker's context switches
+per run (every thread's, voluntary and not: ``worker_switches_per_run``, the wake-ups a run
+costs the worker). Rounds alternate the contenders
 (the order flips each round). ``--profile DIR`` runs each worker under py-spy (folded stacks
 of the thread holding the GIL, one file per worker; its own CPU inflates that round's figures).
 
@@ -55,6 +57,7 @@ from _common import (
     cpu_ticks,
     find_postmaster,
     free_port,
+    group_switches,
     group_ticks,
     pg_database,
     start_process,
@@ -434,13 +437,14 @@ def measure_hermes(
         time.sleep(11)  # the counts of the warm-up, and of the worker's start, published
         xacts_before = transactions(conninfo, db_name)
         meter.start()
-        worker_before = group_ticks(worker.pid)
+        worker_before, switched = group_ticks(worker.pid), group_switches(worker.pid)
         started = time.perf_counter()
         ids = submitter.go()
         rows = wait_finished(conninfo, ids, 600)
         wall = time.perf_counter() - started
         backend_s, born = meter.stop()
         worker_s = (group_ticks(worker.pid) - worker_before) / os.sysconf("SC_CLK_TCK")
+        switched = group_switches(worker.pid) - switched
         submitter_s = meter.submitter_s
         good = sum(
             1
@@ -459,6 +463,7 @@ def measure_hermes(
         "wall_s": round(wall, 2),
         "runs_per_s": round(args.runs / wall, 1),
         "worker_cpu_ms_per_run": round(worker_s * 1000 / args.runs, 2),
+        "worker_switches_per_run": round(switched / args.runs, 2),
         "postgres_cpu_ms_per_run": round(backend_s * 1000 / args.runs, 2),
         "total_cpu_ms_per_run": round((worker_s + backend_s) * 1000 / args.runs, 2),
         "submitter_backend_cpu_ms_per_run": round(submitter_s * 1000 / args.runs, 2),
@@ -511,7 +516,7 @@ def measure_bare(
         warm = [app.send_task("bare.run", args=[f"job w{label}{i} steps=1"]) for i in range(20)]
         for result in warm:
             result.get(timeout=60)
-        before = group_ticks(worker.pid)
+        before, switched = group_ticks(worker.pid), group_switches(worker.pid)
         started = time.perf_counter()
         sent = [
             app.send_task("bare.run", args=[f"job r{label}{i} steps=1"]) for i in range(args.runs)
@@ -519,6 +524,7 @@ def measure_bare(
         answers = [result.get(timeout=600) for result in sent]
         wall = time.perf_counter() - started
         worker_s = (group_ticks(worker.pid) - before) / os.sysconf("SC_CLK_TCK")
+        switched = group_switches(worker.pid) - switched
     finally:
         stop(worker)
         app.close()
@@ -528,6 +534,7 @@ def measure_bare(
         "wall_s": round(wall, 2),
         "runs_per_s": round(args.runs / wall, 1),
         "worker_cpu_ms_per_run": round(worker_s * 1000 / args.runs, 2),
+        "worker_switches_per_run": round(switched / args.runs, 2),
         "postgres_cpu_ms_per_run": 0.0,
         "total_cpu_ms_per_run": round(worker_s * 1000 / args.runs, 2),
     }
@@ -607,6 +614,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "total_cpu_ms_per_run": [r["total_cpu_ms_per_run"] for r in rows],
             "worker_cpu_ms_per_run": [r["worker_cpu_ms_per_run"] for r in rows],
             "postgres_cpu_ms_per_run": [r["postgres_cpu_ms_per_run"] for r in rows],
+            "worker_switches_per_run": [r["worker_switches_per_run"] for r in rows],
             "runs_per_s": [r["runs_per_s"] for r in rows],
             "x_bare_task_median": round(
                 statistics.median(r["total_cpu_ms_per_run"] for r in rows) / bare, 2

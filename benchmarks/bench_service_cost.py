@@ -11,8 +11,9 @@ all), serving ``POST /v1/runs`` with a JSON body ``{"message": ...}`` and answer
   two versions of the code can be measured in one sitting; ``hermes`` by default): the
   project's service, ``create_app`` with ``auth: none`` and its limits raised so that the
   concurrency fits, its agent on the OpenAI-compatible model (``mode: native``) with the tool
-  a plain function, its sessions and trail in ``memory://``, an SQLite file, or a throwaway
-  PostgreSQL database;
+  a plain function (run on the agent's tool threads; ``--inline-tool NAME`` declares it
+  ``inline``, called on the event loop as the SDK loop calls it), its sessions and trail in
+  ``memory://``, an SQLite file, or a throwaway PostgreSQL database;
 - ``sdk-loop``: a FastAPI endpoint of about 40 lines that runs the loop with the openai SDK (one
   ``AsyncOpenAI`` for the app: ``chat.completions.create`` with the tool's JSON schema, the
   tool, the second call, the answer as JSON);
@@ -52,6 +53,7 @@ run as a multiple of the sdk-loop's and of the httpx floor's at the same concurr
     python benchmarks/bench_service_cost.py --concurrency 100 --floor-client httpx
     python benchmarks/bench_service_cost.py --src httpx=. --src aiohttp=. --aiohttp aiohttp
     python benchmarks/bench_service_cost.py --callgrind --runs 150 --concurrency 10 --storage sqlite
+    python benchmarks/bench_service_cost.py --src threads=. --src inline=. --inline-tool inline
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ from _common import (
     code_version,
     find_postmaster,
     free_port,
+    group_switches,
     group_ticks,
     pg_database,
     proc_stat,
@@ -135,7 +138,12 @@ class RunIn(BaseModel):
 
 
 def hermes_app(
-    port: int, model_url: str, storage_url: str, in_flight: int, transport: str = ""
+    port: int,
+    model_url: str,
+    storage_url: str,
+    in_flight: int,
+    transport: str = "",
+    tool_mode: str = "",
 ) -> tuple[Any, Any]:
     from hermes_agent.config import parse_config
     from hermes_agent.loading import build_agent
@@ -160,7 +168,10 @@ def hermes_app(
             "storage": {"url": storage_url},
         }
     )
-    agent = build_agent(config, tools=[Tool.from_function(step)])
+    # The tool as a user registers it: a sync function on the agent's tool threads, or with
+    # --inline-tool NAME declared ``inline`` (called on the event loop, as the SDK loop does).
+    modes = {"execution_mode": tool_mode} if tool_mode else {}
+    agent = build_agent(config, tools=[Tool.from_function(step, **modes)])
     settings = ServiceSettings(
         host="127.0.0.1",
         port=port,
@@ -246,12 +257,13 @@ def serve(
     in_flight: int,
     library: str,
     transport: str = "",
+    tool_mode: str = "",
 ) -> None:
     import uvicorn
 
     agent = None
     if kind == "hermes":
-        app, agent = hermes_app(port, model_url, storage_url, in_flight, transport)
+        app, agent = hermes_app(port, model_url, storage_url, in_flight, transport, tool_mode)
         try:  # as `hermes-agent serve` does before it serves (a tree older than it has none)
             from hermes_agent.server import settle_heap
         except ImportError:
@@ -457,20 +469,6 @@ async def drive(base: str, concurrency: int, runs: int) -> dict[str, Any]:
     return {"wall": wall, "times": sorted(times), "wrong": len(wrong)}
 
 
-def _switches(pid: int) -> int:
-    """Context switches (voluntary and involuntary) of every thread of ``pid`` so far; a
-    thread that ended meanwhile is not counted (the service's threads live as long as it)."""
-    total = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total
-
-
 def _callgrind(pid: int, switch: str) -> None:
     """Instrument ``pid`` (running under callgrind) from now on (``on``) or no longer."""
     subprocess.run(["callgrind_control", "-i", switch, str(pid)], check=True, capture_output=True)
@@ -511,13 +509,13 @@ async def measure(
         raise RuntimeError(f"{warm['wrong']} of the warm-up runs failed")
     if meter is not None:
         meter.start()
-    before, collected, switched = group_ticks(pid), await _collected_s(base), _switches(pid)
+    before, collected, switched = group_ticks(pid), await _collected_s(base), group_switches(pid)
     if args.callgrind:
         _callgrind(pid, "on")
     done = await drive(base, concurrency, args.runs)
     if args.callgrind:
         _callgrind(pid, "off")
-    switched = _switches(pid) - switched
+    switched = group_switches(pid) - switched
     service_s = (group_ticks(pid) - before) / os.sysconf("SC_CLK_TCK")
     collected = await _collected_s(base) - collected
     backend_s, backends = meter.stop() if meter is not None else (0.0, 0)
@@ -580,6 +578,8 @@ async def measure_contender(
     command += ["--in-flight", str(2 * max(args.concurrency)), "--floor-client", args.floor_client]
     if tree is not None and name.rsplit("/", 1)[0] in (args.aiohttp or []):
         command += ["--transport", "aiohttp"]
+    if tree is not None and name.rsplit("/", 1)[0] in (args.inline_tool or []):
+        command += ["--tool-mode", "inline"]
     meter: BackendMeter | None = None
     process = None
     rows = []
@@ -768,6 +768,13 @@ def main() -> None:
         "(model.transport: aiohttp; repeatable)",
     )
     parser.add_argument(
+        "--inline-tool",
+        action="append",
+        metavar="NAME",
+        help="the --src tree NAME's service declares its tool inline (execution_mode: inline: "
+        "called on the event loop, no thread hop; repeatable)",
+    )
+    parser.add_argument(
         "--callgrind",
         action="store_true",
         help="count each contender's instructions per run under valgrind's callgrind "
@@ -781,6 +788,7 @@ def main() -> None:
     parser.add_argument("--storage-url", default="", help=argparse.SUPPRESS)
     parser.add_argument("--in-flight", type=int, default=200, help=argparse.SUPPRESS)
     parser.add_argument("--transport", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--tool-mode", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(
@@ -791,6 +799,7 @@ def main() -> None:
             args.in_flight,
             args.floor_client,
             args.transport,
+            args.tool_mode,
         )
         return
     args.concurrency = args.concurrency or [10, 100]
