@@ -543,7 +543,7 @@ def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
     stored all the same, in the order they came, in one burst or a few."""
     storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
     sink = storage.audit
-    sink.LINGER_S, sink.MAX_DELAY_S = 0.05, 30.0
+    sink.LINGER_S, sink.MAX_DELAY_S = 1.0, 30.0  # one linger covers the steps below
     try:
         sink.write([_trail_record(0)])
         time.sleep(0.01)  # the writer has taken the first step and lingers
@@ -562,6 +562,57 @@ def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
         storage.close()
 
 
+def _ends_within(call: Any, seconds: float) -> None:
+    ended = threading.Thread(target=call, daemon=True)
+    ended.start()
+    ended.join(seconds)
+    assert not ended.is_alive(), f"{call.__name__} waited for the writer's linger"
+
+
+def test_a_flush_queued_while_the_writer_stores_does_not_wait_for_its_next_linger(
+    tmp_path: Path,
+) -> None:
+    """The writer is busy storing a burst when a step and a flush are queued: once done, it
+    takes the step and must not sleep a linger before the flush's turn comes."""
+    from hermes_agent.storage.writer import WriteBehindSink
+
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
+    target = storage.audit.target
+    storing, go = threading.Event(), threading.Event()
+
+    class Held:
+        def write(self, records: Sequence[AuditRecord]) -> None:
+            storing.set()
+            assert go.wait(20)
+            target.write(records)
+
+        def flush(self) -> None:
+            target.flush()
+
+    sink = WriteBehindSink(Held())
+    sink.LINGER_S, sink.MAX_DELAY_S = 60.0, 120.0
+    first = threading.Thread(target=sink.flush, daemon=True)  # returns once step 0 is stored
+    second = threading.Thread(target=sink.flush, daemon=True)
+    try:
+        sink.write([_trail_record(0)])
+        first.start()  # wakes the writer out of its first linger: it stores, and is held there
+        assert storing.wait(20)
+        sink.write([_trail_record(1)])
+        second.start()
+        time.sleep(0.1)  # the second flush has queued its turn behind step 1
+    finally:
+        go.set()
+    first.join(20)
+    second.join(20)
+    try:
+        assert not first.is_alive() and not second.is_alive(), "a flush waited for a linger"
+        assert [r.step for r in storage.records("written-behind")] == [0, 1]
+        assert not sink._hurry.is_set()  # no flush left waiting: the next linger is slept
+    finally:
+        sink.close()
+        storage.close()
+
+
 @pytest.mark.parametrize("ending", ["flush", "close"])
 def test_flush_and_close_cut_the_writers_linger_short(tmp_path: Path, ending: str) -> None:
     """A writer sleeping out a long linger is woken by ``flush`` or ``close``, which return
@@ -573,14 +624,14 @@ def test_flush_and_close_cut_the_writers_linger_short(tmp_path: Path, ending: st
         sink.write([_trail_record(0)])
         time.sleep(0.05)  # lingering now
         sink.write([_trail_record(1)])
-        ended = threading.Thread(target=getattr(sink, ending), daemon=True)
-        ended.start()
-        ended.join(20)
-        assert not ended.is_alive(), f"{ending} waited for the linger"
+        _ends_within(getattr(sink, ending), 20)
         assert [r.step for r in storage.records("written-behind")] == [0, 1]
-        if ending == "flush":  # the writer lingers again for what comes next
-            sink.write([_trail_record(2)])
-            sink.flush()
-            assert len(storage.records("written-behind")) == 3
+        if ending == "flush":
+            assert not sink._hurry.is_set()  # the flush was served: the next linger is slept
+            # Again, right after a write (the writer may not have run yet).
+            for index in range(2, 6):
+                sink.write([_trail_record(index)])
+                _ends_within(sink.flush, 20)
+            assert len(storage.records("written-behind")) == 6
     finally:
         storage.close()

@@ -298,8 +298,9 @@ STREAM_ROUTES = frozenset({"/v1/runs/{request_id}/events"})
 
 
 def current_user(request: Request) -> Principal:
-    """The FastAPI dependency every endpoint uses; 401 without a valid key (or, on a run's
-    event stream, a valid stream token for that run)."""
+    """Who calls, for every endpoint (through ``caller``, their dependency: override that one
+    in ``app.dependency_overrides``); 401 without a valid key (or, on a run's event stream, a
+    valid stream token for that run). It may read the key store: call it off the event loop."""
     state = request.app.state
     if state.settings.auth == "none":
         principal: Principal | None = Principal(LOCAL_USER)

@@ -56,7 +56,9 @@ class Run:
 
     def add(self, wire: dict[str, Any], *, milestone: bool = False) -> int:
         """Append one event (its wire dict); returns its id. ``milestone``: the event is one
-        that a plain request waits for (an approval asked, the ending; see ``milestone``)."""
+        that a plain request waits for (an approval asked, the ending; see ``milestone``): an
+        event that changes what ``InProcessBackend.wait`` checks must say so, or that waiter
+        sleeps on (``poke``, which events do not call, wakes everyone by default)."""
         event_id = len(self.events) + 1
         self.events.append((event_id, wire))
         self.poke(milestone=milestone)

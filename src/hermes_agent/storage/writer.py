@@ -54,6 +54,8 @@ class WriteBehindSink:
         self._name = name
         self._queue: queue.Queue[Any] = queue.Queue()
         self._hurry = threading.Event()  # set by flush and close: the linger ends at once
+        self._hurries = 0  # flushes whose _HURRY is not taken yet: the event is set while any
+        self._hurry_guard = threading.Lock()
         self._thread: threading.Thread | None = None
         self._start_guard = threading.Lock()
         self._closed = False
@@ -78,8 +80,12 @@ class WriteBehindSink:
     def flush(self) -> None:
         """Return once every batch written so far is stored (or set aside)."""
         if self._thread is not None and self._thread.is_alive():
+            # Counted and set before it is queued, so that the writer, which clears the event
+            # once it has taken the last of them, never leaves it set with none queued.
+            with self._hurry_guard:
+                self._hurries += 1
+                self._hurry.set()
             self._queue.put(_HURRY)
-            self._hurry.set()
             self._queue.join()
         self.target.flush()
 
@@ -130,31 +136,40 @@ class WriteBehindSink:
         or at once for ``flush`` and ``close``."""
         item = self._queue.get()
         if item is _STOP or item is _HURRY:
-            self._hurry.clear()
+            self._took(item)
             return ([], True) if item is _STOP else ([item], False)
         taken: list[Any] = [item]
         count = len(item)
         started = time.monotonic()
+        lingered = False
         while count < self.MAX_RECORDS:
-            waited = time.monotonic() - started
-            if waited >= self.MAX_DELAY_S:
-                break
-            self._hurry.wait(min(self.LINGER_S, self.MAX_DELAY_S - waited))
-            arrived = False
+            arrived = False  # what is queued already is taken at once (a backlog, say)
             while count < self.MAX_RECORDS:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if item is _STOP or item is _HURRY:
-                    self._hurry.clear()
+                    self._took(item)
                     return (taken, True) if item is _STOP else ([*taken, item], False)
                 taken.append(item)
                 count += len(item)
                 arrived = True
-            if not arrived:
+            waited = time.monotonic() - started
+            if (lingered and not arrived) or waited >= self.MAX_DELAY_S:
                 break
+            self._hurry.wait(min(self.LINGER_S, self.MAX_DELAY_S - waited))
+            lingered = True
         return taken, False
+
+    def _took(self, item: object) -> None:
+        """The writer took a flush's ``_HURRY`` (or the ``_STOP`` of close, after which it
+        ends): once no other flush waits, its linger may be slept again."""
+        if item is _HURRY:
+            with self._hurry_guard:
+                self._hurries -= 1
+                if self._hurries == 0:
+                    self._hurry.clear()
 
     def _store(self, steps: list[list[AuditRecord]]) -> None:
         if self._try([record for step in steps for record in step]) is None:
