@@ -14,7 +14,7 @@ import signal
 import socket
 import subprocess
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,15 +121,18 @@ def cpu_ticks(pid: int) -> int | None:
     return int(fields[11]) + int(fields[12]) if fields is not None else None
 
 
-def group_ticks(pgrp: int) -> int:
-    """utime + stime of every process in the group, and of its children that were reaped."""
-    total = 0
+def _group(pgrp: int) -> Iterator[tuple[str, list[str]]]:
+    """(pid, ``proc_stat`` fields) of every process now in the group ``pgrp``."""
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             fields = proc_stat(entry.name)
             if fields is not None and int(fields[2]) == pgrp:
-                total += sum(int(value) for value in fields[11:15])
-    return total
+                yield entry.name, fields
+
+
+def group_ticks(pgrp: int) -> int:
+    """utime + stime of every process in the group, and of its children that were reaped."""
+    return sum(sum(int(value) for value in fields[11:15]) for _, fields in _group(pgrp))
 
 
 def group_switches(pgrp: int) -> int:
@@ -137,13 +140,8 @@ def group_switches(pgrp: int) -> int:
     in the group; threads that ended are not counted (a worker's and a service's live as
     long as the process)."""
     total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = proc_stat(entry.name)
-        if fields is None or int(fields[2]) != pgrp:
-            continue
-        for status in Path(f"/proc/{entry.name}/task").glob("*/status"):
+    for pid, _ in _group(pgrp):
+        for status in Path(f"/proc/{pid}/task").glob("*/status"):
             try:
                 for line in status.read_text().splitlines():
                     if line.startswith(("voluntary_ctxt", "nonvoluntary_ctxt")):

@@ -40,11 +40,11 @@ wake-ups a run costs, which CPU time on a shared machine shows only through its 
 while the measured runs go (``callgrind_control -i on``/``off``), one process per concurrency,
 and adds ``instructions_m_per_run``: millions of instructions the serving process ran per run,
 in user space only (the kernel's share of a wake-up is not in it). A count repeats within
-about 1% from round to round where CPU time moves by 10-20%, so it can tell a change of a few
-percent; the CPU columns of such a sitting measure valgrind, not the service. Rounds
-alternate the contenders (the order flips
-each round); the summary holds the medians over the rounds, and each contender's total CPU per
-run as a multiple of the sdk-loop's and of the httpx floor's at the same concurrency.
+about 1.5% from round to round where CPU time on a shared machine moved by 10-55%, so it can
+tell a change of a few percent; the CPU columns of such a sitting measure valgrind, not the
+service. Rounds alternate the contenders (the order flips each round); the summary holds the
+medians over the rounds, and each contender's total CPU per run as a multiple of the
+sdk-loop's and of the httpx floor's at the same concurrency.
 
     python benchmarks/bench_service_cost.py
     python benchmarks/bench_service_cost.py --rounds 3 --runs 600 --json service_cost.json
