@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -90,11 +91,13 @@ def test_a_queued_run_completes_with_its_events_journal_and_turn(
     assert len(model.requests) == 2 and ledger.calls == [f"{rid}/0/0"]
 
 
-def test_a_queued_run_waits_on_postgresql_16_times_not_26(
+def test_a_queued_run_waits_on_postgresql_3_times_not_16(
     url: str, ledger: Ledger, cleanup: list[Any], tmp_path: Path
 ) -> None:
     """What a run's store calls cost is mostly their round trips: on PostgreSQL a run of one
-    tool call that starts its session waits for the server 16 times (17 before the ending's
+    tool call that starts its session waits for the server 3 times, once for each of its
+    claim, its model turn's batch and its ending (16 before the batch and the ending were
+    one statement each, worker.single_statement; 17 before the ending's
     update said which run of the session is next, 18 before the claim said whether the
     session holds any message, 26 before pooled connections were pinged only when
     their socket spoke and single statements ran in autocommit), counted in libpq's own trace
@@ -132,7 +135,7 @@ def test_a_queued_run_waits_on_postgresql_16_times_not_26(
             texts = "\n".join(sent)
             assert 'Query\t ";"' not in texts  # no pings (SQLAlchemy's is an empty query)
         counted = waits[-3:]  # its statements prepared by now
-        assert all(6 <= wait <= 16 for wait in counted), f"round trips per run: {waits}"
+        assert counted == [3, 3, 3], f"round trips per run: {waits}"
     finally:
         event.remove(engine, "connect", traced)
         engine.dispose()  # the traced connections go while their trace file is open
@@ -142,8 +145,9 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     """The ending (the last batch, the turn in its session, the run's row, the answer's record
-    and the last event) is one transaction of eight statements on PostgreSQL and SQLite; the
-    session's counters, the trail's numbers and the events' come out as if written one by one."""
+    and the last event) is one transaction of eight statements on SQLite, and one statement of
+    eight parts on PostgreSQL (worker.single_statement); the session's counters, the trail's
+    numbers and the events' come out as if written one by one."""
     from sqlalchemy import event, select
 
     from hermes_agent.storage.schema import audit_table, sessions_table
@@ -154,15 +158,18 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     # Per connection (the lease's heartbeat writes from a thread of its own): each
     # transaction's statements, in order.
     transactions: list[tuple[int, list[str]]] = []
+    sent: list[int] = []  # each transaction's number of statements
 
     def began(conn: Any) -> None:
         transactions.append((id(conn), []))
+        sent.append(0)
 
     def executed(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         plumbing = statement.lstrip().upper().startswith(("BEGIN", "SELECT 1", "PRAGMA"))
-        mine = [t for owner, t in transactions if owner == id(conn)]
+        mine = [n for n, (owner, _) in enumerate(transactions) if owner == id(conn)]
         if mine and not plumbing:
-            mine[-1].append(_shape(statement))
+            transactions[mine[-1]][1].extend(_shapes(statement))
+            sent[mine[-1]] += 1
 
     engine = agent.storage.engine
     event.listen(engine, "begin", began)
@@ -173,18 +180,37 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     finally:
         event.remove(engine, "begin", began)
         event.remove(engine, "before_cursor_execute", executed)
-    endings = [t for _, t in transactions if "UPDATE hermes_runs" in t and "INSERT sessions" in t]
-    assert len(endings) == 1, endings
-    assert endings[0] == [
-        "SELECT hermes_runs",  # the fence (FOR UPDATE on PostgreSQL): still this attempt's
-        "INSERT hermes_run_journal",  # the batch: journal entries, events, trail records
-        "INSERT hermes_run_events",  # (the ending's event among them)
-        "INSERT audit_records",
-        "INSERT sessions",  # the session created or counted in, where the turn starts
-        "INSERT messages",
-        "INSERT audit_records",  # the answer's record, numbered after the trail
-        "UPDATE hermes_runs",  # last: returning the session's next run if it is parked
+    endings = [
+        n
+        for n, (_, t) in enumerate(transactions)
+        if "UPDATE hermes_runs" in t and "INSERT sessions" in t
     ]
+    assert len(endings) == 1, transactions
+    ending = transactions[endings[0]][1]
+    if url.startswith("postgresql"):
+        assert sent[endings[0]] == 1
+        assert ending == [
+            "SELECT hermes_runs",  # the fence (FOR UPDATE): still this attempt's
+            "INSERT hermes_run_journal",  # the batch: journal entries, events, trail records
+            "INSERT hermes_run_events",  # (the ending's event among them)
+            "INSERT audit_records",
+            "INSERT audit_records",  # the answer's record, numbered after the trail
+            "INSERT sessions",  # the session created or counted in, where the turn starts
+            "INSERT messages",
+            "UPDATE hermes_runs",  # returning the session's next run if it is parked
+        ]
+    else:
+        assert sent[endings[0]] == 8
+        assert ending == [
+            "SELECT hermes_runs",  # the fence: still this attempt's
+            "INSERT hermes_run_journal",  # the batch: journal entries, events, trail records
+            "INSERT hermes_run_events",  # (the ending's event among them)
+            "INSERT audit_records",
+            "INSERT sessions",  # the session created or counted in, where the turn starts
+            "INSERT messages",
+            "INSERT audit_records",  # the answer's record, numbered after the trail
+            "UPDATE hermes_runs",  # last: returning the session's next run if it is parked
+        ]
 
     history = agent.sessions.load("s1")
     assert [m.role for m in history] == ["user", "assistant"] * 2 + ["tool", "assistant"]
@@ -208,6 +234,17 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     seqs = [seq for seq, _ in store.events(rid)]
     assert seqs == list(range(1, len(seqs) + 1))
     assert store.events(rid)[-1][1]["kind"] == "result"
+
+
+def _shapes(statement: str) -> list[str]:
+    """``SELECT|INSERT|UPDATE <table>`` of a SQL statement, or of each part of a ``WITH``
+    statement (its main ``SELECT`` left out)."""
+    if statement.lstrip().upper().startswith("WITH "):
+        parts = re.findall(
+            r"\w+ AS \(((?:SELECT|INSERT|UPDATE)\b.*?)(?=\), \w+ AS \(|\) SELECT)", statement
+        )
+        return [_shape(part) for part in parts]
+    return [_shape(statement)]
 
 
 def _shape(statement: str) -> str:

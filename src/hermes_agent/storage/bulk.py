@@ -43,16 +43,23 @@ def insert_rows(
     if not rows:
         return
     columns, keys = tuple(rows[0]), tuple(replace_on)
-    fractional = _fractional(table, columns) if conn.dialect.name == "postgresql" else None
-    if fractional is not None:
+    if conn.dialect.name == "postgresql":
         if keys:  # one statement may not change a row twice: the last of each key stays
             rows = list({tuple(row[k] for k in keys): row for row in rows}.values())
-        payload = _as_json(rows, fractional)
+        payload = json_rows(table, rows)
         if payload is not None:
             quote = conn.dialect.identifier_preparer.quote
             conn.execute(_from_json(quote, table, columns, keys), {"p_rows": payload})
             return
     conn.execute(_row_by_row(conn.dialect.name, table, columns, keys), list(rows))
+
+
+def json_rows(table: Table, rows: Sequence[dict[str, Any]]) -> str | None:
+    """``rows`` (dicts with the same keys, at least one) as the JSON array PostgreSQL's
+    ``json_populate_recordset(NULL::table, …)`` reads back as the same values, or ``None``
+    where they cannot go that way (see the module): for statements that take rows so."""
+    fractional = _fractional(table, tuple(rows[0]))
+    return _as_json(rows, fractional) if fractional is not None else None
 
 
 _WHOLE = frozenset({str, int, type(None)})

@@ -420,7 +420,8 @@ def _insert_session_if_missing(conn: Connection, session_id: str, now: int) -> N
             conn.execute(insert(sessions_table).values(values))
 
 
-def _message_row(session_id: str, position: int, message: Message) -> dict[str, Any]:
+def message_row(session_id: str, position: int, message: Message) -> dict[str, Any]:
+    """The ``messages`` row of ``message`` at ``position`` in its session."""
     calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls]
     results = [
         {
@@ -538,7 +539,7 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
             .where(s.id == session_id)
             .values(updated_ns=now, messages=s.messages + added, turns=s.turns + users)
         )
-    rows = [_message_row(session_id, start + i, m) for i, m in enumerate(messages)]
+    rows = [message_row(session_id, start + i, m) for i, m in enumerate(messages)]
     insert_rows(conn, messages_table, rows)
 
 

@@ -44,6 +44,7 @@ from hermes_agent.worker.run_writes import (
     insert_batch,
     write_ending,
 )
+from hermes_agent.worker.single_statement import finish_at_once, write_batch_at_once
 
 
 def _ending_row_statement() -> Select[Any]:
@@ -142,7 +143,15 @@ class FencedWrites(LeasedRuns):
 
     def write_batch(self, request_id: str, token: int, batch: Batch) -> None:
         """Write ``batch`` in one transaction fenced by ``token`` (a model turn of the run:
-        its journal entries, events and trail records)."""
+        its journal entries, events and trail records); on PostgreSQL one statement
+        (``worker.single_statement``)."""
+        if self._single_statements:
+            with self.storage.one_statement(write=True) as conn:
+                held = write_batch_at_once(conn, request_id, token, batch)
+            if held is False:
+                raise LeaseLost(f"run {request_id}: the lease passed to another worker")
+            if held:
+                return
         with self._tx() as conn:
             self._fence(conn, request_id, token)
             insert_batch(conn, request_id, token, batch)
@@ -188,7 +197,25 @@ class FencedWrites(LeasedRuns):
         and its followers their last event, and a store that fails in between leaves none
         of them (the attempt ends, and the run resumes). Returns the session's next run if it
         is parked waiting for this one (read in the same transaction: the hand-over costs no
-        read of its own)."""
+        read of its own). On PostgreSQL a completed run's ending is one statement
+        (``worker.single_statement``)."""
+        if self._single_statements and status == "completed" and output is not None:
+            with self.storage.one_statement(write=True) as conn:
+                ended = finish_at_once(
+                    conn,
+                    request_id,
+                    token,
+                    result=result,
+                    error=error,
+                    turn=turn,
+                    output=output,
+                    event=event,
+                    batch=batch,
+                )
+            if ended is not None:
+                if not ended[0]:
+                    raise LeaseLost(f"run {request_id}: the lease passed to another worker")
+                return ended[1]
         with self._tx() as conn:
             row = conn.execute(_ENDING_ROW, {"p_request_id": request_id}).first()
             if row is None or row.lease_token != token or row.status != "running":

@@ -1,0 +1,265 @@
+"""A queued run's fenced writes as one statement each on PostgreSQL (worker.single_statement):
+they store what the transactions, statement by statement, store; they cost one statement each;
+a token that lost its lease writes nothing, also when the takeover is in flight while the
+statement runs; rows that cannot travel as JSON, and endings other than an answer, still go
+the transaction's way."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select, text, update
+
+from hermes_agent.audit.records import AuditRecord
+from hermes_agent.storage.schema import audit_table, runs_table, sessions_table
+from hermes_agent.storage.sql import SqlStorage
+from hermes_agent.types import Message, ToolCall
+from hermes_agent.worker.store import Batch, LeaseLost, RunStore, request_payload
+
+pytestmark = pytest.mark.parametrize("url", ["postgresql"], indirect=True)
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[RunStore]:
+    storage = SqlStorage(url)
+    try:
+        yield RunStore(storage)
+    finally:
+        storage.close()
+
+
+def record(
+    rid: str, session: str, seq: int, role: str = "assistant", **changed: Any
+) -> AuditRecord:
+    fields: dict[str, Any] = {
+        "request_id": rid,
+        "session_id": session,
+        "step": seq // 4,
+        "stage": "ThoughtGenerator",
+        "role": role,
+        "content": '{"text": "step ' + str(seq) + '"}',
+        "timestamp_ns": 1_000 + seq,
+        "latency_ms": 1.5,
+        "status": "ok",
+        "status_code": 200,
+        "model_name": "m",
+        "system_prompt_sha256": "0" * 64,
+        "seq": seq,
+    }
+    fields.update(changed)
+    return AuditRecord(**fields)
+
+
+TURN = [
+    Message("user", "charge 5"),
+    Message("assistant", "", tool_calls=[ToolCall("charge", {"n": 5}, id="call_1")]),
+    Message("tool", "charged 5"),
+    Message("assistant", "done"),
+]
+
+
+def run_once(store: RunStore, session: str, **changed: Any) -> str:
+    """A run of one tool call, written as a worker writes it: a model turn's batch, then the
+    ending with the rest of its events, its records, its turn and its answer's record."""
+    rid = store.add(session, request_payload("charge 5"))
+    claim = store.claim(rid, "w1", 30.0)
+    assert claim.outcome == "claimed"
+    first = Batch()
+    first.entries["turn/0"] = ("done", {"text": "x"})
+    first.entries["call/0/0"] = ("started", {"tool": "charge", "arguments": {"n": 5}})
+    first.events.extend([(1, {"kind": "input"}), (2, {"kind": "model"})])
+    first.records.extend([record(rid, session, 1, "user"), record(rid, session, 2)])
+    store.write_batch(rid, claim.token, first)
+    last = Batch()
+    last.entries["call/0/0"] = ("done", {"value": "charged 5", "status_code": 200})
+    last.events.extend([(3, {"kind": "call_result"}), (4, {"kind": "output"})])
+    last.records.extend([record(rid, session, 3, "tool"), record(rid, session, 4, **changed)])
+    following = store.finish(
+        rid,
+        claim.token,
+        "completed",
+        result={"output": "done"},
+        turn=TURN,
+        output=record(rid, session, 0, "output"),
+        event={"kind": "result"},
+        batch=last,
+    )
+    assert following is None
+    return rid
+
+
+def stored(store: RunStore, rid: str, session: str) -> dict[str, Any]:
+    """Everything the run's writes left, its own ids left out."""
+    a = audit_table.c
+    with store.storage.transaction() as conn:
+        records = conn.execute(
+            select(a.seq, a.role, a.content, a.latency_ms)
+            .where(a.request_id == rid)
+            .order_by(a.seq)
+        ).all()
+        counts = conn.execute(
+            select(sessions_table.c.turns, sessions_table.c.messages).where(
+                sessions_table.c.id == session
+            )
+        ).one()
+    run = store.get(rid)
+    assert run is not None
+    return {
+        "journal": store.journal_entries(rid),
+        "events": store.events(rid),
+        "records": [tuple(row) for row in records],
+        "session": store.storage.sessions.load(session),
+        "counts": tuple(counts),
+        "run": (run.status, run.result, run.error),
+    }
+
+
+def statements(store: RunStore) -> list[str]:
+    """The statements the store's engine sends from now on (appended as they go)."""
+    sent: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        sent.append(statement)
+
+    event.listen(store.storage.engine, "before_cursor_execute", count)
+    return sent
+
+
+def test_one_statement_each_stores_what_the_transactions_store(store: RunStore) -> None:
+    sent = statements(store)
+    # Two runs of a session each way: the second turn's messages follow the first's.
+    one = [run_once(store, "one"), run_once(store, "one")]
+    # The submitter's insert, the claim, the batch, the ending: one statement each.
+    assert len(sent) == 2 * 4, sent
+    assert not any(s.lstrip().upper().startswith("BEGIN") for s in sent)
+    store._single_statements = False
+    both = [run_once(store, "both"), run_once(store, "both")]
+    assert len(sent) > 2 * 4 + 2 * 8  # the transactions' way, statement by statement
+    for fast, slow in zip(one, both, strict=True):
+        written, reference = stored(store, fast, "one"), stored(store, slow, "both")
+        assert written == reference
+    assert written["records"][-1][:2] == (5, "output")  # numbered after the batch's
+    assert written["counts"] == (2, 8)
+    assert [m.content for m in written["session"]] == [m.content for m in TURN * 2]
+    assert [seq for seq, _ in written["events"]] == [1, 2, 3, 4, 5]
+
+
+def test_a_token_that_lost_its_lease_writes_nothing(store: RunStore) -> None:
+    rid = store.add("s", request_payload("charge 5"))
+    old = store.claim(rid, "w1", 30.0)
+    with store.storage.transaction(write=True) as conn:  # as if w1 died: its lease ran out
+        conn.execute(
+            update(runs_table).where(runs_table.c.request_id == rid).values(lease_expires_ns=1)
+        )
+    new = store.claim(rid, "w2", 30.0)
+    assert new.outcome == "claimed" and new.token == old.token + 1
+    batch = Batch(
+        {"turn/0": ("done", {"text": "x"})}, [(1, {"kind": "input"})], [record(rid, "s", 1)]
+    )
+    sent = statements(store)
+    with pytest.raises(LeaseLost):
+        store.write_batch(rid, old.token, batch)
+    with pytest.raises(LeaseLost):
+        store.finish(
+            rid,
+            old.token,
+            "completed",
+            result={"output": "stale"},
+            turn=TURN,
+            output=record(rid, "s", 0, "output"),
+            event={"kind": "result"},
+            batch=batch,
+        )
+    assert len(sent) == 2  # the one statement each said so: no second way was tried
+    assert store.journal_entries(rid) == {} and store.events(rid) == []
+    assert store.storage.sessions.load("s") == []
+    run = store.get(rid)
+    assert run is not None and run.status == "running" and run.lease_owner == "w2"
+    assert run.result is None
+
+
+@pytest.mark.parametrize("takeover", ["committed", "rolled back"])
+def test_a_write_waits_for_a_takeover_in_flight(store: RunStore, takeover: str) -> None:
+    """Another transaction holds the run's row, taking the lease over: the write waits for
+    it, then writes nothing if the takeover committed, and its rows if it rolled back."""
+    rid = store.add("s", request_payload("charge 5"))
+    claim = store.claim(rid, "w1", 30.0)
+    batch = Batch(
+        {"turn/0": ("done", {"text": "x"})}, [(1, {"kind": "input"})], [record(rid, "s", 1)]
+    )
+    outcome: list[Any] = []
+
+    def write() -> None:
+        try:
+            store.write_batch(rid, claim.token, batch)
+            outcome.append("written")
+        except LeaseLost as exc:
+            outcome.append(exc)
+
+    with store.storage.engine.connect() as other:
+        other.execute(
+            text("UPDATE hermes_runs SET lease_token = lease_token + 1 WHERE request_id = :r"),
+            {"r": rid},
+        )  # its transaction stays open: the row is locked
+        writer = threading.Thread(target=write)
+        writer.start()
+        time.sleep(0.5)
+        assert writer.is_alive() and outcome == []  # waiting for the row
+        other.commit() if takeover == "committed" else other.rollback()
+        writer.join(10)
+    assert not writer.is_alive()
+    if takeover == "committed":
+        assert isinstance(outcome[0], LeaseLost)
+        assert store.journal_entries(rid) == {} and store.events(rid) == []
+    else:
+        assert outcome == ["written"]
+        assert store.events(rid) == [(1, {"kind": "input"})]
+
+
+def test_an_ending_with_its_turn_saved_an_event_alone_and_a_parked_follower(
+    store: RunStore,
+) -> None:
+    first = store.add("s", request_payload("one"))
+    second = store.add("s", request_payload("two"))
+    claim = store.claim(first, "w1", 30.0)
+    assert store.claim(second, "w2", 30.0).outcome == "parked"
+    store.save_turn(first, claim.token, "s", TURN)  # an earlier attempt saved the turn
+    store.write_batch(first, claim.token, Batch(events=[(1, {"kind": "input"})]))
+    sent = statements(store)
+    following = store.finish(
+        first,
+        claim.token,
+        "completed",
+        result={"output": "done"},
+        turn=TURN,
+        output=record(first, "s", 3, "output"),
+        event={"kind": "result"},
+    )
+    assert len(sent) == 1
+    assert following == second  # handed over in the same statement
+    assert len(store.storage.sessions.load("s")) == 4  # not saved twice
+    assert store.events(first) == [(1, {"kind": "input"}), (2, {"kind": "result"})]
+    run = store.get(first)
+    assert run is not None and run.status == "completed" and run.result == {"output": "done"}
+
+
+def test_rows_that_cannot_travel_as_json_and_a_failed_ending_go_the_transactions_way(
+    store: RunStore,
+) -> None:
+    sent = statements(store)
+    rid = run_once(store, "s", latency_ms=float("nan"))  # JSON cannot say NaN
+    assert len(sent) > 3
+    records = stored(store, rid, "s")["records"]
+    assert [seq for seq, *_ in records] == [1, 2, 3, 4, 5]
+    assert records[3][3] != records[3][3]  # NaN, stored as given
+
+    failed = store.add("t", request_payload("charge 5"))
+    claim = store.claim(failed, "w1", 30.0)
+    store.finish(failed, claim.token, "failed", error="the model failed")
+    run = store.get(failed)
+    assert run is not None and run.status == "failed" and run.error == "the model failed"
+    assert [wire["kind"] for _, wire in store.events(failed)] == ["run_stopped"]
