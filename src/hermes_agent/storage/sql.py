@@ -62,6 +62,7 @@ from hermes_agent.storage.schema import (
     sessions_table,
     upgrade,
 )
+from hermes_agent.storage.single_statements import append_turn, insert_alone
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message, ToolCall, ToolResult
 
@@ -336,6 +337,15 @@ class SqlSessionStore:
     def append(self, session_id: str, messages: Sequence[Message]) -> None:
         if not messages:
             return
+        if self._storage.engine.dialect.name == "postgresql":
+            # One statement, in autocommit: one wait for the server where a transaction of
+            # two statements waited four times (storage.single_statements).
+            with (
+                _failing_as("append to session", session_id),
+                self._storage.one_statement(write=True) as conn,
+            ):
+                if append_turn(conn, session_id, messages, time.time_ns()):
+                    return
         with (
             _failing_as("append to session", session_id),
             self._storage.transaction(write=True) as conn,
@@ -490,9 +500,15 @@ class SqlAuditSink:
 
     def write(self, records: Sequence[AuditRecord]) -> None:
         rows = [_audit_row(record) for record in records]
-        if rows:
-            with self._storage.transaction(write=True) as conn:
-                insert_rows(conn, audit_table, rows)
+        if not rows:
+            return
+        if self._storage.engine.dialect.name == "postgresql":
+            # One statement, in autocommit: no BEGIN and COMMIT to wait for.
+            with self._storage.one_statement(write=True) as conn:
+                if insert_alone(conn, audit_table, rows):
+                    return
+        with self._storage.transaction(write=True) as conn:
+            insert_rows(conn, audit_table, rows)
 
     def flush(self) -> None:
         """Nothing is queued here."""

@@ -28,6 +28,7 @@ from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.schema import audit_table, journal_table, runs_table
 from hermes_agent.storage.sql import append_messages
 from hermes_agent.types import Message
+from hermes_agent.worker.fenced_statements import finish_at_once, write_batch_at_once
 from hermes_agent.worker.leases import FINISHED_SQL, LeasedRuns
 from hermes_agent.worker.run_rows import (
     DEADLINE_KEY,
@@ -44,7 +45,6 @@ from hermes_agent.worker.run_writes import (
     insert_batch,
     write_ending,
 )
-from hermes_agent.worker.single_statement import finish_at_once, write_batch_at_once
 
 
 def _ending_row_statement() -> Select[Any]:
@@ -144,7 +144,7 @@ class FencedWrites(LeasedRuns):
     def write_batch(self, request_id: str, token: int, batch: Batch) -> None:
         """Write ``batch`` in one transaction fenced by ``token`` (a model turn of the run:
         its journal entries, events and trail records); on PostgreSQL one statement
-        (``worker.single_statement``)."""
+        (``worker.fenced_statements``)."""
         if self._single_statements:
             with self.storage.one_statement(write=True) as conn:
                 held = write_batch_at_once(conn, request_id, token, batch)
@@ -198,7 +198,7 @@ class FencedWrites(LeasedRuns):
         of them (the attempt ends, and the run resumes). Returns the session's next run if it
         is parked waiting for this one (read in the same transaction: the hand-over costs no
         read of its own). On PostgreSQL a completed run's ending is one statement
-        (``worker.single_statement``)."""
+        (``worker.fenced_statements``)."""
         if self._single_statements and status == "completed" and output is not None:
             with self.storage.one_statement(write=True) as conn:
                 ended = finish_at_once(

@@ -155,7 +155,7 @@ class LeasedRuns:
         self.storage = storage
         self.max_redeliveries = max_redeliveries
         # On PostgreSQL a model turn's batch and a completed run's ending are one statement
-        # each (worker.single_statement): a round trip where a transaction costs five to ten.
+        # each (worker.fenced_statements): a round trip where a transaction costs five to ten.
         self._single_statements = storage.engine.dialect.name == "postgresql"
 
     @contextmanager

@@ -14,7 +14,7 @@ the same writes are one statement with data-modifying ``WITH`` parts, run in aut
          …
     SELECT (SELECT count(*) FROM held) AS held, …
 
-The fence is ``held``: the run's row, locked, only while this token holds a live lease. Each
+The fence is ``held``: the run's row, locked, only while this token is the lease's (and the run is running). Each
 insert takes its rows only if ``held`` has the row, so a copy of the run that lost its lease
 writes nothing, and the statement says so (``held`` is 0; the caller raises ``LeaseLost``).
 Under ``READ COMMITTED``, a row locked by another transaction is read again, as committed, once
@@ -41,15 +41,8 @@ from sqlalchemy import Connection, TextClause, text
 
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.bulk import json_rows
-from hermes_agent.storage.schema import (
-    audit_table,
-    events_table,
-    journal_table,
-    messages_table,
-    runs_table,
-    sessions_table,
-)
-from hermes_agent.storage.sql import message_row
+from hermes_agent.storage.schema import audit_table, events_table, journal_table, runs_table
+from hermes_agent.storage.single_statements import turn_parameters, turn_parts
 from hermes_agent.types import Message
 from hermes_agent.worker.run_rows import FINISHED, Batch, dumps, now_ns
 
@@ -114,15 +107,10 @@ def finish_at_once(
     )
     has_turn = bool(turn)
     if turn:
-        rows = [message_row("", position, m) for position, m in enumerate(turn)]
-        messages = json_rows(messages_table, rows)
-        if messages is None:
+        counted = turn_parameters(turn, now)
+        if counted is None:
             return None
-        bound.update(
-            p_messages=messages,
-            p_added=len(turn),
-            p_users=sum(1 for m in turn if m.role == "user"),
-        )
+        bound.update(counted)
     if single_event is not None:
         bound["p_event"] = single_event
     quote = conn.dialect.identifier_preparer.quote
@@ -243,25 +231,8 @@ def _finish_statement(
             f"COALESCE((SELECT max(seq) FROM {events} WHERE request_id = :p_request_id), 0) + 1, "
             "CAST(:p_event AS text) FROM held)"
         )
-    if has_turn:
-        sessions, messages = quote(sessions_table.name), quote(messages_table.name)
-        parts.append(
-            f"counted AS (INSERT INTO {sessions} (id, created_ns, updated_ns, turns, messages) "
-            "SELECT session_id, :p_now, :p_now, :p_users, :p_added FROM held "
-            "WHERE NOT turn_saved "
-            "ON CONFLICT (id) DO UPDATE SET updated_ns = excluded.updated_ns, "
-            f"messages = {sessions}.messages + excluded.messages, "
-            f"turns = {sessions}.turns + excluded.turns RETURNING id, messages)"
-        )
-        columns = [c.name for c in messages_table.c if c.name not in ("session_id", "position")]
-        parts.append(
-            f"turn AS (INSERT INTO {messages} (session_id, position, "
-            f"{', '.join(quote(c) for c in columns)}) "
-            "SELECT counted.id, counted.messages - :p_added + x.position, "
-            f"{', '.join('x.' + quote(c) for c in columns)} "
-            "FROM counted, "
-            f"json_populate_recordset(NULL::{messages}, CAST(:p_messages AS json)) AS x)"
-        )
+    if has_turn:  # unless an earlier attempt saved it and died before finishing
+        parts.extend(turn_parts(quote, "held WHERE NOT turn_saved"))
     runs = quote(runs_table.name)
     finished = ", ".join(f"'{status}'" for status in FINISHED)
     parts.append(

@@ -1,8 +1,11 @@
-"""A queued run's fenced writes as one statement each on PostgreSQL (worker.single_statement):
-they store what the transactions, statement by statement, store; they cost one statement each;
-a token that lost its lease writes nothing, also when the takeover is in flight while the
-statement runs; rows that cannot travel as JSON, and endings other than an answer, still go
-the transaction's way."""
+"""Writes that are one statement each on PostgreSQL, in autocommit.
+
+A queued run's fenced writes (worker.fenced_statements): they store what the transactions,
+statement by statement, store; a token that lost its lease writes nothing, also when the
+takeover is in flight while the statement runs; rows that cannot travel as JSON, and endings
+other than an answer, still go the transaction's way. A turn appended to a session and the
+trail's records written behind (storage.single_statements): one statement each, writers of
+one session taking turns."""
 
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import pytest
 from sqlalchemy import event, select, text, update
 
 from hermes_agent.audit.records import AuditRecord
-from hermes_agent.storage.schema import audit_table, runs_table, sessions_table
-from hermes_agent.storage.sql import SqlStorage
+from hermes_agent.storage.schema import audit_table, messages_table, runs_table, sessions_table
+from hermes_agent.storage.sql import SqlAuditSink, SqlStorage
 from hermes_agent.types import Message, ToolCall
 from hermes_agent.worker.store import Batch, LeaseLost, RunStore, request_payload
 
@@ -118,24 +121,29 @@ def stored(store: RunStore, rid: str, session: str) -> dict[str, Any]:
     }
 
 
-def statements(store: RunStore) -> list[str]:
-    """The statements the store's engine sends from now on (appended as they go)."""
+def statements(storage: SqlStorage, alone: list[bool] | None = None) -> list[str]:
+    """The statements the storage's engine sends from now on (appended as they go), and in
+    ``alone`` whether each ran in autocommit (a transaction of its own: no BEGIN, no COMMIT)."""
     sent: list[str] = []
 
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+    def count(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         sent.append(statement)
+        if alone is not None:
+            alone.append(conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT")
 
-    event.listen(store.storage.engine, "before_cursor_execute", count)
+    event.listen(storage.engine, "before_cursor_execute", count)
     return sent
 
 
 def test_one_statement_each_stores_what_the_transactions_store(store: RunStore) -> None:
-    sent = statements(store)
+    alone: list[bool] = []
+    sent = statements(store.storage, alone)
     # Two runs of a session each way: the second turn's messages follow the first's.
     one = [run_once(store, "one"), run_once(store, "one")]
-    # The submitter's insert, the claim, the batch, the ending: one statement each.
+    # The submitter's insert, the claim, the batch, the ending: one statement each, and the
+    # last three each a transaction of its own.
     assert len(sent) == 2 * 4, sent
-    assert not any(s.lstrip().upper().startswith("BEGIN") for s in sent)
+    assert alone == [False, True, True, True] * 2
     store._single_statements = False
     both = [run_once(store, "both"), run_once(store, "both")]
     assert len(sent) > 2 * 4 + 2 * 8  # the transactions' way, statement by statement
@@ -160,7 +168,7 @@ def test_a_token_that_lost_its_lease_writes_nothing(store: RunStore) -> None:
     batch = Batch(
         {"turn/0": ("done", {"text": "x"})}, [(1, {"kind": "input"})], [record(rid, "s", 1)]
     )
-    sent = statements(store)
+    sent = statements(store.storage)
     with pytest.raises(LeaseLost):
         store.write_batch(rid, old.token, batch)
     with pytest.raises(LeaseLost):
@@ -229,7 +237,7 @@ def test_an_ending_with_its_turn_saved_an_event_alone_and_a_parked_follower(
     assert store.claim(second, "w2", 30.0).outcome == "parked"
     store.save_turn(first, claim.token, "s", TURN)  # an earlier attempt saved the turn
     store.write_batch(first, claim.token, Batch(events=[(1, {"kind": "input"})]))
-    sent = statements(store)
+    sent = statements(store.storage)
     following = store.finish(
         first,
         claim.token,
@@ -250,7 +258,7 @@ def test_an_ending_with_its_turn_saved_an_event_alone_and_a_parked_follower(
 def test_rows_that_cannot_travel_as_json_and_a_failed_ending_go_the_transactions_way(
     store: RunStore,
 ) -> None:
-    sent = statements(store)
+    sent = statements(store.storage)
     rid = run_once(store, "s", latency_ms=float("nan"))  # JSON cannot say NaN
     assert len(sent) > 3
     records = stored(store, rid, "s")["records"]
@@ -263,3 +271,58 @@ def test_rows_that_cannot_travel_as_json_and_a_failed_ending_go_the_transactions
     run = store.get(failed)
     assert run is not None and run.status == "failed" and run.error == "the model failed"
     assert [wire["kind"] for _, wire in store.events(failed)] == ["run_stopped"]
+
+
+def test_a_turn_appended_to_a_session_is_one_statement_and_writers_take_turns(
+    store: RunStore,
+) -> None:
+    """The service's append (SqlSessionStore.append): one statement in autocommit, and two
+    threads appending to one session at once place every turn whole, after the other's."""
+    storage = store.storage
+    alone: list[bool] = []
+    sent = statements(storage, alone)
+    storage.sessions.append("chat", [Message("user", "hi"), Message("assistant", "hello")])
+    assert len(sent) == 1 and alone == [True]
+
+    def append_turns(writer: str) -> None:
+        for n in range(20):
+            turn = [Message("user", f"{writer}{n} asks"), Message("assistant", f"{writer}{n} says")]
+            storage.sessions.append("chat", turn)
+
+    writers = [threading.Thread(target=append_turns, args=(w,)) for w in "ab"]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(30)
+    history = storage.sessions.load("chat")
+    assert len(history) == 82
+    for asks, says in zip(history[2::2], history[3::2], strict=True):
+        assert asks.content.removesuffix(" asks") == says.content.removesuffix(" says")
+    with storage.transaction() as conn:
+        counts = conn.execute(
+            select(sessions_table.c.turns, sessions_table.c.messages).where(
+                sessions_table.c.id == "chat"
+            )
+        ).one()
+        positions = conn.execute(
+            select(messages_table.c.position)
+            .where(messages_table.c.session_id == "chat")
+            .order_by(messages_table.c.position)
+        ).scalars()
+        assert list(positions) == list(range(82))  # each turn right after the last
+    assert tuple(counts) == (41, 82)
+
+
+def test_trail_records_written_behind_are_one_statement(store: RunStore) -> None:
+    """The service's trail (SqlAuditSink.write): one statement in autocommit; records that
+    cannot travel as JSON go in a transaction, row by row, and are stored as well."""
+    storage = store.storage
+    alone: list[bool] = []
+    sent = statements(storage, alone)
+    sink = SqlAuditSink(storage)
+    sink.write([record("r1", "s", 1), record("r1", "s", 2)])
+    assert len(sent) == 1 and alone == [True]
+    sink.write([record("r2", "s", 1, latency_ms=float("inf"))])
+    assert alone[1:] == [False]
+    assert [r.seq for r in storage.records("r1")] == [1, 2]
+    assert [r.latency_ms for r in storage.records("r2")] == [float("inf")]

@@ -1,0 +1,94 @@
+"""Writes that are one statement on PostgreSQL, run in autocommit (``SqlStorage.one_statement``):
+a turn appended to its session, and a batch of trail records.
+
+Through psycopg a transaction waits for the server at its ``BEGIN``, at each statement and at
+its ``COMMIT``; a statement on its own is atomic already and waits once. A turn's append was a
+transaction of two statements (the session's count-in, then its messages), four waits; here it
+is one statement whose ``WITH`` part counts the turn in and whose insert places the messages
+after the count it returns. The same two parts end a queued run's ending
+(``worker.fenced_statements``), fed by the run's row instead of a session id.
+
+Only where the rows travel as JSON (``storage.bulk.json_rows``); otherwise the caller writes
+them in a transaction, as on SQLite, where a statement costs no round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table, TextClause, text
+
+from hermes_agent.storage.bulk import insert_json, json_rows
+from hermes_agent.storage.schema import messages_table, sessions_table
+from hermes_agent.types import Message
+
+Quote = Callable[[str], str]
+
+
+def turn_parameters(messages: Sequence[Message], now: int) -> dict[str, Any] | None:
+    """The parameters of ``turn_parts`` for ``messages`` (at least one), or ``None`` where they
+    cannot travel as JSON."""
+    from hermes_agent.storage.sql import message_row  # sql imports this module
+
+    rows = [message_row("", position, m) for position, m in enumerate(messages)]
+    payload = json_rows(messages_table, rows)
+    if payload is None:
+        return None
+    return {
+        "p_messages": payload,
+        "p_added": len(messages),
+        "p_users": sum(1 for m in messages if m.role == "user"),
+        "p_now": now,
+    }
+
+
+def turn_parts(quote: Quote, session_from: str) -> list[str]:
+    """Two ``WITH`` parts that append a turn to a session: ``counted`` creates the session or
+    counts the turn in, returning its message count (the row stays locked to the commit, so
+    two writers of one session take turns), and ``turn`` inserts the messages after what the
+    session held. ``session_from``: what follows ``FROM`` to give the session's id as
+    ``session_id`` (no row: no turn is appended)."""
+    sessions, messages = quote(sessions_table.name), quote(messages_table.name)
+    columns = [c.name for c in messages_table.c if c.name not in ("session_id", "position")]
+    return [
+        f"counted AS (INSERT INTO {sessions} (id, created_ns, updated_ns, turns, messages) "
+        f"SELECT session_id, :p_now, :p_now, :p_users, :p_added FROM {session_from} "
+        "ON CONFLICT (id) DO UPDATE SET updated_ns = excluded.updated_ns, "
+        f"messages = {sessions}.messages + excluded.messages, "
+        f"turns = {sessions}.turns + excluded.turns RETURNING id, messages)",
+        f"turn AS (INSERT INTO {messages} (session_id, position, "
+        f"{', '.join(quote(c) for c in columns)}) "
+        "SELECT counted.id, counted.messages - :p_added + x.position, "
+        f"{', '.join('x.' + quote(c) for c in columns)} "
+        "FROM counted, "
+        f"json_populate_recordset(NULL::{messages}, CAST(:p_messages AS json)) AS x)",
+    ]
+
+
+def append_turn(conn: Connection, session_id: str, messages: Sequence[Message], now: int) -> bool:
+    """Append ``messages`` (at least one) to the session in one statement; ``False`` (nothing
+    written) where they cannot travel as JSON."""
+    bound = turn_parameters(messages, now)
+    if bound is None:
+        return False
+    quote = conn.dialect.identifier_preparer.quote
+    conn.execute(_append_statement(quote), {**bound, "p_session_id": session_id})
+    return True
+
+
+def insert_alone(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> bool:
+    """Insert ``rows`` (dicts with the same keys, at least one) in one statement; ``False``
+    (nothing written) where they cannot travel as JSON."""
+    payload = json_rows(table, rows)
+    if payload is None:
+        return False
+    insert_json(conn, table, tuple(rows[0]), payload)
+    return True
+
+
+@functools.lru_cache(maxsize=4)
+def _append_statement(quote: Quote) -> TextClause:
+    given = "(SELECT CAST(:p_session_id AS text) AS session_id) AS given"
+    return text(f"WITH {', '.join(turn_parts(quote, given))} SELECT 1")
