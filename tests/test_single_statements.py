@@ -3,12 +3,13 @@
 A queued run's fenced writes (worker.fenced_statements): they store what the transactions,
 statement by statement, store; a token that lost its lease writes nothing, also when the
 takeover is in flight while the statement runs; rows that cannot travel as JSON, and endings
-other than an answer, still go the transaction's way. A turn appended to a session and the
-trail's records written behind (storage.single_statements): one statement each, writers of
-one session taking turns."""
+other than an answer, still go the transaction's way; a batch retried after its reply was
+lost stores nothing twice. A turn appended to a session (storage.single_statements): one
+statement, writers of one session taking turns."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from sqlalchemy import event, select, text, update
 
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.schema import audit_table, messages_table, runs_table, sessions_table
-from hermes_agent.storage.sql import SqlAuditSink, SqlStorage
+from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message, ToolCall
 from hermes_agent.worker.store import Batch, LeaseLost, RunStore, request_payload
 
@@ -98,12 +99,9 @@ def run_once(store: RunStore, session: str, **changed: Any) -> str:
 def stored(store: RunStore, rid: str, session: str) -> dict[str, Any]:
     """Everything the run's writes left, its own ids left out."""
     a = audit_table.c
+    columns = [c for c in audit_table.c if c.name not in ("id", "request_id", "session_id")]
     with store.storage.transaction() as conn:
-        records = conn.execute(
-            select(a.seq, a.role, a.content, a.latency_ms)
-            .where(a.request_id == rid)
-            .order_by(a.seq)
-        ).all()
+        records = conn.execute(select(*columns).where(a.request_id == rid).order_by(a.seq)).all()
         counts = conn.execute(
             select(sessions_table.c.turns, sessions_table.c.messages).where(
                 sessions_table.c.id == session
@@ -114,11 +112,47 @@ def stored(store: RunStore, rid: str, session: str) -> dict[str, Any]:
     return {
         "journal": store.journal_entries(rid),
         "events": store.events(rid),
-        "records": [tuple(row) for row in records],
+        "records": [dict(row._mapping) for row in records],
         "session": store.storage.sessions.load(session),
         "counts": tuple(counts),
-        "run": (run.status, run.result, run.error),
+        "run": (run.status, run.result, run.error, run.lease_owner, run.lease_expires_ns),
+        "turn_saved": turn_saved(store, rid),
     }
+
+
+def turn_saved(store: RunStore, rid: str) -> bool:
+    with store.storage.transaction() as conn:
+        return bool(
+            conn.execute(
+                select(runs_table.c.turn_saved).where(runs_table.c.request_id == rid)
+            ).scalar_one()
+        )
+
+
+def records_of(store: RunStore, rid: str) -> list[int]:
+    """The numbers of the run's trail records, in order."""
+    a = audit_table.c
+    with store.storage.transaction() as conn:
+        return list(
+            conn.execute(select(a.seq).where(a.request_id == rid).order_by(a.seq)).scalars()
+        )
+
+
+def wait_for_a_lock(store: RunStore) -> None:
+    """Until a backend of the store's database waits for a row lock (the write under test)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with store.storage.engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        if waiting:
+            return
+        time.sleep(0.02)
+    raise AssertionError("no write waited for the run's row")
 
 
 def statements(storage: SqlStorage, alone: list[bool] | None = None) -> list[str]:
@@ -150,7 +184,8 @@ def test_one_statement_each_stores_what_the_transactions_store(store: RunStore) 
     for fast, slow in zip(one, both, strict=True):
         written, reference = stored(store, fast, "one"), stored(store, slow, "both")
         assert written == reference
-    assert written["records"][-1][:2] == (5, "output")  # numbered after the batch's
+    assert records_of(store, one[0]) == [1, 2, 3, 4, 5]  # the answer's after the batch's
+    assert written["turn_saved"] is True and written["run"][3:] == (None, None)
     assert written["counts"] == (2, 8)
     assert [m.content for m in written["session"]] == [m.content for m in TURN * 2]
     assert [seq for seq, _ in written["events"]] == [1, 2, 3, 4, 5]
@@ -184,6 +219,7 @@ def test_a_token_that_lost_its_lease_writes_nothing(store: RunStore) -> None:
         )
     assert len(sent) == 2  # the one statement each said so: no second way was tried
     assert store.journal_entries(rid) == {} and store.events(rid) == []
+    assert records_of(store, rid) == []  # neither the batch's records nor the answer's
     assert store.storage.sessions.load("s") == []
     run = store.get(rid)
     assert run is not None and run.status == "running" and run.lease_owner == "w2"
@@ -215,7 +251,7 @@ def test_a_write_waits_for_a_takeover_in_flight(store: RunStore, takeover: str) 
         )  # its transaction stays open: the row is locked
         writer = threading.Thread(target=write)
         writer.start()
-        time.sleep(0.5)
+        wait_for_a_lock(store)
         assert writer.is_alive() and outcome == []  # waiting for the row
         other.commit() if takeover == "committed" else other.rollback()
         writer.join(10)
@@ -226,6 +262,75 @@ def test_a_write_waits_for_a_takeover_in_flight(store: RunStore, takeover: str) 
     else:
         assert outcome == ["written"]
         assert store.events(rid) == [(1, {"kind": "input"})]
+
+
+def test_an_ending_waits_for_its_own_heartbeat_and_then_ends_the_run(store: RunStore) -> None:
+    """The lease's heartbeat (same token) holds the run's row when the ending comes: the
+    ending waits for it, reads the row again as the heartbeat left it, and ends the run."""
+    rid = store.add("s", request_payload("charge 5"))
+    claim = store.claim(rid, "w1", 30.0)
+    outcome: list[Any] = []
+
+    def finish() -> None:
+        outcome.append(
+            store.finish(
+                rid,
+                claim.token,
+                "completed",
+                result={"output": "done"},
+                turn=TURN,
+                output=record(rid, "s", 0, "output"),
+                event={"kind": "result"},
+            )
+        )
+
+    with store.storage.engine.connect() as heartbeat:
+        heartbeat.execute(
+            update(runs_table)
+            .where(runs_table.c.request_id == rid)
+            .values(heartbeat_ns=time.time_ns(), lease_expires_ns=time.time_ns() + 10**10)
+        )
+        ending = threading.Thread(target=finish)
+        ending.start()
+        wait_for_a_lock(store)
+        heartbeat.commit()
+        ending.join(10)
+    assert outcome == [None]
+    run = store.get(rid)
+    assert run is not None and run.status == "completed" and run.lease_expires_ns is None
+    assert [m.content for m in store.storage.sessions.load("s")] == [m.content for m in TURN]
+
+
+def test_a_batch_retried_after_its_reply_was_lost_stores_nothing_twice(store: RunStore) -> None:
+    """In autocommit a statement whose reply was lost may have committed: the attempt retries
+    the same batch, which must neither fail nor store a row twice; a retried ending finds the
+    run ended."""
+    rid = store.add("s", request_payload("charge 5"))
+    claim = store.claim(rid, "w1", 30.0)
+    batch = Batch(
+        {"call/0/0": ("started", {"tool": "charge"})},
+        [(1, {"kind": "input"}), (2, {"kind": "model"})],
+        [record(rid, "s", 0), record(rid, "s", 1)],
+    )
+    store.write_batch(rid, claim.token, batch)
+    store.write_batch(rid, claim.token, batch)  # the retry
+    records_only = Batch(records=[record(rid, "s", 2)])  # a batch with no event to collide on
+    store.write_batch(rid, claim.token, records_only)
+    store.write_batch(rid, claim.token, records_only)
+    assert [seq for seq, _ in store.events(rid)] == [1, 2]
+    assert records_of(store, rid) == [0, 1, 2]
+    ending = {
+        "result": {"output": "done"},
+        "turn": TURN,
+        "output": record(rid, "s", 0, "output"),
+        "event": {"kind": "result"},
+    }
+    store.finish(rid, claim.token, "completed", **ending)
+    with pytest.raises(LeaseLost):
+        store.finish(rid, claim.token, "completed", **ending)
+    assert records_of(store, rid) == [0, 1, 2, 3]
+    assert [seq for seq, _ in store.events(rid)] == [1, 2, 3]
+    assert len(store.storage.sessions.load("s")) == 4
 
 
 def test_an_ending_with_its_turn_saved_an_event_alone_and_a_parked_follower(
@@ -260,14 +365,18 @@ def test_rows_that_cannot_travel_as_json_and_a_failed_ending_go_the_transactions
 ) -> None:
     sent = statements(store.storage)
     rid = run_once(store, "s", latency_ms=float("nan"))  # JSON cannot say NaN
-    assert len(sent) > 3
+    endings = [s for s in sent if "AS following" in s]
+    assert len(endings) == 1 and not endings[0].lstrip().startswith("WITH")
+    assert any(s.lstrip().startswith("WITH held") for s in sent)  # the first batch could
     records = stored(store, rid, "s")["records"]
-    assert [seq for seq, *_ in records] == [1, 2, 3, 4, 5]
-    assert records[3][3] != records[3][3]  # NaN, stored as given
+    assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+    assert math.isnan(records[3]["latency_ms"])  # stored as given
 
     failed = store.add("t", request_payload("charge 5"))
     claim = store.claim(failed, "w1", 30.0)
+    del sent[:]
     store.finish(failed, claim.token, "failed", error="the model failed")
+    assert len(sent) > 1 and not any(s.lstrip().startswith("WITH") for s in sent)
     run = store.get(failed)
     assert run is not None and run.status == "failed" and run.error == "the model failed"
     assert [wire["kind"] for _, wire in store.events(failed)] == ["run_stopped"]
@@ -311,18 +420,3 @@ def test_a_turn_appended_to_a_session_is_one_statement_and_writers_take_turns(
         ).scalars()
         assert list(positions) == list(range(82))  # each turn right after the last
     assert tuple(counts) == (41, 82)
-
-
-def test_trail_records_written_behind_are_one_statement(store: RunStore) -> None:
-    """The service's trail (SqlAuditSink.write): one statement in autocommit; records that
-    cannot travel as JSON go in a transaction, row by row, and are stored as well."""
-    storage = store.storage
-    alone: list[bool] = []
-    sent = statements(storage, alone)
-    sink = SqlAuditSink(storage)
-    sink.write([record("r1", "s", 1), record("r1", "s", 2)])
-    assert len(sent) == 1 and alone == [True]
-    sink.write([record("r2", "s", 1, latency_ms=float("inf"))])
-    assert alone[1:] == [False]
-    assert [r.seq for r in storage.records("r1")] == [1, 2]
-    assert [r.latency_ms for r in storage.records("r2")] == [float("inf")]

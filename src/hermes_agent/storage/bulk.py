@@ -48,23 +48,10 @@ def insert_rows(
             rows = list({tuple(row[k] for k in keys): row for row in rows}.values())
         payload = json_rows(table, rows)
         if payload is not None:
-            insert_json(conn, table, columns, payload, replace_on=keys)
+            quote = conn.dialect.identifier_preparer.quote
+            conn.execute(_from_json(quote, table, columns, keys), {"p_rows": payload})
             return
     conn.execute(_row_by_row(conn.dialect.name, table, columns, keys), list(rows))
-
-
-def insert_json(
-    conn: Connection,
-    table: Table,
-    columns: tuple[str, ...],
-    payload: str,
-    *,
-    replace_on: Sequence[str] = (),
-) -> None:
-    """Insert the rows of ``payload`` (``json_rows``'s, of ``columns``) in one statement, on
-    PostgreSQL."""
-    quote = conn.dialect.identifier_preparer.quote
-    conn.execute(_from_json(quote, table, columns, tuple(replace_on)), {"p_rows": payload})
 
 
 def json_rows(table: Table, rows: Sequence[dict[str, Any]]) -> str | None:

@@ -1,5 +1,5 @@
-"""Writes that are one statement on PostgreSQL, run in autocommit (``SqlStorage.one_statement``):
-a turn appended to its session, and a batch of trail records.
+"""A turn appended to its session as one statement on PostgreSQL, run in autocommit
+(``SqlStorage.one_statement``).
 
 Through psycopg a transaction waits for the server at its ``BEGIN``, at each statement and at
 its ``COMMIT``; a statement on its own is atomic already and waits once. A turn's append was a
@@ -10,6 +10,11 @@ after the count it returns. The same two parts end a queued run's ending
 
 Only where the rows travel as JSON (``storage.bulk.json_rows``); otherwise the caller writes
 them in a transaction, as on SQLite, where a statement costs no round trip.
+
+The trail's written-behind records stay in a transaction of their own: the writer retries a
+failed write, and a statement whose reply was lost after PostgreSQL committed it (a connection
+reset mid-statement) would store the burst twice; a transaction leaves that window only to
+its ``COMMIT``'s reply. Nothing retries an append.
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, TextClause, text
+from sqlalchemy import Connection, TextClause, text
 
-from hermes_agent.storage.bulk import insert_json, json_rows
+from hermes_agent.storage.bulk import json_rows
 from hermes_agent.storage.schema import messages_table, sessions_table
 from hermes_agent.types import Message
 
@@ -75,16 +80,6 @@ def append_turn(conn: Connection, session_id: str, messages: Sequence[Message], 
         return False
     quote = conn.dialect.identifier_preparer.quote
     conn.execute(_append_statement(quote), {**bound, "p_session_id": session_id})
-    return True
-
-
-def insert_alone(conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> bool:
-    """Insert ``rows`` (dicts with the same keys, at least one) in one statement; ``False``
-    (nothing written) where they cannot travel as JSON."""
-    payload = json_rows(table, rows)
-    if payload is None:
-        return False
-    insert_json(conn, table, tuple(rows[0]), payload)
     return True
 
 

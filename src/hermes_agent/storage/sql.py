@@ -62,7 +62,7 @@ from hermes_agent.storage.schema import (
     sessions_table,
     upgrade,
 )
-from hermes_agent.storage.single_statements import append_turn, insert_alone
+from hermes_agent.storage.single_statements import append_turn
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message, ToolCall, ToolResult
 
@@ -500,15 +500,9 @@ class SqlAuditSink:
 
     def write(self, records: Sequence[AuditRecord]) -> None:
         rows = [_audit_row(record) for record in records]
-        if not rows:
-            return
-        if self._storage.engine.dialect.name == "postgresql":
-            # One statement, in autocommit: no BEGIN and COMMIT to wait for.
-            with self._storage.one_statement(write=True) as conn:
-                if insert_alone(conn, audit_table, rows):
-                    return
-        with self._storage.transaction(write=True) as conn:
-            insert_rows(conn, audit_table, rows)
+        if rows:
+            with self._storage.transaction(write=True) as conn:
+                insert_rows(conn, audit_table, rows)
 
     def flush(self) -> None:
         """Nothing is queued here."""

@@ -1,8 +1,10 @@
 """What an attempt writes while it holds a run's lease: the fenced layer of
-``worker.store.RunStore``. Each method checks the writer's fencing token in the transaction that
-writes (``LeasedRuns._fence``), so a copy of the run that lost its lease writes nothing: the
-journal (``write_journal``, ``write_batch``), the session's turn (``save_turn``), trail records
-and events, the deadline, and the run's ending (``finish``).
+``worker.store.RunStore``. Each method checks the writer's fencing token in the transaction
+that writes (``LeasedRuns._fence``; on PostgreSQL a batch and a completed run's ending are one
+statement each, fenced by a part of their own: ``worker.fenced_statements``), so a copy of the
+run that lost its lease writes nothing: the journal (``write_journal``, ``write_batch``), the
+session's turn (``save_turn``), trail records and events, the deadline, and the run's ending
+(``finish``).
 """
 
 from __future__ import annotations

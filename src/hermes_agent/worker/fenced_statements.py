@@ -14,17 +14,26 @@ the same writes are one statement with data-modifying ``WITH`` parts, run in aut
          …
     SELECT (SELECT count(*) FROM held) AS held, …
 
-The fence is ``held``: the run's row, locked, only while this token is the lease's (and the run is running). Each
-insert takes its rows only if ``held`` has the row, so a copy of the run that lost its lease
-writes nothing, and the statement says so (``held`` is 0; the caller raises ``LeaseLost``).
-Under ``READ COMMITTED``, a row locked by another transaction is read again, as committed, once
-that lock goes, so a lease taken over meanwhile is seen.
+The fence is ``held``: the run's row, locked, only while this token is the lease's and the
+run is running. Each insert takes its rows only if ``held`` has the row, so a copy of the run
+that lost its lease writes nothing, and the statement says so (``held`` is 0; the caller
+raises ``LeaseLost``). Under ``READ COMMITTED``, a row locked by another transaction is read
+again, as committed, once that lock goes, so a lease taken over meanwhile is seen.
 
-The parts of one statement see the database as it was when the statement began, not one
-another's rows. Where the ordered version read what an earlier statement wrote, the values are
-passed instead: the answer's trail record is numbered after the batch's records by the caller
-(``wanted``), and the turn's messages follow the session's count as the session's upsert
-returns it.
+Only that row is read again: the parts of one statement otherwise see the database as it was
+when the statement began, and not one another's rows. So the numbers read here (the trail's
+latest record, for the answer's; the latest event, for an ending with no batch) are as of the
+statement's start, which is safe because whatever else writes a running run's events or
+trail changes its status or its token in the transaction that holds the row (a cancel, a
+takeover), and ``held`` is then empty. Where the ordered version read what an earlier
+statement wrote, the values are passed instead: the answer's record is numbered after the
+batch's records by the caller (``wanted``), and the turn's messages follow the session's count
+as the session's upsert returns it (``storage.single_statements``).
+
+In autocommit a statement whose reply is lost (a connection reset) may have committed, where
+a transaction leaves that only to its ``COMMIT``'s reply; so a batch retried after one stores
+nothing twice (``_insert_part``), and an ending retried finds the run ended (``LeaseLost``: the
+attempt stops, the run is completed).
 
 Only where every row can travel as JSON (``storage.bulk.json_rows``) and the ending is the
 common one (an answer); any other case returns ``None`` and the caller writes it in a
@@ -184,18 +193,29 @@ def _held(quote: Quote) -> str:
 
 
 def _insert_part(quote: Quote, name: str, columns: tuple[str, ...]) -> str:
-    """The batch's rows of one table, taken only if ``held`` holds the run's row."""
+    """The batch's rows of one table, taken only if ``held`` holds the run's row. A retry of a
+    batch that was stored (its reply lost) stores nothing twice: journal entries replace
+    theirs, and an event or a record whose number the run has already is left out (the lease
+    holder numbers them, so only that batch can have stored it)."""
     table = quote(_TABLES[name].name)
     listed = ", ".join(quote(c) for c in columns)
+    taken = ", ".join("x." + quote(c) for c in columns)
     sql = (
-        f"{name} AS (INSERT INTO {table} ({listed}) SELECT {listed} "
-        f"FROM json_populate_recordset(NULL::{table}, CAST(:p_{name} AS json)) "
+        f"{name} AS (INSERT INTO {table} ({listed}) SELECT {taken} "
+        f"FROM json_populate_recordset(NULL::{table}, CAST(:p_{name} AS json)) AS x "
         "WHERE EXISTS (SELECT 1 FROM held)"
     )
+    if name == "records":  # the trail has no unique key on its numbers
+        sql += (
+            f" AND NOT EXISTS (SELECT 1 FROM {table} AS stored "
+            "WHERE stored.request_id = x.request_id AND stored.seq = x.seq)"
+        )
     keys = _REPLACE_ON.get(name, ())
     if keys:
         changed = ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in columns if c not in keys)
         sql += f" ON CONFLICT ({', '.join(quote(k) for k in keys)}) DO UPDATE SET {changed}"
+    elif name == "events":
+        sql += " ON CONFLICT (request_id, seq) DO NOTHING"
     return sql + ")"
 
 
