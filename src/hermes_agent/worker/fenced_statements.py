@@ -208,7 +208,9 @@ def _insert_part(quote: Quote, name: str, columns: tuple[str, ...]) -> str:
     if name == "records":  # the trail has no unique key on its numbers
         sql += (
             f" AND NOT EXISTS (SELECT 1 FROM {table} AS stored "
-            "WHERE stored.request_id = x.request_id AND stored.seq = x.seq)"
+            # The run's id as the parameter, not the row's: the planner then reads the
+            # run's own records by their index, not the whole trail.
+            "WHERE stored.request_id = :p_request_id AND stored.seq = x.seq)"
         )
     keys = _REPLACE_ON.get(name, ())
     if keys:
