@@ -27,24 +27,21 @@ from sqlalchemy import Connection, TextClause, text
 
 from hermes_agent.storage.bulk import json_rows
 from hermes_agent.storage.schema import messages_table, sessions_table
-from hermes_agent.types import Message
 
 Quote = Callable[[str], str]
 
 
-def turn_parameters(messages: Sequence[Message], now: int) -> dict[str, Any] | None:
-    """The parameters of ``turn_parts`` for ``messages`` (at least one), or ``None`` where they
-    cannot travel as JSON."""
-    from hermes_agent.storage.sql import message_row  # sql imports this module
-
-    rows = [message_row("", position, m) for position, m in enumerate(messages)]
+def turn_parameters(rows: Sequence[dict[str, Any]], now: int) -> dict[str, Any] | None:
+    """The parameters of ``turn_parts`` for a turn's ``messages`` rows (``storage.sql.
+    message_row``'s, at least one, numbered from 0 in the turn), or ``None`` where they cannot
+    travel as JSON."""
     payload = json_rows(messages_table, rows)
     if payload is None:
         return None
     return {
         "p_messages": payload,
-        "p_added": len(messages),
-        "p_users": sum(1 for m in messages if m.role == "user"),
+        "p_added": len(rows),
+        "p_users": sum(1 for row in rows if row["role"] == "user"),
         "p_now": now,
     }
 
@@ -72,10 +69,12 @@ def turn_parts(quote: Quote, session_from: str) -> list[str]:
     ]
 
 
-def append_turn(conn: Connection, session_id: str, messages: Sequence[Message], now: int) -> bool:
-    """Append ``messages`` (at least one) to the session in one statement; ``False`` (nothing
-    written) where they cannot travel as JSON."""
-    bound = turn_parameters(messages, now)
+def append_turn(
+    conn: Connection, session_id: str, rows: Sequence[dict[str, Any]], now: int
+) -> bool:
+    """Append a turn's ``messages`` rows (see ``turn_parameters``) to the session in one
+    statement; ``False`` (nothing written) where they cannot travel as JSON."""
+    bound = turn_parameters(rows, now)
     if bound is None:
         return False
     quote = conn.dialect.identifier_preparer.quote

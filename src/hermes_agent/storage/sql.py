@@ -344,7 +344,8 @@ class SqlSessionStore:
                 _failing_as("append to session", session_id),
                 self._storage.one_statement(write=True) as conn,
             ):
-                if append_turn(conn, session_id, messages, time.time_ns()):
+                rows = [message_row("", n, m) for n, m in enumerate(messages)]
+                if append_turn(conn, session_id, rows, time.time_ns()):
                     return
         with (
             _failing_as("append to session", session_id),
