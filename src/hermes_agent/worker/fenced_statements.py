@@ -55,6 +55,7 @@ from hermes_agent.storage.single_statements import turn_parameters, turn_parts
 from hermes_agent.storage.sql import message_row
 from hermes_agent.types import Message
 from hermes_agent.worker.run_rows import FINISHED, Batch, dumps, now_ns
+from hermes_agent.worker.run_writes import batch_rows
 
 Quote = Callable[[str], str]
 
@@ -143,31 +144,11 @@ def _batch_parts(
     parameters."""
     bound: dict[str, Any] = {"p_request_id": request_id, "p_token": token, "p_now": now}
     names: list[tuple[str, tuple[str, ...]]] = []
+    entries, events, records = batch_rows(request_id, token, batch, now)
     tables: list[tuple[str, Any, list[dict[str, Any]]]] = [
-        (
-            "journal",
-            journal_table,
-            [
-                {
-                    "request_id": request_id,
-                    "key": key,
-                    "state": state,
-                    "payload": dumps(payload),
-                    "token": token,
-                    "updated_ns": now,
-                }
-                for key, (state, payload) in batch.entries.items()
-            ],
-        ),
-        (
-            "events",
-            events_table,
-            [
-                {"request_id": request_id, "seq": seq, "payload": dumps(wire)}
-                for seq, wire in batch.events
-            ],
-        ),
-        ("records", audit_table, [r.to_dict() for r in batch.records]),
+        ("journal", journal_table, entries),
+        ("events", events_table, events),
+        ("records", audit_table, records),
     ]
     for name, table, rows in tables:
         if not rows:

@@ -37,38 +37,38 @@ def _last_record_statement() -> Insert:
 _LAST_RECORD = _last_record_statement()
 
 
+def batch_rows(
+    request_id: str, token: int, batch: Batch, now: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """A batch's rows: its journal entries, its events and its trail records (shared by the
+    transaction's way here and the single statement's, ``worker.fenced_statements``)."""
+    entries = [
+        {
+            "request_id": request_id,
+            "key": key,
+            "state": state,
+            "payload": dumps(payload),
+            "token": token,
+            "updated_ns": now,
+        }
+        for key, (state, payload) in batch.entries.items()
+    ]
+    events = [
+        {"request_id": request_id, "seq": seq, "payload": dumps(wire)} for seq, wire in batch.events
+    ]
+    return entries, events, [r.to_dict() for r in batch.records]
+
+
 def insert_batch(conn: Connection, request_id: str, token: int, batch: Batch) -> None:
     """A batch's writes, inside the caller's fenced transaction: one statement per table
     (``storage.bulk``: on PostgreSQL one statement for all the rows of a table)."""
-    now = now_ns()
-    if batch.entries:
-        insert_rows(
-            conn,
-            journal_table,
-            [
-                {
-                    "request_id": request_id,
-                    "key": key,
-                    "state": state,
-                    "payload": dumps(payload),
-                    "token": token,
-                    "updated_ns": now,
-                }
-                for key, (state, payload) in batch.entries.items()
-            ],
-            replace_on=("request_id", "key"),
-        )
-    if batch.events:
-        insert_rows(
-            conn,
-            events_table,
-            [
-                {"request_id": request_id, "seq": seq, "payload": dumps(wire)}
-                for seq, wire in batch.events
-            ],
-        )
-    if batch.records:
-        insert_rows(conn, audit_table, [r.to_dict() for r in batch.records])
+    entries, events, records = batch_rows(request_id, token, batch, now_ns())
+    if entries:
+        insert_rows(conn, journal_table, entries, replace_on=("request_id", "key"))
+    if events:
+        insert_rows(conn, events_table, events)
+    if records:
+        insert_rows(conn, audit_table, records)
 
 
 def add_last_record(conn: Connection, record: AuditRecord) -> None:
