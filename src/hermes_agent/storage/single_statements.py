@@ -33,7 +33,7 @@ Quote = Callable[[str], str]
 
 def turn_parameters(rows: Sequence[dict[str, Any]], now: int) -> dict[str, Any] | None:
     """The parameters of ``turn_parts`` for a turn's ``messages`` rows (``storage.sql.
-    message_row``'s, at least one, numbered from 0 in the turn), or ``None`` where they cannot
+    message_rows``'s, at least one, numbered from 0 in the turn), or ``None`` where they cannot
     travel as JSON."""
     payload = json_rows(messages_table, rows)
     if payload is None:

@@ -344,7 +344,7 @@ class SqlSessionStore:
                 _failing_as("append to session", session_id),
                 self._storage.one_statement(write=True) as conn,
             ):
-                rows = [message_row("", n, m) for n, m in enumerate(messages)]
+                rows = message_rows("", 0, messages)
                 if append_turn(conn, session_id, rows, time.time_ns()):
                     return
         with (
@@ -456,6 +456,11 @@ def message_row(session_id: str, position: int, message: Message) -> dict[str, A
     }
 
 
+def message_rows(session_id: str, start: int, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The ``messages`` rows of ``messages``, placed from ``start`` in their session."""
+    return [message_row(session_id, start + i, m) for i, m in enumerate(messages)]
+
+
 @contextlib.contextmanager
 def _failing_as(what: str, session_id: str) -> Iterator[None]:
     try:
@@ -550,8 +555,7 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
             .where(s.id == session_id)
             .values(updated_ns=now, messages=s.messages + added, turns=s.turns + users)
         )
-    rows = [message_row(session_id, start + i, m) for i, m in enumerate(messages)]
-    insert_rows(conn, messages_table, rows)
+    insert_rows(conn, messages_table, message_rows(session_id, start, messages))
 
 
 @functools.cache

@@ -52,7 +52,7 @@ from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.bulk import json_rows
 from hermes_agent.storage.schema import audit_table, events_table, journal_table, runs_table
 from hermes_agent.storage.single_statements import turn_parameters, turn_parts
-from hermes_agent.storage.sql import message_row
+from hermes_agent.storage.sql import message_rows
 from hermes_agent.types import Message
 from hermes_agent.worker.run_rows import FINISHED, Batch, dumps, now_ns
 from hermes_agent.worker.run_writes import batch_rows
@@ -118,7 +118,7 @@ def finish_at_once(
     )
     has_turn = bool(turn)
     if turn:
-        counted = turn_parameters([message_row("", n, m) for n, m in enumerate(turn)], now)
+        counted = turn_parameters(message_rows("", 0, turn), now)
         if counted is None:
             return None
         bound.update(counted)
