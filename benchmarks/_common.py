@@ -135,6 +135,11 @@ def group_ticks(pgrp: int) -> int:
     return sum(sum(int(value) for value in fields[11:15]) for _, fields in _group(pgrp))
 
 
+def group_system_ticks(pgrp: int) -> int:
+    """The part of ``group_ticks`` spent in the kernel (stime, and reaped children's)."""
+    return sum(int(fields[12]) + int(fields[14]) for _, fields in _group(pgrp))
+
+
 def group_switches(pgrp: int) -> int:
     """Context switches (voluntary and involuntary) so far of every thread of every process
     in the group; threads that ended are not counted (a worker's and a service's live as

@@ -25,12 +25,19 @@ per run (every thread's, voluntary and not: ``worker_switches_per_run``, the wak
 costs the worker). Rounds alternate the contenders
 (the order flips each round). ``--profile DIR`` runs each worker under py-spy (folded stacks
 of the thread holding the GIL, one file per worker; its own CPU inflates that round's figures).
+``--callgrind`` runs each worker under valgrind's callgrind instead, instrumented only while
+the measured runs go (``callgrind_control -i on``/``off``), and counts its instructions per run
+(``worker_instructions_m_per_run``, millions; user space only, so a wake-up's kernel work and
+PostgreSQL's are not in it). The count repeats from round to round where CPU time on a shared
+machine does not; callgrind runs one thread at a time, about fifty times slower, so its CPU
+and runs/s figures are not comparable with an uninstrumented round's.
 
     python benchmarks/bench_queue_cost.py --rounds 2 --runs 300 --json queue_cost.json
     python benchmarks/bench_queue_cost.py --src before=OLD_TREE --src after=NEW_TREE
     python benchmarks/bench_queue_cost.py --src on=TREE --src off=TREE --task-events-off off
     python benchmarks/bench_queue_cost.py --src httpx=. --src aiohttp=. --aiohttp aiohttp
     python benchmarks/bench_queue_cost.py --rounds 1 --runs 1000 --profile profiles/
+    python benchmarks/bench_queue_cost.py --callgrind --rounds 2 --runs 150 --src after=TREE
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -58,6 +66,7 @@ from _common import (
     find_postmaster,
     free_port,
     group_switches,
+    group_system_ticks,
     group_ticks,
     pg_database,
     start_process,
@@ -273,15 +282,34 @@ def transactions(conninfo: str, database: str) -> int:
     return int(row[0]) if row else 0
 
 
-def wait_ready(process: Any, log: Path) -> None:
-    deadline = time.monotonic() + 120
+def callgrind(command: list[str], folder: Path) -> list[str]:
+    """``command`` under callgrind, counting nothing until ``instrument(pid, "on")``."""
+    output = f"--callgrind-out-file={folder / f'callgrind-{uuid.uuid4().hex[:6]}.out'}"
+    return ["valgrind", "--tool=callgrind", "--instr-atstart=no", output, *command]
+
+
+def instrument(pid: int, switch: str) -> None:
+    """Count ``pid``'s instructions (it runs under callgrind) from now on (``on``) or stop."""
+    subprocess.run(["callgrind_control", "-i", switch, str(pid)], check=True, capture_output=True)
+
+
+def instructions(log: Path) -> int:
+    """What callgrind counted in the worker whose output is ``log`` (written as it exits)."""
+    found = re.findall(r"Collected : (\d+)", log.read_text(errors="replace"))
+    if not found:
+        raise RuntimeError(f"callgrind wrote no count in {log}")
+    return int(found[-1])
+
+
+def wait_ready(process: Any, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
     while b" ready." not in log.read_bytes():
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"worker did not start:\n{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.1)
 
 
-def stop(process: Any, *, profiled: bool = False) -> None:
+def stop(process: Any, *, profiled: bool = False, timeout: float = 20.0) -> None:
     if profiled and process.poll() is None:
         # py-spy writes its profile once the worker it started has exited: stop the worker
         # only, and let py-spy end by itself.
@@ -294,7 +322,7 @@ def stop(process: Any, *, profiled: bool = False) -> None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
         return
-    stop_group(process)
+    stop_group(process, timeout=timeout)
 
 
 def wait_finished(conninfo: str, ids: list[str], timeout: float) -> list[tuple[Any, ...]]:
@@ -404,46 +432,51 @@ def measure_hermes(
         # counted threads waiting on a lock as busy).
         sampling = ["--format", "raw", "--rate", "250", "--gil"]
         profiler = ["py-spy", "record", *sampling, "-o", str(out), "--"]
-    worker = start_process(
-        [
-            *profiler,
-            sys.executable,
-            "-m",
-            "hermes_agent",
-            "worker",
-            "--config",
-            str(config),
-            "--tools",
-            str(folder / "tools.py"),
-            "--concurrency",
-            str(args.concurrency),
-            "--name",
-            f"bench-{uuid.uuid4().hex[:6]}@%h",
-        ],
-        folder,
-        log,
-        {"PYTHONPATH": str(src / "src")},
-    )
+    command = [
+        *profiler,
+        sys.executable,
+        "-m",
+        "hermes_agent",
+        "worker",
+        "--config",
+        str(config),
+        "--tools",
+        str(folder / "tools.py"),
+        "--concurrency",
+        str(args.concurrency),
+        "--name",
+        f"bench-{uuid.uuid4().hex[:6]}@%h",
+    ]
+    slow = 10 if args.callgrind else 1  # how much longer starting and stopping take
+    if args.callgrind:
+        command = callgrind(command, folder)
+    worker = start_process(command, folder, log, {"PYTHONPATH": str(src / "src")})
     submit_url = f"{db_url}?application_name={SUBMITTER}"
     meter = BackendMeter(db_name, conninfo)
     try:
-        wait_ready(worker, folder / log)
+        wait_ready(worker, folder / log, 120 * slow)
         label = uuid.uuid4().hex[:6]
         warm = submit_runs(src, config, folder, submit_url, f"w{label}", 2 * args.concurrency)
-        wait_finished(conninfo, warm, 120)
+        wait_finished(conninfo, warm, 120 * slow)
         # The submitter's backend comes and goes with it: backends seen while no run is in
         # flight and no submitter is connected are the worker's.
         submitter = Submitter(src, config, folder, submit_url, f"r{label}", args.runs)
         time.sleep(11)  # the counts of the warm-up, and of the worker's start, published
         xacts_before = transactions(conninfo, db_name)
         meter.start()
+        if args.callgrind:
+            instrument(worker.pid, "on")
         worker_before, switched = group_ticks(worker.pid), group_switches(worker.pid)
+        system_before = group_system_ticks(worker.pid)
         started = time.perf_counter()
         ids = submitter.go()
-        rows = wait_finished(conninfo, ids, 600)
+        rows = wait_finished(conninfo, ids, 600 * slow)
         wall = time.perf_counter() - started
+        if args.callgrind:
+            instrument(worker.pid, "off")
         backend_s, born = meter.stop()
         worker_s = (group_ticks(worker.pid) - worker_before) / os.sysconf("SC_CLK_TCK")
+        system_s = (group_system_ticks(worker.pid) - system_before) / os.sysconf("SC_CLK_TCK")
         switched = group_switches(worker.pid) - switched
         submitter_s = meter.submitter_s
         good = sum(
@@ -453,7 +486,7 @@ def measure_hermes(
         )
         latencies = sorted((r[4] - r[3]) / 1e6 for r in rows)
     finally:
-        stop(worker, profiled=bool(profiler))
+        stop(worker, profiled=bool(profiler), timeout=20.0 * slow)
     # The worker's backends have exited, so their counts are in; less the submitter's one
     # transaction per run (its insert) and the first reading's own.
     xacts = transactions(conninfo, db_name) - xacts_before - args.runs - 1
@@ -463,7 +496,9 @@ def measure_hermes(
         "wall_s": round(wall, 2),
         "runs_per_s": round(args.runs / wall, 1),
         "worker_cpu_ms_per_run": round(worker_s * 1000 / args.runs, 2),
+        "worker_system_ms_per_run": round(system_s * 1000 / args.runs, 2),
         "worker_switches_per_run": round(switched / args.runs, 2),
+        "worker_instructions_m_per_run": counted(args, folder / log),
         "postgres_cpu_ms_per_run": round(backend_s * 1000 / args.runs, 2),
         "total_cpu_ms_per_run": round((worker_s + backend_s) * 1000 / args.runs, 2),
         "submitter_backend_cpu_ms_per_run": round(submitter_s * 1000 / args.runs, 2),
@@ -474,6 +509,11 @@ def measure_hermes(
     }
 
 
+def counted(args: argparse.Namespace, log: Path) -> float | None:
+    """Millions of instructions per run, from a worker that ran under callgrind and exited."""
+    return round(instructions(log) / args.runs / 1e6, 3) if args.callgrind else None
+
+
 def measure_bare(
     args: argparse.Namespace, folder: Path, queue: str, model_url: str
 ) -> dict[str, Any]:
@@ -482,51 +522,56 @@ def measure_bare(
     (folder / "bare_task.py").write_text(BARE, encoding="utf-8")
     log = f"bare-{uuid.uuid4().hex[:6]}.log"
     env = {"BROKER": args.broker, "QUEUE": queue, "MODEL_URL": model_url, "PYTHONPATH": str(folder)}
-    worker = start_process(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "bare_task",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            str(args.concurrency),
-            "--without-gossip",
-            "--without-mingle",
-            "--loglevel",
-            "WARNING",
-            "-n",
-            f"bare-{uuid.uuid4().hex[:6]}@%h",
-        ],
-        folder,
-        log,
-        env,
-    )
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "bare_task",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(args.concurrency),
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel",
+        "WARNING",
+        "-n",
+        f"bare-{uuid.uuid4().hex[:6]}@%h",
+    ]
+    slow = 10 if args.callgrind else 1
+    if args.callgrind:
+        command = callgrind(command, folder)
+    worker = start_process(command, folder, log, env)
     app = Celery("bare", broker=args.broker, backend=args.broker)
     app.conf.task_default_queue = queue
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 60 * slow
         while not app.control.ping(timeout=0.5):
             if worker.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError((folder / log).read_text(errors="replace")[-3000:])
         label = uuid.uuid4().hex[:6]
         warm = [app.send_task("bare.run", args=[f"job w{label}{i} steps=1"]) for i in range(20)]
         for result in warm:
-            result.get(timeout=60)
+            result.get(timeout=60 * slow)
+        if args.callgrind:
+            instrument(worker.pid, "on")
         before, switched = group_ticks(worker.pid), group_switches(worker.pid)
+        system_before = group_system_ticks(worker.pid)
         started = time.perf_counter()
         sent = [
             app.send_task("bare.run", args=[f"job r{label}{i} steps=1"]) for i in range(args.runs)
         ]
-        answers = [result.get(timeout=600) for result in sent]
+        answers = [result.get(timeout=600 * slow) for result in sent]
         wall = time.perf_counter() - started
+        if args.callgrind:
+            instrument(worker.pid, "off")
         worker_s = (group_ticks(worker.pid) - before) / os.sysconf("SC_CLK_TCK")
+        system_s = (group_system_ticks(worker.pid) - system_before) / os.sysconf("SC_CLK_TCK")
         switched = group_switches(worker.pid) - switched
     finally:
-        stop(worker)
+        stop(worker, timeout=20.0 * slow)
         app.close()
     return {
         "runs": args.runs,
@@ -534,7 +579,9 @@ def measure_bare(
         "wall_s": round(wall, 2),
         "runs_per_s": round(args.runs / wall, 1),
         "worker_cpu_ms_per_run": round(worker_s * 1000 / args.runs, 2),
+        "worker_system_ms_per_run": round(system_s * 1000 / args.runs, 2),
         "worker_switches_per_run": round(switched / args.runs, 2),
+        "worker_instructions_m_per_run": counted(args, folder / log),
         "postgres_cpu_ms_per_run": 0.0,
         "total_cpu_ms_per_run": round(worker_s * 1000 / args.runs, 2),
     }
@@ -554,6 +601,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         unknown = set(named or []) - set(sources)
         if unknown:
             raise SystemExit(f"{option} names no --src: {', '.join(sorted(unknown))}")
+    if args.callgrind and args.profile is not None:
+        raise SystemExit("--callgrind and --profile each run the worker under a tool of their own")
     model_port = free_port()
     model = subprocess.Popen(
         [
@@ -613,8 +662,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         name: {
             "total_cpu_ms_per_run": [r["total_cpu_ms_per_run"] for r in rows],
             "worker_cpu_ms_per_run": [r["worker_cpu_ms_per_run"] for r in rows],
+            "worker_system_ms_per_run": [r["worker_system_ms_per_run"] for r in rows],
             "postgres_cpu_ms_per_run": [r["postgres_cpu_ms_per_run"] for r in rows],
             "worker_switches_per_run": [r["worker_switches_per_run"] for r in rows],
+            "worker_instructions_m_per_run": [r["worker_instructions_m_per_run"] for r in rows],
             "runs_per_s": [r["runs_per_s"] for r in rows],
             "x_bare_task_median": round(
                 statistics.median(r["total_cpu_ms_per_run"] for r in rows) / bare, 2
@@ -662,6 +713,11 @@ def main() -> None:
         "(model.transport: aiohttp)",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="count each worker's instructions per run under valgrind's callgrind",
+    )
     parser.add_argument(
         "--profile", type=Path, help="DIR: run each worker under py-spy, folded stacks in DIR"
     )

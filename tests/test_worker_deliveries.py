@@ -88,3 +88,40 @@ def test_closed_notes_take_nothing_more() -> None:
 def test_the_delay_is_a_tenth_of_a_lease_at_most_a_second() -> None:
     assert delivery_delay(QueueConfig(broker="redis://x", lease_ttl=5)) == 0.5
     assert delivery_delay(QueueConfig(broker="redis://x", lease_ttl=30)) == 1.0
+
+
+class CountedWakes(threading.Condition):
+    """The notes' own lock, counting how often its thread was woken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woken = super().wait(timeout)
+        self.wakes += 1
+        return woken
+
+
+def test_deliveries_that_start_at_once_do_not_wake_the_thread_each_time() -> None:
+    notes = Notes()
+    deliveries = DeliveryNotes(notes, delay=0.2)
+    counted = deliveries._guard = CountedWakes()
+    try:
+        for i in range(2000):
+            deliveries.received(f"r{i}")
+            deliveries.started(f"r{i}")
+            if i % 100 == 0:
+                time.sleep(0.01)  # a stream over about 0.2 s, as a busy worker sees one
+        time.sleep(0.7)  # the thread looks again after the delay, then sleeps
+        assert counted.wakes <= 10, counted.wakes
+        assert notes.noted == []
+        # Asleep with nothing to wait for, it is woken by the next delivery, and notes it
+        # on time.
+        received = time.monotonic()
+        deliveries.received("after-a-quiet-spell")
+        assert notes.seen.wait(5)
+        assert [rid for rid, _ in notes.noted] == ["after-a-quiet-spell"]
+        assert 0.2 <= notes.noted[0][1] - received < 1.0
+    finally:
+        deliveries.close()

@@ -86,7 +86,11 @@ class DeliveryNotes:
     its trace for the sweeper, one that starts at once (the common case) writes nothing here,
     since its claim notes it. A worker that dies within ``delay`` of a delivery leaves that run
     to the sweeper's last resort (queued ten leases with no trace), as one that died before
-    its note reached the store always did."""
+    its note reached the store always did.
+
+    One thread writes the notes. A delivery wakes it only when it sleeps with nothing to wait
+    for (a note's deadline is never earlier than those pending); while deliveries keep coming,
+    it looks again every ``delay`` instead."""
 
     def __init__(self, note: Callable[[str], None], delay: float) -> None:
         self._note = note
@@ -95,18 +99,23 @@ class DeliveryNotes:
         self._guard = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._fresh = False  # a delivery came since the thread last looked
+        self._sleeping = False  # the thread waits with no deadline: a delivery must wake it
 
     def received(self, request_id: str) -> None:
         with self._guard:
             if self._closed:
                 return
             self._pending.setdefault(request_id, time.monotonic() + self.delay)
+            self._fresh = True
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="hermes-deliveries", daemon=True
                 )
                 self._thread.start()
-            self._guard.notify()
+            # A thread waiting for a deadline wakes by then: this one is never earlier.
+            if self._sleeping:
+                self._guard.notify()
 
     def started(self, request_id: str) -> None:
         """The delivery runs now (in this process): nothing to note."""
@@ -132,8 +141,17 @@ class DeliveryNotes:
                     due = [rid for rid, at in self._pending.items() if at <= now]
                     if due:
                         break
-                    first = min(self._pending.values(), default=None)
-                    self._guard.wait(None if first is None else first - now)
+                    if self._pending:
+                        self._guard.wait(min(self._pending.values()) - now)
+                    elif self._fresh:
+                        # Deliveries keep coming (and start at once): look again after a
+                        # delay instead of being woken by each one.
+                        self._fresh = False
+                        self._guard.wait(self.delay)
+                    else:
+                        self._sleeping = True
+                        self._guard.wait()
+                        self._sleeping = False
                 if self._closed:
                     return
                 for rid in due:

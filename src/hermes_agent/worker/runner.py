@@ -4,7 +4,7 @@
        │  busy: another worker holds it — wait (≤ one lease) until it shows life (stop at once)
        │        or its lease expires (take it over)
        ▼
-    hold the lease: a heartbeat thread extends it every third of ``lease_ttl``; a lost lease
+    hold the lease: the worker's keeper extends it every third of ``lease_ttl``; a lost lease
     (taken over, or the run cancelled) cancels the run at once
        ▼
     agent.arun(..., journal=StoreJournal, approver=QueueApprover)
@@ -58,6 +58,7 @@ from hermes_agent.tools.registry import Tool
 from hermes_agent.tracing import attach_incoming, detach
 from hermes_agent.types import RunResult, ToolCall
 from hermes_agent.worker.attempt import Attempt, retry_budget, transient, with_retries
+from hermes_agent.worker.heartbeats import LeaseKeeper
 from hermes_agent.worker.journal import StoreJournal
 from hermes_agent.worker.store import Claim, RunStore
 from hermes_agent.worker.store import request_payload as request_payload  # re-exported
@@ -204,6 +205,7 @@ class RunWorker:
         if not isinstance(agent.sessions, _StoreSessions):
             agent.sessions = _StoreSessions(agent.sessions)  # type: ignore[assignment]
         self.sessions: _StoreSessions = agent.sessions  # type: ignore[assignment]
+        self.leases = LeaseKeeper(store, lease_ttl)
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="hermes-worker-loop", daemon=True
@@ -264,24 +266,12 @@ class RunWorker:
 
     def _run(self, claim: Claim, attempt: Attempt) -> str:
         assert claim.run is not None
-        run, token = claim.run, claim.token
-        stop_beating = threading.Event()
+        run = claim.run
         holder: list[asyncio.Task[Any]] = []
 
-        def beat() -> None:
-            while not stop_beating.wait(self.lease_ttl / 3):
-                sent = time.monotonic()
-                try:
-                    alive = self.store.heartbeat(run.request_id, token, self.lease_ttl)
-                except Exception:  # the store is away: keep trying until the lease runs out
-                    logger.warning("run %s: heartbeat failed", run.request_id, exc_info=True)
-                    continue
-                if not alive:
-                    attempt.lost = True
-                    if holder:
-                        self._loop.call_soon_threadsafe(holder[0].cancel)
-                    return
-                attempt.beat(sent)
+        def lost() -> None:  # the lease is someone else's now: stop the run at once
+            if holder:
+                self._loop.call_soon_threadsafe(holder[0].cancel)
 
         async def drive() -> Ending:
             current = asyncio.current_task()
@@ -291,8 +281,7 @@ class RunWorker:
                 raise asyncio.CancelledError
             return await self._drive(claim, attempt)
 
-        beating = threading.Thread(target=beat, name=f"lease-{run.request_id}", daemon=True)
-        beating.start()
+        lease = self.leases.hold(attempt, lost)
         if self.trail is not None:
             self.trail.hold(attempt)
         try:
@@ -309,8 +298,7 @@ class RunWorker:
             self.sessions.forget(run.session_id)
             if self.trail is not None:
                 self.trail.release(attempt)
-            stop_beating.set()
-            beating.join(timeout=5)
+            self.leases.release(lease)
 
     def _abandon(self, attempt: Attempt) -> None:
         """An attempt that gave up on its store writes no ending: the run goes back to
@@ -343,6 +331,7 @@ class RunWorker:
                 closing.cancel()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
+        self.leases.close()
 
     async def _close_when_idle(self) -> None:
         if any(task is not asyncio.current_task() for task in asyncio.all_tasks()):
