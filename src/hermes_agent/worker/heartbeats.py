@@ -125,7 +125,9 @@ class LeaseKeeper:
         with self._lock:
             self._closed = True
             self._wake.notify()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Beats already handed to the pool still run (and end at once if released): one
+        # cancelled here would leave its lease marked as beating for ``release`` to wait on.
+        self._pool.shutdown(wait=False)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
