@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -168,3 +169,17 @@ def find_postmaster() -> int:
         if argv and argv[0].endswith(b"postgres") and b"-D" in argv:
             return int(entry.name)
     raise RuntimeError("no PostgreSQL server process in /proc: its backends' CPU cannot be read")
+
+
+def callgrind_instrument(pid: int, switch: str) -> None:
+    """Count the instructions of ``pid`` (running under valgrind's callgrind with
+    ``--instr-atstart=no``) from now on (``on``), or no longer (``off``)."""
+    subprocess.run(["callgrind_control", "-i", switch, str(pid)], check=True, capture_output=True)
+
+
+def callgrind_count(log: Path) -> int:
+    """What callgrind counted in the process whose output is ``log`` (written as it exits)."""
+    found = re.findall(r"Collected : (\d+)", log.read_text(errors="replace"))
+    if not found:
+        raise RuntimeError(f"callgrind wrote no count in {log}")
+    return int(found[-1])

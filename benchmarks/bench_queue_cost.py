@@ -46,7 +46,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import signal
 import statistics
 import subprocess
@@ -61,6 +60,8 @@ from typing import Any
 from _common import (
     PG,
     ROOT,
+    callgrind_count,
+    callgrind_instrument,
     code_version,
     cpu_ticks,
     find_postmaster,
@@ -283,22 +284,9 @@ def transactions(conninfo: str, database: str) -> int:
 
 
 def callgrind(command: list[str], folder: Path) -> list[str]:
-    """``command`` under callgrind, counting nothing until ``instrument(pid, "on")``."""
+    """``command`` under callgrind, counting nothing until ``callgrind_instrument(pid, "on")``."""
     output = f"--callgrind-out-file={folder / f'callgrind-{uuid.uuid4().hex[:6]}.out'}"
     return ["valgrind", "--tool=callgrind", "--instr-atstart=no", output, *command]
-
-
-def instrument(pid: int, switch: str) -> None:
-    """Count ``pid``'s instructions (it runs under callgrind) from now on (``on``) or stop."""
-    subprocess.run(["callgrind_control", "-i", switch, str(pid)], check=True, capture_output=True)
-
-
-def instructions(log: Path) -> int:
-    """What callgrind counted in the worker whose output is ``log`` (written as it exits)."""
-    found = re.findall(r"Collected : (\d+)", log.read_text(errors="replace"))
-    if not found:
-        raise RuntimeError(f"callgrind wrote no count in {log}")
-    return int(found[-1])
 
 
 def wait_ready(process: Any, log: Path, timeout: float = 120) -> None:
@@ -465,7 +453,7 @@ def measure_hermes(
         xacts_before = transactions(conninfo, db_name)
         meter.start()
         if args.callgrind:
-            instrument(worker.pid, "on")
+            callgrind_instrument(worker.pid, "on")
         worker_before, switched = group_ticks(worker.pid), group_switches(worker.pid)
         system_before = group_system_ticks(worker.pid)
         started = time.perf_counter()
@@ -473,7 +461,7 @@ def measure_hermes(
         rows = wait_finished(conninfo, ids, 600 * slow)
         wall = time.perf_counter() - started
         if args.callgrind:
-            instrument(worker.pid, "off")
+            callgrind_instrument(worker.pid, "off")
         backend_s, born = meter.stop()
         worker_s = (group_ticks(worker.pid) - worker_before) / os.sysconf("SC_CLK_TCK")
         system_s = (group_system_ticks(worker.pid) - system_before) / os.sysconf("SC_CLK_TCK")
@@ -511,7 +499,7 @@ def measure_hermes(
 
 def counted(args: argparse.Namespace, log: Path) -> float | None:
     """Millions of instructions per run, from a worker that ran under callgrind and exited."""
-    return round(instructions(log) / args.runs / 1e6, 3) if args.callgrind else None
+    return round(callgrind_count(log) / args.runs / 1e6, 3) if args.callgrind else None
 
 
 def measure_bare(
@@ -556,7 +544,7 @@ def measure_bare(
         for result in warm:
             result.get(timeout=60 * slow)
         if args.callgrind:
-            instrument(worker.pid, "on")
+            callgrind_instrument(worker.pid, "on")
         before, switched = group_ticks(worker.pid), group_switches(worker.pid)
         system_before = group_system_ticks(worker.pid)
         started = time.perf_counter()
@@ -566,7 +554,7 @@ def measure_bare(
         answers = [result.get(timeout=600 * slow) for result in sent]
         wall = time.perf_counter() - started
         if args.callgrind:
-            instrument(worker.pid, "off")
+            callgrind_instrument(worker.pid, "off")
         worker_s = (group_ticks(worker.pid) - before) / os.sysconf("SC_CLK_TCK")
         system_s = (group_system_ticks(worker.pid) - system_before) / os.sysconf("SC_CLK_TCK")
         switched = group_switches(worker.pid) - switched

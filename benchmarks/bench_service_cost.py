@@ -63,10 +63,8 @@ import asyncio
 import json
 import os
 import platform
-import re
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -79,6 +77,8 @@ import httpx
 from _common import (
     PG,
     ROOT,
+    callgrind_count,
+    callgrind_instrument,
     code_version,
     find_postmaster,
     free_port,
@@ -469,19 +469,6 @@ async def drive(base: str, concurrency: int, runs: int) -> dict[str, Any]:
     return {"wall": wall, "times": sorted(times), "wrong": len(wrong)}
 
 
-def _callgrind(pid: int, switch: str) -> None:
-    """Instrument ``pid`` (running under callgrind) from now on (``on``) or no longer."""
-    subprocess.run(["callgrind_control", "-i", switch, str(pid)], check=True, capture_output=True)
-
-
-def _instructions(log: Path) -> int:
-    """What callgrind counted in the process whose output is ``log`` (written as it exits)."""
-    found = re.findall(r"Collected : (\d+)", log.read_text(errors="replace"))
-    if not found:
-        raise RuntimeError(f"callgrind wrote no count in {log}")
-    return int(found[-1])
-
-
 def _peak_rss_mb(pid: int) -> float | None:
     """The serving process's peak resident memory so far (``VmHWM``), in MiB."""
     try:
@@ -511,10 +498,10 @@ async def measure(
         meter.start()
     before, collected, switched = group_ticks(pid), await _collected_s(base), group_switches(pid)
     if args.callgrind:
-        _callgrind(pid, "on")
+        callgrind_instrument(pid, "on")
     done = await drive(base, concurrency, args.runs)
     if args.callgrind:
-        _callgrind(pid, "off")
+        callgrind_instrument(pid, "off")
     switched = group_switches(pid) - switched
     service_s = (group_ticks(pid) - before) / os.sysconf("SC_CLK_TCK")
     collected = await _collected_s(base) - collected
@@ -601,7 +588,7 @@ async def measure_contender(
             drop()
     if args.callgrind:  # one concurrency per process: its count is the row's
         (row,) = rows
-        row["instructions_m_per_run"] = round(_instructions(folder / log) / args.runs / 1e6, 3)
+        row["instructions_m_per_run"] = round(callgrind_count(folder / log) / args.runs / 1e6, 3)
     return rows
 
 
