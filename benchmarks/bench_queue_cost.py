@@ -16,13 +16,15 @@ once:
 
 CPU is read from ``/proc``: the worker's process group between the first and the last run, and
 the PostgreSQL backends serving the worker (every backend of the benchmark's database except
-the submitter's, which connects with an ``application_name`` of its own), sampled every 20 ms
-so that a backend that exits in the window still counts (up to its last sample). Also counted:
+the submitter's and the one that waits for the runs to finish, which connect with an
+``application_name`` each of their own), sampled every 20 ms so that a backend that exits in
+the window still counts (up to its last sample); ``postgres_system_ms_per_run`` is the
+kernel's part of it. Also counted:
 the PostgreSQL backends the worker started in the window (each a fork of the server: a pool
 that closes and opens connections), and the transactions the server counted in the database
-per run (``pg_stat_database``; less the submitter's insert), and the worker's context switches
-per run (every thread's, voluntary and not: ``worker_switches_per_run``, the wake-ups a run
-costs the worker). Rounds alternate the contenders
+per run (``pg_stat_database``; less the submitter's insert and the wait's counts), and the
+worker's context switches per run (every thread's, voluntary and not:
+``worker_switches_per_run``, the wake-ups a run costs the worker). Rounds alternate the contenders
 (the order flips each round). ``--profile DIR`` runs each worker under py-spy (folded stacks
 of the thread holding the GIL, one file per worker; its own CPU inflates that round's figures).
 ``--callgrind`` runs each worker under valgrind's callgrind instead, instrumented only while
@@ -63,18 +65,21 @@ from _common import (
     callgrind_count,
     callgrind_instrument,
     code_version,
-    cpu_ticks,
     find_postmaster,
     free_port,
     group_switches,
     group_system_ticks,
     group_ticks,
     pg_database,
+    proc_stat,
     start_process,
     stop_group,
 )
 
 SUBMITTER = "hermes-bench-submitter"
+WATCHER = "hermes-bench-watcher"
+"""The benchmark's own connection that waits for the runs to finish: its backend is not the
+worker's, and its transactions are not the worker's either."""
 
 TOOLS = '''
 from hermes_agent import tool
@@ -194,6 +199,9 @@ class BackendMeter:
         self.kind: dict[int, str] = {}  # pid -> "worker" | "submitter" | "other"
         self.first: dict[int, int] = {}
         self.last: dict[int, int] = {}
+        self.first_system: dict[int, int] = {}  # the kernel's part of the same
+        self.last_system: dict[int, int] = {}
+        self.system_s = 0.0  # of the worker's backends' CPU, the kernel's
         self.submitter_s = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -217,6 +225,8 @@ class BackendMeter:
         ).fetchone()
         if row is None:
             return None  # not through its startup yet: asked again at the next sample
+        if row[0] == WATCHER:
+            return "other"  # the benchmark's own wait for the runs
         return "submitter" if row[0] == SUBMITTER else "worker"
 
     def _sample(self, first: bool) -> None:
@@ -229,18 +239,21 @@ class BackendMeter:
                     self.kind[pid] = kind
             kind = self.kind.get(pid, "worker")
             if kind == "other":  # a backend of another database (once its title says so)
-                self.first.pop(pid, None)
-                self.last.pop(pid, None)
+                for counts in (self.first, self.last, self.first_system, self.last_system):
+                    counts.pop(pid, None)
                 continue
-            found = cpu_ticks(pid)
-            if found is None:
+            fields = proc_stat(pid)
+            if fields is None:
                 continue
+            found = int(fields[11]) + int(fields[12])
             self.last[pid] = found
+            self.last_system[pid] = int(fields[12])
             # A backend born in the window counts from zero.
             self.first.setdefault(pid, found if first else 0)
+            self.first_system.setdefault(pid, int(fields[12]) if first else 0)
 
     def start(self) -> None:
-        self.first, self.last = {}, {}
+        self.first, self.last, self.first_system, self.last_system = {}, {}, {}, {}
         self._sample(first=True)
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -258,14 +271,18 @@ class BackendMeter:
         self._sample(first=False)
         hz = os.sysconf("SC_CLK_TCK")
         used = {"worker": 0, "submitter": 0}
+        system = 0
         born = 0
         for pid, last in self.last.items():
             kind = self.kind.get(pid, "worker")
             if kind == "other":
                 continue
             used[kind] += last - self.first[pid]
+            if kind == "worker":
+                system += self.last_system[pid] - self.first_system[pid]
             born += kind == "worker" and self.first[pid] == 0
         self.submitter_s = used["submitter"] / hz
+        self.system_s = system / hz
         self.conn.close()
         return used["worker"] / hz, born
 
@@ -313,22 +330,33 @@ def stop(process: Any, *, profiled: bool = False, timeout: float = 20.0) -> None
     stop_group(process, timeout=timeout)
 
 
-def wait_finished(conninfo: str, ids: list[str], timeout: float) -> list[tuple[Any, ...]]:
+def wait_finished(
+    conninfo: str, ids: list[str], timeout: float
+) -> tuple[list[tuple[Any, ...]], int]:
+    """The runs ``ids`` once all have finished, and the transactions this wait took (a count
+    every 50 ms, then one read of the rows: its backend, named ``WATCHER``, is left out of
+    the worker's CPU, and its transactions out of the worker's)."""
     import psycopg
 
     deadline = time.monotonic() + timeout
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    finished = (
+        "FROM hermes_runs WHERE request_id = ANY(%s) AND status IN "
+        "('completed','failed','dead','cancelled','timed_out')"
+    )
+    taken = 0
+    with psycopg.connect(conninfo, autocommit=True, application_name=WATCHER) as conn:
         while True:
-            rows = conn.execute(
-                "SELECT request_id, status, result, created_ns, updated_ns FROM hermes_runs "
-                "WHERE request_id = ANY(%s) AND status IN "
-                "('completed','failed','dead','cancelled','timed_out')",
-                (ids,),
-            ).fetchall()
-            if len(rows) == len(ids):
-                return rows
+            row = conn.execute(f"SELECT count(*) {finished}", (ids,)).fetchone()
+            taken += 1
+            if row is not None and row[0] == len(ids):
+                rows = conn.execute(
+                    f"SELECT request_id, status, result, created_ns, updated_ns {finished}",
+                    (ids,),
+                ).fetchall()
+                return rows, taken + 1
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{len(ids) - len(rows)} runs unfinished after {timeout} s")
+                done = row[0] if row is not None else 0
+                raise RuntimeError(f"{len(ids) - done} runs unfinished after {timeout} s")
             time.sleep(0.05)
 
 
@@ -458,7 +486,7 @@ def measure_hermes(
         system_before = group_system_ticks(worker.pid)
         started = time.perf_counter()
         ids = submitter.go()
-        rows = wait_finished(conninfo, ids, 600 * slow)
+        rows, watched = wait_finished(conninfo, ids, 600 * slow)
         wall = time.perf_counter() - started
         if args.callgrind:
             callgrind_instrument(worker.pid, "off")
@@ -476,8 +504,8 @@ def measure_hermes(
     finally:
         stop(worker, profiled=bool(profiler), timeout=20.0 * slow)
     # The worker's backends have exited, so their counts are in; less the submitter's one
-    # transaction per run (its insert) and the first reading's own.
-    xacts = transactions(conninfo, db_name) - xacts_before - args.runs - 1
+    # transaction per run (its insert), the wait's and the first reading's own.
+    xacts = transactions(conninfo, db_name) - xacts_before - args.runs - watched - 1
     return {
         "runs": args.runs,
         "correct": good,
@@ -488,6 +516,7 @@ def measure_hermes(
         "worker_switches_per_run": round(switched / args.runs, 2),
         "worker_instructions_m_per_run": counted(args, folder / log),
         "postgres_cpu_ms_per_run": round(backend_s * 1000 / args.runs, 2),
+        "postgres_system_ms_per_run": round(meter.system_s * 1000 / args.runs, 2),
         "total_cpu_ms_per_run": round((worker_s + backend_s) * 1000 / args.runs, 2),
         "submitter_backend_cpu_ms_per_run": round(submitter_s * 1000 / args.runs, 2),
         "backends_started": born,
@@ -571,6 +600,7 @@ def measure_bare(
         "worker_switches_per_run": round(switched / args.runs, 2),
         "worker_instructions_m_per_run": counted(args, folder / log),
         "postgres_cpu_ms_per_run": 0.0,
+        "postgres_system_ms_per_run": 0.0,
         "total_cpu_ms_per_run": round(worker_s * 1000 / args.runs, 2),
     }
 
@@ -652,6 +682,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "worker_cpu_ms_per_run": [r["worker_cpu_ms_per_run"] for r in rows],
             "worker_system_ms_per_run": [r["worker_system_ms_per_run"] for r in rows],
             "postgres_cpu_ms_per_run": [r["postgres_cpu_ms_per_run"] for r in rows],
+            "postgres_system_ms_per_run": [r["postgres_system_ms_per_run"] for r in rows],
             "worker_switches_per_run": [r["worker_switches_per_run"] for r in rows],
             "worker_instructions_m_per_run": [r["worker_instructions_m_per_run"] for r in rows],
             "runs_per_s": [r["runs_per_s"] for r in rows],

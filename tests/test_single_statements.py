@@ -157,7 +157,9 @@ def wait_for_a_lock(store: RunStore) -> None:
 
 def statements(storage: SqlStorage, alone: list[bool] | None = None) -> list[str]:
     """The statements the storage's engine sends from now on (appended as they go), and in
-    ``alone`` whether each ran in autocommit (a transaction of its own: no BEGIN, no COMMIT)."""
+    ``alone`` whether each ran in autocommit (a transaction of its own: no BEGIN, no COMMIT).
+    Those sent straight on the driver's connection (``storage.direct``, PostgreSQL) are
+    counted too: they always run in autocommit (tests/test_direct_statements.py)."""
     sent: list[str] = []
 
     def count(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
@@ -165,7 +167,14 @@ def statements(storage: SqlStorage, alone: list[bool] | None = None) -> list[str
         if alone is not None:
             alone.append(conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT")
 
+    def direct(statement: str, _params: Any) -> None:
+        sent.append(statement)
+        if alone is not None:
+            alone.append(True)
+
     event.listen(storage.engine, "before_cursor_execute", count)
+    if storage.direct is not None:
+        storage.direct.observers.append(direct)
     return sent
 
 

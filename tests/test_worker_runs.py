@@ -171,15 +171,24 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
             transactions[mine[-1]][1].extend(_shapes(statement))
             sent[mine[-1]] += 1
 
+    def direct(statement: str, _params: Any) -> None:
+        # Sent straight on the driver's connection (PostgreSQL): a transaction of its own.
+        transactions.append((0, list(_shapes(statement))))
+        sent.append(1)
+
     engine = agent.storage.engine
     event.listen(engine, "begin", began)
     event.listen(engine, "before_cursor_execute", executed)
+    if agent.storage.direct is not None:
+        agent.storage.direct.observers.append(direct)
     try:
         rid = store.add("s1", request_payload("charge 5"))
         assert worker.execute(rid) == "completed"
     finally:
         event.remove(engine, "begin", began)
         event.remove(engine, "before_cursor_execute", executed)
+        if agent.storage.direct is not None:
+            agent.storage.direct.observers.remove(direct)
     endings = [
         n
         for n, (_, t) in enumerate(transactions)

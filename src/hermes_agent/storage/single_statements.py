@@ -1,5 +1,5 @@
 """A turn appended to its session as one statement on PostgreSQL, run in autocommit
-(``SqlStorage.one_statement``).
+(``SqlStorage.write_at_once``, straight on the driver's connection: ``storage.direct``).
 
 Through psycopg a transaction waits for the server at its ``BEGIN``, at each statement and at
 its ``COMMIT``; a statement on its own is atomic already and waits once. A turn's append was a
@@ -23,7 +23,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, text
+from sqlalchemy import Executable, TextClause, text
 
 from hermes_agent.storage.bulk import json_rows
 from hermes_agent.storage.schema import messages_table, sessions_table
@@ -70,15 +70,19 @@ def turn_parts(quote: Quote, session_from: str) -> list[str]:
 
 
 def append_turn(
-    conn: Connection, session_id: str, rows: Sequence[dict[str, Any]], now: int
+    write: Callable[[Executable, dict[str, Any]], Any],
+    quote: Quote,
+    session_id: str,
+    rows: Sequence[dict[str, Any]],
+    now: int,
 ) -> bool:
     """Append a turn's ``messages`` rows (see ``turn_parameters``) to the session in one
-    statement; ``False`` (nothing written) where they cannot travel as JSON."""
+    statement, sent by ``write`` (``SqlStorage.write_at_once``); ``False`` (nothing written)
+    where they cannot travel as JSON."""
     bound = turn_parameters(rows, now)
     if bound is None:
         return False
-    quote = conn.dialect.identifier_preparer.quote
-    conn.execute(_append_statement(quote), {**bound, "p_session_id": session_id})
+    write(_append_statement(quote), {**bound, "p_session_id": session_id})
     return True
 
 

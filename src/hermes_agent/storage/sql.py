@@ -36,7 +36,16 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, bindparam, func, insert, select, update
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Executable,
+    bindparam,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import SQLAlchemyError
 
 from hermes_agent.audit.records import RECORD_FIELDS, AuditRecord, Role, records_to_jsonl
@@ -44,6 +53,7 @@ from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
 from hermes_agent.storage.bulk import dialect_insert, insert_rows
+from hermes_agent.storage.direct import DirectStatements
 from hermes_agent.storage.engine import (
     SINGLE,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -119,6 +129,9 @@ class SqlStorage:
         self._memory = self.engine.dialect.name == "sqlite" and is_memory_url(url)
         self._tx_guard: threading.RLock | None = threading.RLock() if self._memory else None
         self._autocommits = self.engine.dialect.name == "postgresql"
+        # The statements a queued run sends on every run go past SQLAlchemy's execution
+        # machinery on PostgreSQL (``storage.direct``), unless every statement is to be echoed.
+        self.direct = DirectStatements(self.engine) if self._autocommits and not echo else None
         try:
             self.schema_version = self._migrate()
         except SQLAlchemyError as exc:
@@ -168,6 +181,15 @@ class SqlStorage:
             yield conn.execution_options(isolation_level="AUTOCOMMIT")
         finally:
             conn.close()
+
+    def write_at_once(self, statement: Executable, params: dict[str, Any]) -> Any | None:
+        """One statement that writes, atomic on its own (``one_statement``), and its first row
+        (columns as attributes) or ``None``; on PostgreSQL sent straight on the driver's
+        connection (``storage.direct``)."""
+        if self.direct is not None:
+            return self.direct.first(statement, params)
+        with self.one_statement(write=True) as conn:
+            return conn.execute(statement, params).first()
 
     def _migrate(self) -> int:
         # Every table the project owns (storage.schema), not only the sessions and the trail.
@@ -340,12 +362,11 @@ class SqlSessionStore:
         if self._storage.engine.dialect.name == "postgresql":
             # One statement, in autocommit: one wait for the server where a transaction of
             # two statements waited four times (storage.single_statements).
-            with (
-                _failing_as("append to session", session_id),
-                self._storage.one_statement(write=True) as conn,
-            ):
+            storage = self._storage
+            with _failing_as("append to session", session_id):
                 rows = message_rows("", 0, messages)
-                if append_turn(conn, session_id, rows, time.time_ns()):
+                quote = storage.engine.dialect.identifier_preparer.quote
+                if append_turn(storage.write_at_once, quote, session_id, rows, time.time_ns()):
                     return
         with (
             _failing_as("append to session", session_id),

@@ -148,8 +148,7 @@ class FencedWrites(LeasedRuns):
         its journal entries, events and trail records); on PostgreSQL one statement
         (``worker.fenced_statements``)."""
         if self._single_statements:
-            with self.storage.one_statement(write=True) as conn:
-                held = write_batch_at_once(conn, request_id, token, batch)
+            held = write_batch_at_once(self.storage, request_id, token, batch)
             if held is False:
                 raise LeaseLost(f"run {request_id}: the lease passed to another worker")
             if held:
@@ -202,18 +201,17 @@ class FencedWrites(LeasedRuns):
         read of its own). On PostgreSQL a completed run's ending is one statement
         (``worker.fenced_statements``)."""
         if self._single_statements and status == "completed" and output is not None:
-            with self.storage.one_statement(write=True) as conn:
-                ended = finish_at_once(
-                    conn,
-                    request_id,
-                    token,
-                    result=result,
-                    error=error,
-                    turn=turn,
-                    output=output,
-                    event=event,
-                    batch=batch,
-                )
+            ended = finish_at_once(
+                self.storage,
+                request_id,
+                token,
+                result=result,
+                error=error,
+                turn=turn,
+                output=output,
+                event=event,
+                batch=batch,
+            )
             if ended is not None:
                 if not ended[0]:
                     raise LeaseLost(f"run {request_id}: the lease passed to another worker")

@@ -4,7 +4,8 @@ A fenced transaction written statement by statement costs a round trip per state
 more for ``BEGIN`` and ``COMMIT``: a model turn's batch five, a run's ending ten. Every one
 is a wait of the worker's thread on its socket, and a wake-up of the database's backend. Here
 the same writes are one statement with data-modifying ``WITH`` parts, run in autocommit
-(``SqlStorage.one_statement``), so they cost one round trip and stay atomic:
+(``SqlStorage.write_at_once``, straight on the driver's connection: ``storage.direct``), so
+they cost one round trip and stay atomic:
 
     WITH held AS (SELECT … FROM hermes_runs
                   WHERE request_id = :id AND lease_token = :token AND status = 'running'
@@ -46,13 +47,13 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, text
+from sqlalchemy import TextClause, text
 
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.bulk import json_rows
 from hermes_agent.storage.schema import audit_table, events_table, journal_table, runs_table
 from hermes_agent.storage.single_statements import turn_parameters, turn_parts
-from hermes_agent.storage.sql import message_rows
+from hermes_agent.storage.sql import SqlStorage, message_rows
 from hermes_agent.types import Message
 from hermes_agent.worker.run_rows import FINISHED, Batch, dumps, now_ns
 from hermes_agent.worker.run_writes import batch_rows
@@ -60,20 +61,23 @@ from hermes_agent.worker.run_writes import batch_rows
 Quote = Callable[[str], str]
 
 
-def write_batch_at_once(conn: Connection, request_id: str, token: int, batch: Batch) -> bool | None:
+def write_batch_at_once(
+    storage: SqlStorage, request_id: str, token: int, batch: Batch
+) -> bool | None:
     """``batch`` written in one statement fenced by ``token``: ``True`` written, ``False``
     the lease is not this token's (nothing written), ``None`` it cannot go as one statement."""
     parts = _batch_parts(request_id, token, batch, now_ns())
     if parts is None:
         return None
     names, bound = parts
-    quote = conn.dialect.identifier_preparer.quote
-    row = conn.execute(_batch_statement(quote, names), bound).one()
+    quote = storage.engine.dialect.identifier_preparer.quote
+    row = storage.write_at_once(_batch_statement(quote, names), bound)
+    assert row is not None  # the statement's one row: whether the fence held
     return bool(row.held)
 
 
 def finish_at_once(
-    conn: Connection,
+    storage: SqlStorage,
     request_id: str,
     token: int,
     *,
@@ -124,9 +128,10 @@ def finish_at_once(
         bound.update(counted)
     if single_event is not None:
         bound["p_event"] = single_event
-    quote = conn.dialect.identifier_preparer.quote
+    quote = storage.engine.dialect.identifier_preparer.quote
     statement = _finish_statement(quote, names, tuple(last), has_turn, single_event is not None)
-    row = conn.execute(statement, bound).one()
+    row = storage.write_at_once(statement, bound)
+    assert row is not None  # the statement's one row: the fence, and the session's next run
     return bool(row.held), row.following
 
 

@@ -264,8 +264,7 @@ class LeasedRuns:
             "p_now": now,
         }
         # One statement (atomic on its own): no transaction around it to pay for.
-        with self.storage.one_statement(write=True) as conn:
-            row = conn.execute(_CLAIM_QUEUED, bound).first()
+        row = self.storage.write_at_once(_CLAIM_QUEUED, bound)
         if row is None:
             return None
         run = queued_run(row)

@@ -1,0 +1,111 @@
+"""One statement straight on the driver's connection, for the statements a queued run sends on
+every run (its claim, its model turn's batch, its ending), on PostgreSQL.
+
+``Connection.execute`` wraps each statement in SQLAlchemy's execution machinery: an execution
+context, a result object, and the isolation level set on the pooled connection and reset as
+it goes back. For a statement built in advance that costs about as much CPU as the round trip
+itself (docs/benchmarks.md, fourteenth round: about 470 µs against 210 µs for a one-row
+statement on the benchmark machine). Here the statement is compiled once to the driver's own
+SQL and sent on a connection of the same pool, in autocommit (one round trip, atomic on its
+own), with the pool's checks on the way out (the checkout ping of ``storage.engine``) and its
+reset on the way back.
+
+What the caller sees does not change: the first row (its columns by name) or ``None``, and a
+driver error comes back as the SQLAlchemy error ``Connection.execute`` raises for it
+(``OperationalError`` for a connection lost), the pooled connection thrown away where the
+error says it is gone. So the retries of a write, and what counts as the store failing
+(``errors.is_store_error``, ``worker.attempt.transient``), see no difference.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy import Engine, Executable
+from sqlalchemy.exc import DBAPIError
+
+Observer = Callable[[str, Mapping[str, Any]], None]
+"""Told each statement sent (its SQL and parameters), before it is sent."""
+
+
+class DirectStatements:
+    """Statements sent on a PostgreSQL engine's pooled connections, past SQLAlchemy's
+    execution machinery (see the module doc)."""
+
+    def __init__(self, engine: Engine) -> None:
+        if engine.dialect.name != "postgresql":
+            raise ValueError("direct statements are for PostgreSQL (psycopg) engines")
+        self.engine = engine
+        self.observers: list[Observer] = []
+        self._compiled: dict[int, tuple[Executable, str, dict[str, Any]]] = {}
+        self._guard = threading.Lock()
+
+    def sql(self, statement: Executable) -> tuple[str, dict[str, Any]]:
+        """``statement`` in the driver's own SQL (its parameters ``%(name)s``), compiled once,
+        and the values it binds itself (a Core statement's literals): a text statement, or a
+        Core one whose parameters need no conversion by SQLAlchemy (text, numbers, booleans,
+        ``None``)."""
+        found = self._compiled.get(id(statement))
+        if found is not None and found[0] is statement:
+            return found[1], found[2]
+        compiled = statement.compile(  # type: ignore[attr-defined]
+            dialect=self.engine.dialect, compile_kwargs={"render_postcompile": True}
+        )
+        own = {
+            name: value
+            for name, value in compiled.params.items()
+            if not compiled.binds[name].required
+        }
+        sql = str(compiled)
+        with self._guard:
+            if len(self._compiled) > 512:  # statements are built once each: this is a bound
+                self._compiled.clear()
+            # The statement is kept with its SQL, so that its id is not reused meanwhile.
+            self._compiled[id(statement)] = (statement, sql, own)
+        return sql, own
+
+    def first(self, statement: Executable, params: Mapping[str, Any]) -> Any | None:
+        """Send ``statement`` in autocommit with ``params`` (every parameter it does not bind
+        itself); its first row (columns as attributes), or ``None`` when it returns none."""
+        from psycopg.rows import namedtuple_row
+
+        sql, own = self.sql(statement)
+        if own:
+            params = {**own, **params}
+        for observe in self.observers:
+            observe(sql, params)
+        fairy = self.engine.raw_connection()  # the pool's checkout, and its ping
+        connection: Any = fairy.driver_connection
+        gone = False
+        try:
+            connection.autocommit = True
+            with connection.cursor(row_factory=namedtuple_row) as cursor:
+                cursor.execute(sql, params)
+                row = cursor.fetchone() if cursor.description is not None else None
+            return row
+        except Exception as exc:
+            dbapi = self.engine.dialect.loaded_dbapi
+            if not isinstance(exc, dbapi.Error):
+                raise
+            gone = self.engine.dialect.is_disconnect(exc, connection, None)
+            if gone:
+                fairy.invalidate(exc)
+            raise DBAPIError.instance(
+                sql,
+                dict(params),
+                exc,
+                dbapi.Error,
+                hide_parameters=True,
+                connection_invalidated=gone,
+                dialect=self.engine.dialect,
+            ) from exc
+        finally:
+            if not gone:
+                try:
+                    # As SQLAlchemy leaves it: the pool's next user begins transactions.
+                    connection.autocommit = False
+                except Exception as exc:  # a connection that cannot say even that: gone
+                    fairy.invalidate(exc)
+            fairy.close()  # back to the pool (a rollback there has nothing to undo)
