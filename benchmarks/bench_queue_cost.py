@@ -12,7 +12,8 @@ once:
   throwaway PostgreSQL database; runs are submitted with ``submit(...)`` and read back from
   the store;
 - ``celery+openai``: a bare Celery task that runs the same loop with the openai SDK (a sync
-  client per worker thread, the tool a plain function), its return value in Redis.
+  client per worker thread, the tool a plain function), its return value in Redis; its worker
+  logs at INFO, as `hermes-agent worker` does (Celery's two lines a task).
 
 CPU is read from ``/proc``: the worker's process group between the first and the last run, and
 the PostgreSQL backends serving the worker (every backend of the benchmark's database except
@@ -552,8 +553,10 @@ def measure_bare(
         str(args.concurrency),
         "--without-gossip",
         "--without-mingle",
+        # At INFO, as `hermes-agent worker` runs: Celery writes the same two lines a task
+        # (received, succeeded) for each.
         "--loglevel",
-        "WARNING",
+        "INFO",
         "-n",
         f"bare-{uuid.uuid4().hex[:6]}@%h",
     ]

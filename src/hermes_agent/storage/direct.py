@@ -4,11 +4,11 @@ every run (its claim, its model turn's batch, its ending), on PostgreSQL.
 ``Connection.execute`` wraps each statement in SQLAlchemy's execution machinery: an execution
 context, a result object, and the isolation level set on the pooled connection and reset as
 it goes back. For a statement built in advance that costs about as much CPU as the round trip
-itself (docs/benchmarks.md, fourteenth round: about 470 µs against 210 µs for a one-row
-statement on the benchmark machine). Here the statement is compiled once to the driver's own
-SQL and sent on a connection of the same pool, in autocommit (one round trip, atomic on its
-own), with the pool's checks on the way out (the checkout ping of ``storage.engine``) and its
-reset on the way back.
+itself: the store calls of one queued run took 4.9 ms of their caller's CPU through it, and
+3.5 ms sent this way (docs/benchmarks.md, fourteenth round). Here the statement is compiled
+once to the driver's own SQL and sent on a connection of the same pool, in autocommit (one
+round trip, atomic on its own), with the pool's checks on the way out (the checkout ping of
+``storage.engine``) and its reset on the way back.
 
 What the caller sees does not change: the first row (its columns by name) or ``None``, and a
 driver error comes back as the SQLAlchemy error ``Connection.execute`` raises for it
