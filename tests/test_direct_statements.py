@@ -95,9 +95,13 @@ def test_a_core_statement_sends_its_own_values_with_the_callers(storage: SqlStor
     row = storage.write_at_once(statement, {"p_id": "core", "p_now": 42})
     assert (row.messages, row.updated_ns) == (5, 42)
     assert storage.write_at_once(statement, {"p_id": "core", "p_now": 43}) is None  # not 0 now
-    sql, own = storage.direct.sql(statement)
+    sql, own, wanted = storage.direct.sql(statement)
     assert storage.direct.sql(statement)[0] is sql  # compiled once
-    assert "p_id" not in own and "p_now" not in own  # the caller's to give
+    assert wanted == {"p_id", "p_now"} and not wanted & own.keys()  # the caller's to give
+    # A parameter left out is the caller's defect, not the store failing (never retried).
+    with pytest.raises(ValueError, match="p_now"):
+        storage.write_at_once(statement, {"p_id": "core"})
+    assert not is_store_error(ValueError())
 
 
 def test_an_error_comes_back_as_sqlalchemys_and_the_connection_stays_usable(
@@ -175,6 +179,27 @@ def test_a_pooled_connection_whose_backend_went_is_replaced_before_the_statement
         assert storage.write_at_once(pid_of, {}).pid != victim
     finally:
         admin.close()
+
+
+def test_a_server_that_cannot_be_reached_is_a_transient_store_error(storage: SqlStorage) -> None:
+    """No connection to be had (the pool empty, the server gone): the same SQLAlchemy error
+    as ``Connection.execute`` raises, which the worker's retries take for the store away."""
+    from fault_harness import FaultProxy
+    from storage_backends import PG_PORT
+
+    proxy = FaultProxy(PG_PORT)
+    url = storage.url.replace(f":{PG_PORT}/", f":{proxy.port}/")
+    through = SqlStorage(url)
+    try:
+        statement, params = add_session("through")
+        assert through.write_at_once(statement, params).id == "through"
+        through.engine.dispose()  # no pooled connection left
+        proxy.close()  # and nothing listens where the server was
+        with pytest.raises(sqlalchemy.exc.OperationalError) as away:
+            through.write_at_once(text("SELECT 1 AS one"), {})
+        assert is_store_error(away.value) and transient(away.value)
+    finally:
+        through.close()
 
 
 def test_observers_see_each_statement_before_it_goes(storage: SqlStorage) -> None:

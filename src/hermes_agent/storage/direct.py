@@ -29,6 +29,9 @@ from sqlalchemy.exc import DBAPIError
 Observer = Callable[[str, Mapping[str, Any]], None]
 """Told each statement sent (its SQL and parameters), before it is sent."""
 
+Compiled = tuple[str, dict[str, Any], frozenset[str]]
+"""A statement in the driver's SQL, the values it binds itself, the parameters it wants."""
+
 
 class DirectStatements:
     """Statements sent on a PostgreSQL engine's pooled connections, past SQLAlchemy's
@@ -39,44 +42,55 @@ class DirectStatements:
             raise ValueError("direct statements are for PostgreSQL (psycopg) engines")
         self.engine = engine
         self.observers: list[Observer] = []
-        self._compiled: dict[int, tuple[Executable, str, dict[str, Any]]] = {}
+        self._compiled: dict[int, tuple[Executable, Compiled]] = {}
         self._guard = threading.Lock()
 
-    def sql(self, statement: Executable) -> tuple[str, dict[str, Any]]:
-        """``statement`` in the driver's own SQL (its parameters ``%(name)s``), compiled once,
-        and the values it binds itself (a Core statement's literals): a text statement, or a
-        Core one whose parameters need no conversion by SQLAlchemy (text, numbers, booleans,
-        ``None``)."""
+    def sql(self, statement: Executable) -> Compiled:
+        """``statement`` in the driver's own SQL (its parameters ``%(name)s``), compiled once;
+        the values it binds itself (a Core statement's literals); and the names of those the
+        caller must give. For a text statement, or a Core one whose parameters need no
+        conversion by SQLAlchemy (text, numbers, booleans, ``None``)."""
         found = self._compiled.get(id(statement))
         if found is not None and found[0] is statement:
-            return found[1], found[2]
+            return found[1]
         compiled = statement.compile(  # type: ignore[attr-defined]
             dialect=self.engine.dialect, compile_kwargs={"render_postcompile": True}
         )
-        own = {
-            name: value
-            for name, value in compiled.params.items()
-            if not compiled.binds[name].required
-        }
-        sql = str(compiled)
+        wanted = frozenset(name for name, bind in compiled.binds.items() if bind.required)
+        own = {name: value for name, value in compiled.params.items() if name not in wanted}
+        made: Compiled = (str(compiled), own, wanted)
         with self._guard:
             if len(self._compiled) > 512:  # statements are built once each: this is a bound
                 self._compiled.clear()
             # The statement is kept with its SQL, so that its id is not reused meanwhile.
-            self._compiled[id(statement)] = (statement, sql, own)
-        return sql, own
+            self._compiled[id(statement)] = (statement, made)
+        return made
 
     def first(self, statement: Executable, params: Mapping[str, Any]) -> Any | None:
         """Send ``statement`` in autocommit with ``params`` (every parameter it does not bind
         itself); its first row (columns as attributes), or ``None`` when it returns none."""
         from psycopg.rows import namedtuple_row
 
-        sql, own = self.sql(statement)
+        sql, own, wanted = self.sql(statement)
         if own:
             params = {**own, **params}
+        missing = wanted.difference(params)
+        if missing:  # a defect of the caller, not the store failing: never retried
+            raise ValueError(f"no value for the statement's parameters {sorted(missing)}")
         for observe in self.observers:
             observe(sql, params)
-        fairy = self.engine.raw_connection()  # the pool's checkout, and its ping
+        dbapi = self.engine.dialect.loaded_dbapi
+        try:
+            fairy = self.engine.raw_connection()  # the pool's checkout, and its ping
+        except dbapi.Error as exc:  # no connection to be had: the store is away
+            raise DBAPIError.instance(
+                None,
+                None,
+                exc,
+                dbapi.Error,
+                connection_invalidated=self.engine.dialect.is_disconnect(exc, None, None),
+                dialect=self.engine.dialect,
+            ) from exc
         connection: Any = fairy.driver_connection
         gone = False
         try:
@@ -86,7 +100,6 @@ class DirectStatements:
                 row = cursor.fetchone() if cursor.description is not None else None
             return row
         except Exception as exc:
-            dbapi = self.engine.dialect.loaded_dbapi
             if not isinstance(exc, dbapi.Error):
                 raise
             gone = self.engine.dialect.is_disconnect(exc, connection, None)
