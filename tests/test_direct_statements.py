@@ -102,6 +102,13 @@ def test_a_core_statement_sends_its_own_values_with_the_callers(storage: SqlStor
     with pytest.raises(ValueError, match="p_now"):
         storage.write_at_once(statement, {"p_id": "core"})
     assert not is_store_error(ValueError())
+    # A parameter whose name SQLAlchemy would have to escape in the SQL is refused outright
+    # (it would otherwise be sent under another name than the caller's).
+    odd = text("SELECT CAST(:p AS text) AS v").bindparams(bindparam("p"))
+    assert storage.write_at_once(odd, {"p": "x"}).v == "x"
+    escaped = update(sessions_table).values(messages=bindparam("p count")).returning(s.id)
+    with pytest.raises(ValueError, match="plain identifiers"):
+        storage.write_at_once(escaped, {"p count": 1})
 
 
 def test_an_error_comes_back_as_sqlalchemys_and_the_connection_stays_usable(

@@ -56,6 +56,8 @@ class DirectStatements:
         compiled = statement.compile(  # type: ignore[attr-defined]
             dialect=self.engine.dialect, compile_kwargs={"render_postcompile": True}
         )
+        if compiled.escaped_bind_names:  # the SQL's names would not be the caller's
+            raise ValueError("a direct statement's parameters are named as plain identifiers")
         wanted = frozenset(name for name, bind in compiled.binds.items() if bind.required)
         own = {name: value for name, value in compiled.params.items() if name not in wanted}
         made: Compiled = (str(compiled), own, wanted)
@@ -68,7 +70,8 @@ class DirectStatements:
 
     def first(self, statement: Executable, params: Mapping[str, Any]) -> Any | None:
         """Send ``statement`` in autocommit with ``params`` (every parameter it does not bind
-        itself); its first row (columns as attributes), or ``None`` when it returns none."""
+        itself); its first row (columns as attributes: the statement names them as Python
+        identifiers), or ``None`` when it returns none."""
         from psycopg.rows import namedtuple_row
 
         sql, own, wanted = self.sql(statement)
@@ -115,10 +118,14 @@ class DirectStatements:
                 dialect=self.engine.dialect,
             ) from exc
         finally:
-            if not gone:
-                try:
+            try:
+                if not gone:
                     # As SQLAlchemy leaves it: the pool's next user begins transactions.
                     connection.autocommit = False
-                except Exception as exc:  # a connection that cannot say even that: gone
-                    fairy.invalidate(exc)
-            fairy.close()  # back to the pool (a rollback there has nothing to undo)
+            except Exception as exc:  # a connection that cannot say even that: gone
+                fairy.invalidate(exc)
+            except BaseException:  # interrupted while it was set back: it may not have been
+                fairy.invalidate()
+                raise
+            finally:
+                fairy.close()  # back to the pool (a rollback there has nothing to undo)
