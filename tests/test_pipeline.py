@@ -27,8 +27,11 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie still answers signal 0; check its state.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
+        return False
 
 
 # -- subprocess execution -------------------------------------------------------------------
