@@ -23,24 +23,7 @@ import pytest
 from hermes_agent import Agent, ScriptedModel, Tool
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.sandbox import Abort, CallAborted, Limits, SubprocessPool
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
-        return False
-
-
-def gone_within(pid: int, seconds: float) -> bool:
-    until = time.monotonic() + seconds
-    while alive(pid):
-        if time.monotonic() > until:
-            return False
-        time.sleep(0.01)
-    return True
+from processes import alive, gone_within
 
 
 def read_pids(path: Path, seconds: float = 10) -> tuple[int, int]:

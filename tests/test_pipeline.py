@@ -15,23 +15,11 @@ import pytest
 from hermes_agent import Agent, Message, ScriptedModel, Tool
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.testing import tool_call as call
+from processes import alive
 
 
 def scripted(*replies: str) -> ScriptedModel:
     return ScriptedModel(list(replies))
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers signal 0; check its state.
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split()[2] != "Z"
-    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
-        return False
 
 
 # -- subprocess execution -------------------------------------------------------------------

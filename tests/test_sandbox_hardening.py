@@ -27,33 +27,11 @@ import pytest
 from hermes_agent import Agent, ScriptedModel, Tool
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.sandbox import Limits, SubprocessPool, ToolProcessError
+from processes import alive, gone_within
 
 
 def scripted(*replies: str) -> ScriptedModel:
     return ScriptedModel(list(replies))
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for a parent that never reaps it does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
-        return False
-
-
-def gone_within(pid: int, seconds: float) -> bool:
-    """Whether ``pid`` stops running within ``seconds`` (a killed process needs a moment)."""
-    until = time.monotonic() + seconds
-    while alive(pid):
-        if time.monotonic() > until:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def read_pid(path: Path, seconds: float = 10) -> int:

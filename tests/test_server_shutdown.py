@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.server.runs import stored_status
 from hermes_agent.storage import open_storage
+from processes import alive
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 
 RUNS = 100
@@ -318,14 +319,6 @@ def check_trail(records: list[AuditRecord], request_id: str) -> str:
     return str(stopped["status"])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
 def test_sigterm_during_100_runs_completes_or_records_each_and_leaves_whole_trails(
     tmp_path: Path, sql_url: str
 ) -> None:
@@ -412,7 +405,7 @@ def test_sigterm_during_100_runs_completes_or_records_each_and_leaves_whole_trai
     # The subprocess tool's processes went with the cancelled runs.
     naps = [tuple(map(int, f.read_text().split())) for f in pid_dir.iterdir()]
     assert naps, "no nap tool got to run"
-    assert not [pid for pair in naps for pid in pair if _alive(pid)]
+    assert not [pid for pair in naps for pid in pair if alive(pid)]
 
     completed = sum(1 for state in states.values() if state == "completed")
     print(
