@@ -118,8 +118,16 @@ def proc_stat(pid: int | str) -> list[str] | None:
 
 def cpu_ticks(pid: int) -> int | None:
     """utime + stime of one process, in clock ticks (None once it is gone)."""
+    found = cpu_and_system_ticks(pid)
+    return found[0] if found is not None else None
+
+
+def cpu_and_system_ticks(pid: int) -> tuple[int, int] | None:
+    """(utime + stime, stime) of one process, in clock ticks (None once it is gone)."""
     fields = proc_stat(pid)
-    return int(fields[11]) + int(fields[12]) if fields is not None else None
+    if fields is None:
+        return None
+    return int(fields[11]) + int(fields[12]), int(fields[12])
 
 
 def _group(pgrp: int) -> Iterator[tuple[str, list[str]]]:

@@ -66,13 +66,13 @@ from _common import (
     callgrind_count,
     callgrind_instrument,
     code_version,
+    cpu_and_system_ticks,
     find_postmaster,
     free_port,
     group_switches,
     group_system_ticks,
     group_ticks,
     pg_database,
-    proc_stat,
     start_process,
     stop_group,
 )
@@ -198,10 +198,9 @@ class BackendMeter:
         own = self.conn.execute("SELECT pg_backend_pid()").fetchone()
         self.own = int(own[0]) if own else -1
         self.kind: dict[int, str] = {}  # pid -> "worker" | "submitter" | "other"
-        self.first: dict[int, int] = {}
-        self.last: dict[int, int] = {}
-        self.first_system: dict[int, int] = {}  # the kernel's part of the same
-        self.last_system: dict[int, int] = {}
+        # pid -> (CPU ticks, of them the kernel's), at the first and the last sample
+        self.first: dict[int, tuple[int, int]] = {}
+        self.last: dict[int, tuple[int, int]] = {}
         self.system_s = 0.0  # of the worker's backends' CPU, the kernel's
         self.submitter_s = 0.0
         self._stop = threading.Event()
@@ -240,21 +239,18 @@ class BackendMeter:
                     self.kind[pid] = kind
             kind = self.kind.get(pid, "worker")
             if kind == "other":  # a backend of another database (once its title says so)
-                for counts in (self.first, self.last, self.first_system, self.last_system):
-                    counts.pop(pid, None)
+                self.first.pop(pid, None)
+                self.last.pop(pid, None)
                 continue
-            fields = proc_stat(pid)
-            if fields is None:
+            found = cpu_and_system_ticks(pid)
+            if found is None:
                 continue
-            found = int(fields[11]) + int(fields[12])
             self.last[pid] = found
-            self.last_system[pid] = int(fields[12])
             # A backend born in the window counts from zero.
-            self.first.setdefault(pid, found if first else 0)
-            self.first_system.setdefault(pid, int(fields[12]) if first else 0)
+            self.first.setdefault(pid, found if first else (0, 0))
 
     def start(self) -> None:
-        self.first, self.last, self.first_system, self.last_system = {}, {}, {}, {}
+        self.first, self.last = {}, {}
         self._sample(first=True)
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -274,14 +270,15 @@ class BackendMeter:
         used = {"worker": 0, "submitter": 0}
         system = 0
         born = 0
-        for pid, last in self.last.items():
+        for pid, (last, last_system) in self.last.items():
             kind = self.kind.get(pid, "worker")
             if kind == "other":
                 continue
-            used[kind] += last - self.first[pid]
+            start, start_system = self.first[pid]
+            used[kind] += last - start
             if kind == "worker":
-                system += self.last_system[pid] - self.first_system[pid]
-            born += kind == "worker" and self.first[pid] == 0
+                system += last_system - start_system
+            born += kind == "worker" and start == 0
         self.submitter_s = used["submitter"] / hz
         self.system_s = system / hz
         self.conn.close()
