@@ -54,6 +54,7 @@ from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
 from hermes_agent.storage.bulk import dialect_insert, insert_rows
 from hermes_agent.storage.direct import DirectStatements
+from hermes_agent.storage.direct_sqlite import SqliteTransaction, SqliteTransactions
 from hermes_agent.storage.engine import (
     SINGLE,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -132,6 +133,14 @@ class SqlStorage:
         # The statements a queued run sends on every run go past SQLAlchemy's execution
         # machinery on PostgreSQL (``storage.direct``), unless every statement is to be echoed.
         self.direct = DirectStatements(self.engine) if self._autocommits and not echo else None
+        # On SQLite, a run's append to its session and its trail records are transactions
+        # straight on sqlite3 (``storage.direct_sqlite``): the service writes the first two on
+        # its event loop.
+        self.direct_sqlite = (
+            SqliteTransactions(self.engine, self._tx_guard)
+            if self.engine.dialect.driver == "pysqlite" and not echo
+            else None
+        )
         try:
             self.schema_version = self._migrate()
         except SQLAlchemyError as exc:
@@ -368,6 +377,14 @@ class SqlSessionStore:
                 quote = storage.engine.dialect.identifier_preparer.quote
                 if append_turn(storage.write_at_once, quote, session_id, rows, time.time_ns()):
                     return
+        direct = self._storage.direct_sqlite
+        if direct is not None and self._storage.engine.dialect.insert_returning:
+            with (
+                _failing_as("append to session", session_id),
+                direct.transaction(write=True) as tx,
+            ):
+                append_messages_directly(tx, session_id, messages)
+            return
         with (
             _failing_as("append to session", session_id),
             self._storage.transaction(write=True) as conn,
@@ -527,7 +544,11 @@ class SqlAuditSink:
 
     def write(self, records: Sequence[AuditRecord]) -> None:
         rows = [_audit_row(record) for record in records]
-        if rows:
+        direct = self._storage.direct_sqlite
+        if rows and direct is not None:
+            with direct.transaction(write=True) as tx:
+                tx.insert_many(_INSERT_AUDIT, rows)
+        elif rows:
             with self._storage.transaction(write=True) as conn:
                 insert_rows(conn, audit_table, rows)
 
@@ -577,6 +598,23 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
             .values(updated_ns=now, messages=s.messages + added, turns=s.turns + users)
         )
     insert_rows(conn, messages_table, message_rows(session_id, start, messages))
+
+
+_INSERT_MESSAGES = insert(messages_table)
+_INSERT_AUDIT = insert(audit_table)
+"""Built once: a direct transaction compiles each statement object once."""
+
+
+def append_messages_directly(
+    tx: SqliteTransaction, session_id: str, messages: Sequence[Message]
+) -> None:
+    """``append_messages`` in a direct SQLite transaction (``storage.direct_sqlite``): the
+    same two statements, the first taking SQLite's write lock to the commit."""
+    now = time.time_ns()
+    added, users = len(messages), sum(1 for m in messages if m.role == "user")
+    bound = {"p_id": session_id, "p_now": now, "p_added": added, "p_users": users}
+    start = int(tx.scalar(_count_in_statement("sqlite"), bound)) - added
+    tx.insert_many(_INSERT_MESSAGES, message_rows(session_id, start, messages))
 
 
 @functools.cache
