@@ -562,6 +562,34 @@ def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
         storage.close()
 
 
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> None:
+    """Steps that keep coming (one every 2 ms, as a busy service queues them) no longer wake
+    the writer once a linger only for it to see that more came: each linger is twice the last,
+    so a 10 ms linger wakes it about six times before the burst's bound, where it woke sixty.
+    Every step is stored all the same, in order."""
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
+    sink = storage.audit
+    sink.LINGER_S, sink.MAX_DELAY_S = 0.01, 0.64
+    try:
+        sink.write([_trail_record(0)])
+        time.sleep(0.005)  # the writer has taken the first step and lingers
+        writer = sink._thread
+        assert writer is not None and writer.native_id is not None
+        before, started = _voluntary_switches(writer.native_id), time.monotonic()
+        index = 0
+        while time.monotonic() - started < 0.6:
+            index += 1
+            sink.write([_trail_record(index)])
+            time.sleep(0.002)
+        woken = _voluntary_switches(writer.native_id) - before
+        sink.flush()
+        assert [r.step for r in storage.records("written-behind")] == list(range(index + 1))
+        assert woken < 25, woken
+    finally:
+        storage.close()
+
 def _ends_within(call: Any, seconds: float) -> None:
     ended = threading.Thread(target=call, daemon=True)
     ended.start()
