@@ -12,8 +12,14 @@ contender. Each ``--src`` tree runs in a process of its own (``PYTHONPATH=TREE/s
 alternate the trees (the order flips each round), and the summary holds the medians over the
 rounds.
 
+With ``--storage sqlite``, a service's writes for such a run on a SQLite file instead: the
+run's accepted record, the turn of four messages appended to a new session (both on the
+service's event loop), and the trail's burst of the run's nine records (on the writer's
+thread), each in its own transaction, as the service makes them.
+
     python benchmarks/bench_store_calls.py --src before=OLD_TREE --src after=NEW_TREE
     python benchmarks/bench_store_calls.py --rounds 5 --runs 500 --json store_calls.json
+    python benchmarks/bench_store_calls.py --storage sqlite --src before=OLD --src after=NEW
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,11 +123,71 @@ storage.close()
 """
 
 
-def measure(src: Path, runs: int) -> dict[str, Any]:
-    url, _name, drop = pg_database()
+# The service's writes for one run on a SQLite file (``--storage sqlite``): prints one JSON line.
+SQLITE_CALLS = """
+import json, resource, sys, time
+from hermes_agent.audit.records import AuditRecord
+from hermes_agent.storage.sql import SqlAuditSink, SqlStorage
+from hermes_agent.types import Message, ToolCall
+
+url, runs = sys.argv[1], int(sys.argv[2])
+storage = SqlStorage(url)
+sink = SqlAuditSink(storage)  # as the service writes: the accepted record, the writer's bursts
+STAGES = [
+    ("RunManager", "accepted"), ("InputParser", "user"), ("ThoughtGenerator", "assistant"),
+    ("ToolSelector", "selection"), ("ToolExecutor", "tool"), ("ThoughtGenerator", "assistant"),
+    ("ToolSelector", "selection"), ("OutputRenderer", "output"), ("OutputRenderer", "answer"),
+    ("Usage", "usage"),
+]
+
+
+def record(rid, session, n):
+    stage, role = STAGES[n]
+    return AuditRecord(
+        request_id=rid, session_id=session, step=n // 4, stage=stage, role=role,
+        content='{"text": "' + "z" * 120 + '"}', timestamp_ns=time.time_ns(), latency_ms=1.5,
+        status="ok", status_code=200, model_name="step-model", system_prompt_sha256="0" * 64,
+        seq=n,
+    )
+
+
+def one(tag):
+    rid, session = f"r-{tag}", f"s-{tag}"
+    sink.write([record(rid, session, 0)])
+    call = ToolCall("step", {"n": 1}, id="call_1")
+    storage.sessions.append(session, [
+        Message("user", "hello"), Message("assistant", "", tool_calls=[call]),
+        Message("tool", "step 1 done"), Message("assistant", "ok"),
+    ])
+    sink.write([record(rid, session, n) for n in range(1, len(STAGES))])
+
+
+for n in range(30):
+    one(f"warm{n}")
+usage = resource.getrusage(resource.RUSAGE_SELF)
+cpu, wall = usage.ru_utime + usage.ru_stime, time.perf_counter()
+for n in range(runs):
+    one(str(n))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({
+    "client_cpu_ms_per_run": round((usage.ru_utime + usage.ru_stime - cpu) / runs * 1000, 3),
+    "server_cpu_ms_per_run": 0.0,
+    "wall_ms_per_run": round((time.perf_counter() - wall) / runs * 1000, 3),
+}))
+storage.close()
+"""
+
+
+def measure(src: Path, runs: int, storage: str = "postgresql") -> dict[str, Any]:
+    if storage == "sqlite":
+        folder = tempfile.TemporaryDirectory(prefix="hermes-bench-")
+        url, script, drop = f"sqlite:///{folder.name}/state.db", SQLITE_CALLS, folder.cleanup
+    else:
+        url, _name, drop = pg_database()
+        script = CALLS
     try:
         done = subprocess.run(
-            [sys.executable, "-c", CALLS, url, str(runs)],
+            [sys.executable, "-c", script, url, str(runs)],
             # The measured tree's code, and this folder's helpers (``_common``).
             env={**os.environ, "PYTHONPATH": os.pathsep.join([str(src / "src"), str(BENCHMARKS)])},
             capture_output=True,
@@ -146,6 +213,12 @@ def main() -> None:
     parser.add_argument(
         "--src", action="append", default=[], help="NAME=TREE: a source tree (repeatable)"
     )
+    parser.add_argument(
+        "--storage",
+        choices=("postgresql", "sqlite"),
+        default="postgresql",
+        help="a queued run's calls on PostgreSQL, or a service's writes on a SQLite file",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     sources = dict(item.split("=", 1) for item in args.src) or {"hermes": str(ROOT)}
@@ -155,7 +228,7 @@ def main() -> None:
     for round_ in range(args.rounds):
         order = list(sources) if round_ % 2 == 0 else list(reversed(sources))
         for name in order:
-            row = measure(Path(sources[name]), args.runs) | {"round": round_}
+            row = measure(Path(sources[name]), args.runs, args.storage) | {"round": round_}
             rows[name].append(row)
             print(json.dumps({name: row}), flush=True)
     keys = ("client_cpu_ms_per_run", "server_cpu_ms_per_run", "total_cpu_ms_per_run")
@@ -173,6 +246,7 @@ def main() -> None:
         "when": started,
         "code": code_version(),
         "runs": args.runs,
+        "storage": args.storage,
         "summary": summary,
         "rows": rows,
     }
