@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -96,16 +97,20 @@ def record(request_id: str, seq: int, latency: Any = 1.5) -> AuditRecord:
 
 def test_trail_records_go_directly_with_sqlalchemy_s_conversions(storage: SqlStorage) -> None:
     sent = observed(storage)
-    SqlAuditSink(storage).write([record("r1", 0), record("r1", 1, latency=3)])
+    # A Decimal is stored only once the Double column's float() converted it (sqlite3
+    # refuses it as it is).
+    SqlAuditSink(storage).write([record("r1", 0), record("r1", 1, latency=Decimal("2.5"))])
     assert [rows for _, rows in sent] == [2]
     found = storage.records("r1")
     assert [r.seq for r in found] == [0, 1]
-    assert found[1].latency_ms == 3.0 and isinstance(found[1].latency_ms, float)
+    assert found[1].latency_ms == 2.5 and isinstance(found[1].latency_ms, float)
     assert found[0].content == "hi\\u0000there" and found[0].sanitized  # made storable
     direct = storage.direct_sqlite
     assert direct is not None
-    _, processors = direct.sql(insert(audit_table), ("latency_ms", "seq"))
+    _, processors, _ = direct.sql(insert(audit_table), ("latency_ms", "seq"))
     assert set(processors) == {"latency_ms"}  # the Double column's float(), as SQLAlchemy's
+    with pytest.raises(ValueError, match=r"parameters \['seq'\]"), direct.transaction() as tx:
+        tx.insert_many(insert(audit_table), [{"latency_ms": 1.0, "seq": 1}, {"latency_ms": 2.0}])
 
 
 def test_a_failure_rolls_the_whole_transaction_back(storage: SqlStorage) -> None:
@@ -175,6 +180,7 @@ def test_an_in_memory_database_s_writers_take_turns() -> None:
             thread.start()
         for thread in threads:
             thread.join(30)
+        assert not any(thread.is_alive() for thread in threads)
         for session in ("s0", "s1"):
             assert [m.role for m in storage.sessions.load(session)] == ["user", "assistant"] * 60
     finally:

@@ -562,7 +562,6 @@ def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
         storage.close()
 
 
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> None:
     """Steps that keep coming (one every 2 ms, as a busy service queues them) no longer wake
@@ -589,6 +588,40 @@ def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> Non
         assert woken < 25, woken
     finally:
         storage.close()
+
+
+def test_a_burst_that_reaches_max_records_is_written_without_another_linger(
+    tmp_path: Path,
+) -> None:
+    """Once a burst holds ``MAX_RECORDS`` it is written at once: the writer does not sleep one
+    more (doubled) linger first. Steps queued during its first linger fill the burst."""
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
+    sink = storage.audit
+    sink.LINGER_S, sink.MAX_DELAY_S, sink.MAX_RECORDS = 0.5, 30.0, 50
+    target, bursts = sink.target, []
+    store = target.write
+
+    def noting(records: Any) -> None:
+        bursts.append((time.monotonic(), len(records)))
+        store(records)
+
+    target.write = noting  # type: ignore[method-assign]
+    try:
+        started = time.monotonic()
+        sink.write([_trail_record(0)])
+        time.sleep(0.1)  # the writer has taken it and lingers; the rest come meanwhile
+        for index in range(1, 60):
+            sink.write([_trail_record(index)])
+        while not bursts and time.monotonic() - started < 5:  # no flush: it ends lingers
+            time.sleep(0.01)
+        # Written when its first linger ended (0.5 s), not after a second one (1.0 s more).
+        assert bursts and bursts[0][0] - started < 1.2, bursts
+        sink.flush()
+        assert [count for _, count in bursts] == [50, 10]
+        assert [r.step for r in storage.records("written-behind")] == list(range(60))
+    finally:
+        storage.close()
+
 
 def _ends_within(call: Any, seconds: float) -> None:
     ended = threading.Thread(target=call, daemon=True)

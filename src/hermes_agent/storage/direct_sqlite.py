@@ -34,6 +34,9 @@ Observer = Callable[[str, Sequence[Mapping[str, Any]]], None]
 Processors = dict[str, Callable[[Any], Any]]
 """The conversions SQLAlchemy applies to a statement's values, by parameter."""
 
+Compiled = tuple[str, Processors, frozenset[str]]
+"""A statement in sqlite3's SQL, the conversions of its values, the parameters it wants."""
+
 
 class SqliteTransactions:
     """Transactions on a SQLite engine's pooled connections, past SQLAlchemy's execution
@@ -49,17 +52,17 @@ class SqliteTransactions:
         # sqlite3 takes ``:name`` parameters from a mapping; SQLAlchemy's own dialect for the
         # engine sends ``?`` ones in a tuple.
         self._dialect: Any = type(engine.dialect)(paramstyle="named")  # type: ignore[call-arg]
-        self._compiled: dict[tuple[int, tuple[str, ...]], tuple[Executable, str, Processors]] = {}
+        self._compiled: dict[tuple[int, tuple[str, ...]], tuple[Executable, Compiled]] = {}
         self._lock = threading.Lock()
 
-    def sql(self, statement: Executable, columns: Sequence[str] = ()) -> tuple[str, Processors]:
-        """``statement`` in ``sqlite3``'s SQL (``:name`` parameters), compiled once, and the
-        conversions of its values; ``columns``: for an ``insert(table)`` with no values, the
-        columns the rows give."""
+    def sql(self, statement: Executable, columns: Sequence[str] = ()) -> Compiled:
+        """``statement`` in ``sqlite3``'s SQL (``:name`` parameters), compiled once; the
+        conversions of its values; and the names of the parameters it wants. ``columns``: for
+        an ``insert(table)`` with no values, the columns the rows give."""
         key = (id(statement), tuple(columns))
         found = self._compiled.get(key)
         if found is not None and found[0] is statement:
-            return found[1], found[2]
+            return found[1]
         compiled = statement.compile(  # type: ignore[attr-defined]
             dialect=self._dialect,
             column_keys=list(columns) or None,
@@ -74,12 +77,13 @@ class SqliteTransactions:
             convert = bind.type.dialect_impl(self._dialect).bind_processor(self._dialect)
             if convert is not None:
                 processors[name] = convert
+        made: Compiled = (str(compiled), processors, frozenset(compiled.binds))
         with self._lock:
             if len(self._compiled) > 512:  # statements are built once each: this is a bound
                 self._compiled.clear()
             # Kept with its SQL, so that the statement's id is not reused meanwhile.
-            self._compiled[key] = (statement, str(compiled), processors)
-        return str(compiled), processors
+            self._compiled[key] = (statement, made)
+        return made
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[SqliteTransaction]:
@@ -94,6 +98,10 @@ class SqliteTransactions:
                 self._send(connection, "BEGIN IMMEDIATE" if write else "BEGIN", ())
                 yield SqliteTransaction(self, connection)
                 self._send(connection, "COMMIT", ())
+            except DBAPIError as exc:
+                if exc.connection_invalidated:  # closed under us: never handed out again
+                    fairy.invalidate(exc.orig if isinstance(exc.orig, Exception) else None)
+                raise
             finally:
                 # Back to the pool, whose reset rolls back a transaction a failure or an
                 # interrupt left open (and throws away a connection that cannot).
@@ -138,7 +146,8 @@ class SqliteTransaction:
     def scalar(self, statement: Executable, params: Mapping[str, Any]) -> Any:
         """Send ``statement`` with ``params`` (a value for each of its parameters); the first
         column of its first row, or ``None`` when it returns none."""
-        sql, processors = self._owner.sql(statement)
+        sql, processors, wanted = self._owner.sql(statement)
+        _check(wanted, params)
         params = _converted(params, processors)
         for observe in self._owner.observers:
             observe(sql, [params])
@@ -150,12 +159,23 @@ class SqliteTransaction:
         mappings with the same keys: the columns it fills."""
         if not rows:
             return
-        sql, processors = self._owner.sql(statement, tuple(rows[0]))
+        sql, processors, wanted = self._owner.sql(statement, tuple(rows[0]))
+        for row in rows:
+            _check(wanted, row)
         if processors:
             rows = [_converted(row, processors) for row in rows]
         for observe in self._owner.observers:
             observe(sql, rows)
         self._owner._send(self._connection, sql, rows, many=True)
+
+
+def _check(wanted: frozenset[str], params: Mapping[str, Any]) -> None:
+    """A parameter left out is a defect of the caller, not the store failing: a ``ValueError``
+    before anything is sent, never retried (sqlite3 would raise an error of its own, which
+    counts as the store's)."""
+    if not wanted.issubset(params):
+        missing = sorted(wanted.difference(params))
+        raise ValueError(f"no value for the statement's parameters {missing}")
 
 
 def _converted(params: Mapping[str, Any], processors: Processors) -> Mapping[str, Any]:

@@ -148,7 +148,7 @@ class WriteBehindSink:
         started = time.monotonic()
         lingered = False
         linger = self.LINGER_S
-        while count < self.MAX_RECORDS:
+        while True:
             arrived = False  # what is queued already is taken at once (a backlog, say)
             while count < self.MAX_RECORDS:
                 try:
@@ -162,7 +162,8 @@ class WriteBehindSink:
                 count += len(item)
                 arrived = True
             waited = time.monotonic() - started
-            if (lingered and not arrived) or waited >= self.MAX_DELAY_S:
+            full = count >= self.MAX_RECORDS  # written now, not after one more linger
+            if full or (lingered and not arrived) or waited >= self.MAX_DELAY_S:
                 break
             if lingered:
                 linger *= 2
