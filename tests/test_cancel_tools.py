@@ -191,7 +191,7 @@ def test_ctrl_c_during_agent_run_kills_the_tool_process(tmp_path: Path, strays: 
             def gone(pid):
                 try:
                     state = Path(f"/proc/{{pid}}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                except FileNotFoundError:
+                except (FileNotFoundError, ProcessLookupError):  # reaped while read
                     return True
                 return state in ("Z", "X")
 
