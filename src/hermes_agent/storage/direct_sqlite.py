@@ -28,6 +28,14 @@ from typing import Any
 from sqlalchemy import Engine, Executable
 from sqlalchemy.exc import DBAPIError
 
+from hermes_agent.storage.direct import (
+    CompiledOnce,
+    check_given,
+    checked_out,
+    driver_error,
+    plainly_named,
+)
+
 Observer = Callable[[str, Sequence[Mapping[str, Any]]], None]
 """Told each statement sent (its SQL and its rows of parameters), before it is sent."""
 
@@ -52,38 +60,30 @@ class SqliteTransactions:
         # sqlite3 takes ``:name`` parameters from a mapping; SQLAlchemy's own dialect for the
         # engine sends ``?`` ones in a tuple.
         self._dialect: Any = type(engine.dialect)(paramstyle="named")  # type: ignore[call-arg]
-        self._compiled: dict[tuple[int, tuple[str, ...]], tuple[Executable, Compiled]] = {}
-        self._lock = threading.Lock()
+        self._compiled: CompiledOnce[Compiled] = CompiledOnce()
 
     def sql(self, statement: Executable, columns: Sequence[str] = ()) -> Compiled:
         """``statement`` in ``sqlite3``'s SQL (``:name`` parameters), compiled once; the
         conversions of its values; and the names of the parameters it wants. ``columns``: for
         an ``insert(table)`` with no values, the columns the rows give."""
-        key = (id(statement), tuple(columns))
-        found = self._compiled.get(key)
-        if found is not None and found[0] is statement:
-            return found[1]
-        compiled = statement.compile(  # type: ignore[attr-defined]
-            dialect=self._dialect,
-            column_keys=list(columns) or None,
-            compile_kwargs={"render_postcompile": True},
-        )
-        if compiled.escaped_bind_names:  # the SQL's names would not be the caller's
-            raise ValueError("a direct statement's parameters are named as plain identifiers")
-        if any(not bind.required for bind in compiled.binds.values()):
-            raise ValueError("a direct SQLite statement takes every value from its caller")
-        processors: Processors = {}
-        for name, bind in compiled.binds.items():
-            convert = bind.type.dialect_impl(self._dialect).bind_processor(self._dialect)
-            if convert is not None:
-                processors[name] = convert
-        made: Compiled = (str(compiled), processors, frozenset(compiled.binds))
-        with self._lock:
-            if len(self._compiled) > 512:  # statements are built once each: this is a bound
-                self._compiled.clear()
-            # Kept with its SQL, so that the statement's id is not reused meanwhile.
-            self._compiled[key] = (statement, made)
-        return made
+
+        def make() -> Compiled:
+            compiled = statement.compile(  # type: ignore[attr-defined]
+                dialect=self._dialect,
+                column_keys=list(columns) or None,
+                compile_kwargs={"render_postcompile": True},
+            )
+            plainly_named(compiled)
+            if any(not bind.required for bind in compiled.binds.values()):
+                raise ValueError("a direct SQLite statement takes every value from its caller")
+            processors: Processors = {}
+            for name, bind in compiled.binds.items():
+                convert = bind.type.dialect_impl(self._dialect).bind_processor(self._dialect)
+                if convert is not None:
+                    processors[name] = convert
+            return (str(compiled), processors, frozenset(compiled.binds))
+
+        return self._compiled.get(statement, make, tuple(columns))
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool = False) -> Iterator[SqliteTransaction]:
@@ -92,7 +92,7 @@ class SqliteTransactions:
         committed when the block ends, rolled back when it raises."""
         guard = self.guard if self.guard is not None else contextlib.nullcontext()
         with guard:
-            fairy = self._checkout()
+            fairy = checked_out(self.engine)
             connection: Any = fairy.driver_connection
             try:
                 self._send(connection, "BEGIN IMMEDIATE" if write else "BEGIN", ())
@@ -107,15 +107,6 @@ class SqliteTransactions:
                 # interrupt left open (and throws away a connection that cannot).
                 fairy.close()
 
-    def _checkout(self) -> Any:
-        dbapi = self.engine.dialect.loaded_dbapi
-        try:
-            return self.engine.raw_connection()
-        except dbapi.Error as exc:  # the file cannot be opened (a folder gone, a full disk)
-            raise DBAPIError.instance(
-                None, None, exc, dbapi.Error, dialect=self.engine.dialect
-            ) from exc
-
     def _send(self, connection: Any, sql: str, rows: Any, many: bool = False) -> Any:
         """``sql`` with ``rows`` (one mapping, or with ``many`` a list of them) on
         ``connection``: its cursor, or the SQLAlchemy error for the driver's."""
@@ -125,15 +116,8 @@ class SqliteTransactions:
                 return connection.executemany(sql, rows)
             return connection.execute(sql, rows)
         except dbapi.Error as exc:
-            raise DBAPIError.instance(
-                sql,
-                rows,
-                exc,
-                dbapi.Error,
-                hide_parameters=True,
-                connection_invalidated=self.engine.dialect.is_disconnect(exc, connection, None),
-                dialect=self.engine.dialect,
-            ) from exc
+            gone = self.engine.dialect.is_disconnect(exc, connection, None)
+            raise driver_error(self.engine, exc, sql, rows, gone) from exc
 
 
 class SqliteTransaction:
@@ -147,7 +131,7 @@ class SqliteTransaction:
         """Send ``statement`` with ``params`` (a value for each of its parameters); the first
         column of its first row, or ``None`` when it returns none."""
         sql, processors, wanted = self._owner.sql(statement)
-        _check(wanted, params)
+        check_given(wanted, params)
         params = _converted(params, processors)
         for observe in self._owner.observers:
             observe(sql, [params])
@@ -161,21 +145,12 @@ class SqliteTransaction:
             return
         sql, processors, wanted = self._owner.sql(statement, tuple(rows[0]))
         for row in rows:
-            _check(wanted, row)
+            check_given(wanted, row)
         if processors:
             rows = [_converted(row, processors) for row in rows]
         for observe in self._owner.observers:
             observe(sql, rows)
         self._owner._send(self._connection, sql, rows, many=True)
-
-
-def _check(wanted: frozenset[str], params: Mapping[str, Any]) -> None:
-    """A parameter left out is a defect of the caller, not the store failing: a ``ValueError``
-    before anything is sent, never retried (sqlite3 would raise an error of its own, which
-    counts as the store's)."""
-    if not wanted.issubset(params):
-        missing = sorted(wanted.difference(params))
-        raise ValueError(f"no value for the statement's parameters {missing}")
 
 
 def _converted(params: Mapping[str, Any], processors: Processors) -> Mapping[str, Any]:
