@@ -6,7 +6,12 @@ has exactly one ending — what completed is ``completed``, what the kill cut sh
 The clients get their ids the two early ways: an event stream (``X-Run-Id`` with the headers)
 and ``Prefer: respond-async`` (202 at once). The model is an OpenAI-compatible endpoint of the
 test's own (``test_server_shutdown.model_endpoint``): a run calls ``pause`` (0.5 s for a
-``short`` run, 60 s for a ``long`` one), then answers "All done."."""
+``short`` run, 60 s for a ``long`` one), then answers "All done.".
+
+The kill comes once the short runs have completed and the store holds their endings: the
+trail is written behind the runs, so a run that ended in the fraction of a second before a
+kill is ended ``interrupted`` too (docs/service.md says so); waiting for the store keeps the
+outcome of each run known to the test."""
 
 from __future__ import annotations
 
@@ -137,8 +142,9 @@ async def _start(client: httpx.AsyncClient, index: int, kind: str, ids: list[str
     ids.append(reply.headers["X-Run-Id"])
 
 
-def _load_then_kill(url: str, process: subprocess.Popen[bytes]) -> list[str]:
-    """Start every run; once every id is out and the short runs had time to end, SIGKILL."""
+def _load_then_kill(url: str, process: subprocess.Popen[bytes], storage_url: str) -> list[str]:
+    """Start every run; once every id is out and the short runs have ended (their endings in
+    the store), SIGKILL."""
 
     async def scenario() -> list[str]:
         ids: list[str] = []
@@ -149,7 +155,8 @@ def _load_then_kill(url: str, process: subprocess.Popen[bytes]) -> list[str]:
             while len(ids) < RUNS:
                 assert time.monotonic() < deadline, f"only {len(ids)} ids given out"
                 await asyncio.sleep(0.05)
-            await _until_short_runs_end(client, ids)
+            completed = await _until_short_runs_end(client, ids)
+            await asyncio.to_thread(_until_endings_stored, storage_url, completed)
             process.send_signal(signal.SIGKILL)
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
         return ids
@@ -157,14 +164,35 @@ def _load_then_kill(url: str, process: subprocess.Popen[bytes]) -> list[str]:
     return asyncio.run(scenario())
 
 
-async def _until_short_runs_end(client: httpx.AsyncClient, ids: list[str]) -> None:
+async def _until_short_runs_end(client: httpx.AsyncClient, ids: list[str]) -> list[str]:
+    """The ids of the runs the service reports completed, once half of them are."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        runs = [(await client.get(f"/v1/runs/{rid}")).json() for rid in ids]
-        if sum(run["status"] == "completed" for run in runs) >= RUNS // 2:
-            return
+        statuses = {rid: (await client.get(f"/v1/runs/{rid}")).json()["status"] for rid in ids}
+        completed = [rid for rid, status in statuses.items() if status == "completed"]
+        if len(completed) >= RUNS // 2:
+            return completed
         await asyncio.sleep(0.2)
     raise AssertionError("the short runs did not complete")
+
+
+def _until_endings_stored(storage_url: str, request_ids: list[str]) -> None:
+    """Until the service's trail writer has stored each run's output record, on its own: no
+    flush is asked for, so this also shows it stores a burst soon after the runs pause."""
+    storage = open_storage(storage_url)
+    try:
+        deadline = time.monotonic() + 30
+        waiting = list(request_ids)
+        while waiting:
+            assert time.monotonic() < deadline, f"endings never stored: {waiting}"
+            waiting = [
+                rid
+                for rid in waiting
+                if not any(r.role == Role.OUTPUT.value for r in storage.records(rid))
+            ]
+            time.sleep(0.02)
+    finally:
+        storage.close()
 
 
 def test_serve_killed_under_load_and_restarted_answers_for_every_run(
@@ -177,7 +205,7 @@ def test_serve_killed_under_load_and_restarted_answers_for_every_run(
     with model_endpoint(released) as model_url:
         config = _config(tmp_path, model_url, sql_url, port)
         with serving(tmp_path, config, port, "first") as process:
-            ids = _load_then_kill(url, process)
+            ids = _load_then_kill(url, process, sql_url)
             assert process.wait(10) == -signal.SIGKILL
         with serving(tmp_path, config, port, "restarted"):
             client = httpx.Client(base_url=url, timeout=30)

@@ -565,9 +565,9 @@ def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> None:
     """Steps that keep coming (one every 2 ms, as a busy service queues them) no longer wake
-    the writer once a linger only for it to see that more came: each linger is twice the last,
-    so a 10 ms linger wakes it about six times before the burst's bound, where it woke sixty.
-    Every step is stored all the same, in order."""
+    the writer once a linger only for it to see that more came: each linger is twice the last
+    (up to 80 ms), so a 10 ms linger wakes it about ten times before the burst's bound, where
+    it woke sixty. Every step is stored all the same, in order."""
     storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
     sink = storage.audit
     sink.LINGER_S, sink.MAX_DELAY_S = 0.01, 0.64
@@ -586,6 +586,45 @@ def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> Non
         sink.flush()
         assert [r.step for r in storage.records("written-behind")] == list(range(index + 1))
         assert woken < 25, woken
+    finally:
+        storage.close()
+
+
+def test_the_steps_before_a_pause_are_stored_within_the_longest_linger(tmp_path: Path) -> None:
+    """Lingers double while steps keep coming, but never past ``MAX_LINGER_S``, and the first
+    wake that finds the stream paused writes the burst: the steps before a pause (a run's
+    ending, which a kill would otherwise lose) wait for one capped linger, not for a doubled
+    one of a third of a second."""
+    storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
+    sink = storage.audit
+    sink.LINGER_S, sink.MAX_LINGER_S, sink.MAX_DELAY_S = 0.01, 0.04, 30.0
+    target, bursts, lingers = sink.target, [], []
+    store, wait = target.write, sink._hurry.wait
+
+    def noting(records: Any) -> None:
+        bursts.append((time.monotonic(), len(records)))
+        store(records)
+
+    def lingering(timeout: float | None = None) -> bool:
+        lingers.append(timeout)
+        return wait(timeout)
+
+    target.write = noting  # type: ignore[method-assign]
+    sink._hurry.wait = lingering  # type: ignore[method-assign]
+    try:
+        index = 0
+        started = time.monotonic()
+        while time.monotonic() - started < 0.4:  # uncapped, the lingers would reach 0.32 s
+            sink.write([_trail_record(index)])
+            index += 1
+            time.sleep(0.002)
+        last = time.monotonic()
+        while sum(count for _, count in bursts) < index and time.monotonic() - last < 5:
+            time.sleep(0.005)  # no flush: it would end the linger
+        assert sum(count for _, count in bursts) == index
+        assert max(lingers) == pytest.approx(0.04), lingers  # doubled, then capped
+        assert bursts[-1][0] - last < 0.25, bursts[-1][0] - last  # one capped linger or two
+        assert [r.step for r in storage.records("written-behind")] == list(range(index))
     finally:
         storage.close()
 

@@ -41,8 +41,12 @@ class WriteBehindSink:
     RETRIES = 3
     """Attempts at storing one step on its own before it is stored record by record."""
     LINGER_S = 0.02
-    """Write once a linger has passed with no new step (the first this long, each next one
-    twice the last while steps keep coming)..."""
+    """Write once this long has passed with no new step (seen when the writer next wakes: its
+    first linger is this long, each next one twice the last while steps keep coming, up to
+    ``MAX_LINGER_S``)..."""
+    MAX_LINGER_S = 0.08
+    """...the longest linger, so that a burst is stored at most about this long after its steps
+    stop (a run's ending among them)..."""
     MAX_DELAY_S = 0.5
     """...or once the oldest queued step has waited this long..."""
     MAX_RECORDS = 2000
@@ -54,6 +58,7 @@ class WriteBehindSink:
         self.target = target
         self._name = name
         self._queue: queue.Queue[Any] = queue.Queue()
+        self._last_queued = 0.0  # time.monotonic() of the latest write: has the stream paused?
         self._hurry = threading.Event()  # set by flush and close: the linger ends at once
         self._hurries = 0  # flushes whose _HURRY is not taken yet: the event is set while any
         self._hurry_guard = threading.Lock()
@@ -76,6 +81,7 @@ class WriteBehindSink:
         if self._closed:
             raise StorageError("the audit sink is closed; records can no longer be written")
         self._ensure_thread()
+        self._last_queued = time.monotonic()
         self._queue.put(list(records))
 
     def flush(self) -> None:
@@ -135,10 +141,14 @@ class WriteBehindSink:
         woken by every step queued (a thread switch and a hand-over of the GIL each, and a
         service queues a step every few milliseconds); a sleeping one wakes once a linger,
         or at once for ``flush`` and ``close``. While steps keep coming each linger is twice
-        the last: under steady load a fixed one woke the writer every ``LINGER_S`` only to see
-        that more had come (25 wakes to a burst at the service's pace), where doubling wakes it
-        five times before ``MAX_DELAY_S`` ends the burst, which bounds how long a step waits
-        either way. A lone step is still stored one ``LINGER_S`` after it came."""
+        the last, up to ``MAX_LINGER_S``: under steady load a fixed one woke the writer every
+        ``LINGER_S`` only to see that more had come (25 wakes to a burst at the service's pace),
+        where doubling wakes it eight times before ``MAX_DELAY_S`` ends the burst, which bounds
+        how long a step waits either way. The burst is written at the first wake that finds no
+        step queued in the last ``LINGER_S``, so a lone step is still stored one ``LINGER_S``
+        after it came, and the steps before a pause (a run's ending) at most ``LINGER_S +
+        MAX_LINGER_S`` after it began: a longer linger would hold them that much longer for a
+        kill to lose."""
         item = self._queue.get()
         if item is _STOP or item is _HURRY:
             self._took(item)
@@ -149,7 +159,7 @@ class WriteBehindSink:
         lingered = False
         linger = self.LINGER_S
         while True:
-            arrived = False  # what is queued already is taken at once (a backlog, say)
+            # What is queued already is taken at once (a backlog, say).
             while count < self.MAX_RECORDS:
                 try:
                     item = self._queue.get_nowait()
@@ -160,14 +170,14 @@ class WriteBehindSink:
                     return (taken, True) if item is _STOP else ([*taken, item], False)
                 taken.append(item)
                 count += len(item)
-                arrived = True
-            waited = time.monotonic() - started
+            now = time.monotonic()
+            paused = lingered and now - self._last_queued >= self.LINGER_S
             full = count >= self.MAX_RECORDS  # written now, not after one more linger
-            if full or (lingered and not arrived) or waited >= self.MAX_DELAY_S:
+            if full or paused or now - started >= self.MAX_DELAY_S:
                 break
             if lingered:
-                linger *= 2
-            self._hurry.wait(min(linger, self.MAX_DELAY_S - waited))
+                linger = min(linger * 2, max(self.MAX_LINGER_S, self.LINGER_S))
+            self._hurry.wait(min(linger, self.MAX_DELAY_S - (now - started)))
             lingered = True
         return taken, False
 
