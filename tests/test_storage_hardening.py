@@ -534,6 +534,20 @@ def _voluntary_switches(native_id: int) -> int:
     return int(line.split()[1])
 
 
+def _noting_bursts(sink: Any) -> list[tuple[float, int]]:
+    """When each burst the writer hands its store was written, and how many records it held
+    (the list fills as the writer stores)."""
+    bursts: list[tuple[float, int]] = []
+    store = sink.target.write
+
+    def noting(records: Any) -> None:
+        bursts.append((time.monotonic(), len(records)))
+        store(records)
+
+    sink.target.write = noting
+    return bursts
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
 def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
     tmp_path: Path,
@@ -598,18 +612,13 @@ def test_the_steps_before_a_pause_are_stored_within_the_longest_linger(tmp_path:
     storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
     sink = storage.audit
     sink.LINGER_S, sink.MAX_LINGER_S, sink.MAX_DELAY_S = 0.01, 0.04, 30.0
-    target, bursts, lingers = sink.target, [], []
-    store, wait = target.write, sink._hurry.wait
-
-    def noting(records: Any) -> None:
-        bursts.append((time.monotonic(), len(records)))
-        store(records)
+    bursts, lingers = _noting_bursts(sink), []
+    wait = sink._hurry.wait
 
     def lingering(timeout: float | None = None) -> bool:
         lingers.append(timeout)
         return wait(timeout)
 
-    target.write = noting  # type: ignore[method-assign]
     sink._hurry.wait = lingering  # type: ignore[method-assign]
     try:
         index = 0
@@ -637,14 +646,7 @@ def test_a_burst_that_reaches_max_records_is_written_without_another_linger(
     storage = SqlStorage(f"sqlite:///{tmp_path / 'trail.db'}")
     sink = storage.audit
     sink.LINGER_S, sink.MAX_DELAY_S, sink.MAX_RECORDS = 0.5, 30.0, 50
-    target, bursts = sink.target, []
-    store = target.write
-
-    def noting(records: Any) -> None:
-        bursts.append((time.monotonic(), len(records)))
-        store(records)
-
-    target.write = noting  # type: ignore[method-assign]
+    bursts = _noting_bursts(sink)
     try:
         started = time.monotonic()
         sink.write([_trail_record(0)])
