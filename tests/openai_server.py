@@ -47,6 +47,10 @@ class Reply:
     raw: str | None = None  # the whole body as given (a malformed or non-JSON answer)...
     raw_type: str = "application/json"  # ...with this content type
     raw_chunks: list[str] | None = None  # stream: these data lines as given, then [DONE]
+    cut: bool = False  # end cleanly mid-answer: a stream with no finish_reason and no [DONE],
+    # or the first half of the JSON body
+    done: bool = True  # stream: send [DONE] at the end (False: only the finish_reason says so)
+    finish: bool = True  # stream: send the finish_reason (False: only [DONE] says so)
 
 
 def text(content: str, **kwargs: Any) -> Reply:
@@ -111,6 +115,9 @@ class ScriptedServer:
                     "include_usage"
                 )
                 return StreamingResponse(_sse(reply, bool(usage)), media_type="text/event-stream")
+            if reply.cut:
+                whole = json.dumps(_completion(reply))
+                return Response(whole[: len(whole) // 2], media_type="application/json")
             return JSONResponse(_completion(reply))
 
         return app
@@ -177,10 +184,14 @@ async def _sse(reply: Reply, include_usage: bool) -> AsyncIterator[str]:
         yield event({"tool_calls": [{**head, "function": {"name": c["name"], "arguments": ""}}]})
         for piece in _pieces(c["arguments"]):
             yield event({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-    yield event({}, "tool_calls" if reply.tool_calls else "stop")
+    if reply.cut:
+        return  # the connection closes cleanly, as a proxy that gave up would close it
+    if reply.finish:
+        yield event({}, "tool_calls" if reply.tool_calls else "stop")
     if include_usage:
         yield event({}, usage=_usage(reply))
-    yield "data: [DONE]\n\n"
+    if reply.done:
+        yield "data: [DONE]\n\n"
 
 
 async def _raw_sse(chunks: list[str]) -> AsyncIterator[str]:

@@ -25,7 +25,10 @@ raised as ``ModelError`` with a message that names the endpoint, quotes the serv
 and says what to check. An empty reply (no text and no call) is a failure too, retried up to
 ``max_retries`` times, never passed off as an empty answer. A stream that ends before anything
 arrived (llama-cpp-python's server does this when it cannot stream with tools) is retried once
-without streaming, with a warning in the log.
+without streaming, with a warning in the log. A stream is complete only when it says so: one
+that ends after some of the reply but with no ``finish_reason`` and no ``[DONE]`` (a proxy or a
+server that hung up mid-answer, a connection cut) is a ``ModelError``, never a short answer.
+A reply that is not streamed is whole when its JSON is (a cut body does not parse).
 
 With ``grammar=True`` in ``hermes`` mode, a request whose turn must call a tool (``tool_choice``
 ``required`` or a tool name) also carries a GBNF grammar built from the tools (the ``grammar``
@@ -59,6 +62,7 @@ from openai import (
     AsyncOpenAI,
     AsyncStream,
 )
+from openai._streaming import ServerSentEvent
 
 from hermes_agent.errors import ConfigError, ModelError
 from hermes_agent.models import openai_reply as json_reply
@@ -285,6 +289,8 @@ class OpenAICompatible(ModelBase):
                 data = await self._client().post(_PATH, body=body, cast_to=object, options=_OPTIONS)
             except APIError as exc:
                 raise self._model_error(exc) from exc
+            except json.JSONDecodeError as exc:  # a JSON body that stops short
+                raise self._cut_short(exc) from exc
             response = self._reply(data)
             choice = json_reply.first_choice(response)
             message = json_reply.part(choice, "message")
@@ -292,6 +298,9 @@ class OpenAICompatible(ModelBase):
             # Structured calls are read in hermes mode too: some servers parse the text for us.
             native = json_reply.tool_calls(message)
             usage.add(_usage(response.get("usage")))
+            ending = json_reply.text(choice, "finish_reason")
+            if ending in _FAILED:
+                raise self._failed_mid_answer(ending)
             if content.strip() or native:
                 reasoning = json_reply.reasoning(message)
                 completion, text = _merge_native(content, native, reasoning)
@@ -330,6 +339,7 @@ class OpenAICompatible(ModelBase):
         thought = _StreamedThought()
         usage = Usage(requests=1)
         received = False
+        finish = ""  # the server's finish_reason, once it sends one
         # One deadline for the request and every chunk of it (each await is bounded by it;
         # never a timeout across a ``yield``, which would land in the consumer's code).
         when = asyncio.get_running_loop().time() + self.deadline
@@ -342,7 +352,7 @@ class OpenAICompatible(ModelBase):
                     cast_to=object,
                     options=_OPTIONS,
                     stream=True,
-                    stream_cls=AsyncStream[object],
+                    stream_cls=_Stream,
                 )
             try:
                 async for data in _before(when, stream):
@@ -352,6 +362,7 @@ class OpenAICompatible(ModelBase):
                     choice = json_reply.first_choice(chunk)
                     if choice is None:
                         continue
+                    finish = json_reply.text(choice, "finish_reason") or finish
                     delta = json_reply.part(choice, "delta")
                     reasoning = json_reply.reasoning(delta)
                     content = json_reply.content(delta)
@@ -374,6 +385,8 @@ class OpenAICompatible(ModelBase):
                 await stream.close()
         except APIError as exc:
             raise self._model_error(exc) from exc
+        except json.JSONDecodeError as exc:  # an event whose JSON stops short
+            raise self._cut_short(exc) from exc
         except TimeoutError:
             if asyncio.get_running_loop().time() >= when:
                 raise self._past_deadline() from None
@@ -388,6 +401,10 @@ class OpenAICompatible(ModelBase):
             yield StreamChunk(response.text)
             yield StreamChunk("", usage=response.usage)
             return
+        if not (finish or stream.done):
+            raise self._cut_short()
+        if finish in _FAILED:
+            raise self._failed_mid_answer(finish)
         tail = thought.finish() + calls.finish()
         if tail:
             yield StreamChunk(tail)
@@ -477,6 +494,25 @@ class OpenAICompatible(ModelBase):
             "what every attempt may take) for models that answer slowly at length."
         )
 
+    def _cut_short(self, cut: json.JSONDecodeError | None = None) -> ModelError:
+        how = (
+            "(no finish_reason and no [DONE])"
+            if cut is None
+            else f"(its JSON stops at character {cut.pos}: {cut.msg})"
+        )
+        return ModelError(
+            f"{self._where()} ended its reply before it was complete {how}: the answer was "
+            "cut short and was not used. A proxy or load balancer may have closed the "
+            "connection, or the server stopped mid-answer; check its logs and any proxy's "
+            "timeouts."
+        )
+
+    def _failed_mid_answer(self, finish: str) -> ModelError:
+        return ModelError(
+            f"{self._where()} ended its reply with finish_reason={finish!r}: it failed "
+            "mid-answer, so the reply is incomplete and was not used. Check the server's logs."
+        )
+
     def _model_error(self, exc: APIError) -> ModelError:
         url = self.base_url.rstrip("/")
         where = self._where()
@@ -554,6 +590,24 @@ def _aiohttp_problem() -> str | None:
 
 def _default_deadline(timeout: float, max_retries: int) -> float:
     return timeout * (max_retries + 1) + _MAX_BACKOFF_S * max_retries + 1.0
+
+
+_FAILED = frozenset({"error", "abort"})
+"""Finish reasons that say the server gave up mid-answer (OpenRouter's ``error``, vLLM's
+``abort``): the stream ended, but not with a reply."""
+
+
+class _Stream(AsyncStream[object]):
+    """The SDK's stream, noting whether the server sent ``[DONE]`` (the SDK ends the
+    iteration there, and just the same when the connection closes without it)."""
+
+    done = False
+
+    async def _iter_events(self) -> AsyncIterator[ServerSentEvent]:
+        async for event in super()._iter_events():
+            if event.data.startswith("[DONE]"):
+                self.done = True
+            yield event
 
 
 async def _before(when: float, items: AsyncIterator[_T]) -> AsyncIterator[_T]:

@@ -371,6 +371,7 @@ class LlamaCpp(ModelBase):
             except Exception as exc:
                 raise ModelError(f"the embedded model failed: {exc}") from exc
         check_guide(guide)
+        _check_ended(response["choices"][0].get("finish_reason"))
         text: str = response["choices"][0]["text"]
         raw_usage = response.get("usage") or {}
         usage = Usage(
@@ -410,6 +411,7 @@ class LlamaCpp(ModelBase):
             # not when the completion ran into max_tokens.
             completion_tokens = llm.n_tokens - prompt_tokens + (finish_reason == "length")
         check_guide(guide)
+        _check_ended(finish_reason)
         yield StreamChunk(
             text="",
             usage=Usage(
@@ -417,6 +419,17 @@ class LlamaCpp(ModelBase):
                 completion_tokens=max(completion_tokens, 0),
                 requests=1,
             ),
+        )
+
+
+def _check_ended(finish_reason: object) -> None:
+    """A completion is whole only when llama.cpp says how it ended (``stop``: the end of the
+    turn or a stop string; ``length``: ``max_tokens``); one that stopped without saying so
+    is not passed off as the answer."""
+    if not finish_reason:
+        raise ModelError(
+            "the embedded model stopped without a finish reason, so its answer may be "
+            "incomplete and was not used; try again, and report it if it recurs"
         )
 
 
