@@ -234,6 +234,34 @@ def test_no_secret_reaches_any_attribute(
     ]
 
 
+def test_the_services_own_keys_and_stream_tokens_are_masked(
+    exporter: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    from hermes_agent.runs.principal import Principal
+    from hermes_agent.server.auth import MemoryKeyStore
+    from hermes_agent.server.stream_tokens import MemoryStreamTokens, StreamGrant
+
+    # Real ones, minted as the service mints them: a user pastes them into the chat, a tool
+    # echoes them back.
+    api_key = MemoryKeyStore().create("alice")
+    grant = StreamGrant("run-1", Principal("alice"), None, time.time() + 300)
+    stream_token = MemoryStreamTokens().grant(grant)
+    assert api_key.startswith("hk_") and stream_token.startswith("hst_")
+    provider, memory = exporter
+    first = call("lookup", account="acme", token=f"{api_key} {stream_token}")
+    agent = Agent(model=ScriptedModel([first, "Ada owns acme."]), tools=[lookup])
+    instrument(agent, tracer_provider=provider, capture_content=True)
+    result = agent.run(f"My key is {api_key}; my stream token {stream_token}. Who owns acme?")
+    assert result.output == "Ada owns acme."
+    recorded = everything_recorded(memory.get_finished_spans())
+    for secret in (api_key, stream_token):
+        assert secret.split(".", 1)[1] not in recorded  # not even the secret part
+    assert "My key is [REDACTED]; my stream token [REDACTED]. Who owns acme?" in recorded
+    (looked,) = named(memory.get_finished_spans(), "execute_tool")
+    arguments = json.loads(str((looked.attributes or {})["gen_ai.tool.call.arguments"]))
+    assert arguments == {"account": "acme", "token": "[REDACTED] [REDACTED]"}
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 

@@ -78,6 +78,7 @@ SCHEMA_URL = f"https://opentelemetry.io/schemas/{SEMCONV_VERSION}"
 
 DEFAULT_SECRET_PATTERNS: tuple[str, ...] = (
     r"sk-[A-Za-z0-9_-]{16,}",  # OpenAI-style and Anthropic-style API keys
+    r"\b(?:hk|hst)_[0-9a-f]{16}\.[A-Za-z0-9_-]{8,}",  # this service's API keys, stream tokens
     r"(?i)bearer\s+[A-Za-z0-9._~+/=-]{16,}",  # a bearer token quoted in text
     r"AKIA[0-9A-Z]{16}",  # AWS access key ids
     r"gh[pousr]_[A-Za-z0-9]{36,}",  # GitHub tokens
