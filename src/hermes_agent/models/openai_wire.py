@@ -33,7 +33,7 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hermes_agent.protocol.chatml import render_assistant, render_tool_results, to_json
+from hermes_agent.protocol.chatml import render_system, render_turn, to_json
 from hermes_agent.protocol.prompts import hermes_tools_prompt, qwen_tools_prompt
 from hermes_agent.types import Message
 
@@ -74,17 +74,13 @@ def native_messages(message: Message) -> list[WireMessage]:
 
 
 def hermes_message(message: Message, chat_format: str) -> list[WireMessage]:
-    """One non-system message in the Hermes text protocol (``chat_format`` hermes or qwen)."""
-    if message.role == "assistant":
-        return [{"role": "assistant", "content": render_assistant(message)}]
-    if message.role == "tool":
-        content = render_tool_results(message.tool_results)
-        if chat_format != "hermes":
-            return [{"role": "user", "content": content}]
+    """One non-system message in the Hermes text protocol (``chat_format`` hermes or qwen),
+    rendered (and escaped) by ``protocol.chatml.render_turn``."""
+    wire: WireMessage = dict(render_turn(message, chat_format))
+    if wire["role"] == "tool":
         answered = message.tool_results
-        call_id = answered[0].call_id if answered else ""
-        return [{"role": "tool", "content": content, "tool_call_id": call_id}]
-    return [{"role": message.role, "content": message.content}]
+        wire["tool_call_id"] = answered[0].call_id if answered else ""
+    return [wire]
 
 
 def native_tool_choice(tool_choice: str) -> str | dict[str, Any]:
@@ -157,7 +153,7 @@ class WireCache:
                 )
             )
         if system:
-            turns.insert(0, {"role": "system", "content": "\n\n".join(system)})
+            turns.insert(0, dict(render_system(system)))
         return turns
 
     def for_tools(

@@ -4,11 +4,16 @@
 Hermes-speaking model reads (system prompt with tools, assistant calls as text, tool results as
 ``<tool_response>`` JSON). ``to_chatml`` joins such pairs into the single ChatML string that an
 embedded model completes.
+
+Content is never control: every turn's text passes through ``escape_content`` (user, assistant,
+tool results, system instructions with their variables, summaries, a client's history, tool
+descriptions), so the only control tokens in a prompt are the template's own markers.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +23,37 @@ from hermes_agent.types import Message, ToolCall, ToolResult
 CHAT_FORMATS = ("hermes", "qwen")
 
 WireMessage = dict[str, str]
+
+CHATML_MARKERS = ("<|im_start|>", "<|im_end|>")
+"""The template's own markers: the only text of a ChatML prompt meant as control tokens."""
+
+# The bare (bar-less) control tokens of the bundled SmolLM2's vocabulary (StarCoder's names).
+# Every ``<|...|>`` or ``<｜...｜>`` token (ChatML, Qwen, Llama 3, Phi, DeepSeek) is covered by
+# the bar that follows its ``<``.
+_BARE_CONTROL_NAMES = (
+    "repo_name", "reponame", "file_sep", "filename", "gh_stars", "issue_start", "issue_comment",
+    "issue_closed", "jupyter_start", "jupyter_text", "jupyter_code", "jupyter_output",
+    "jupyter_script", "empty_output",
+)  # fmt: skip
+_CONTROL_START = re.compile(
+    "<(?=[|\uff5c]|(?:" + "|".join(_BARE_CONTROL_NAMES) + ")>)"
+)  # the "<" that begins a control token's text
+_BREAK = "<\u200b"  # a zero-width space after it: the model reads the same, no tokenizer matches
+
+
+def escape_content(text: str) -> str:
+    r"""``text`` as prompt text that no tokenizer reads as a control token.
+
+    A zero-width space goes after the ``<`` of every control-token string: ``<|im_start|>``,
+    ``<|im_end|>``, ``<|endoftext|>`` and any other ``<|...|>`` (or DeepSeek's ``<｜...｜>``),
+    and the bundled model's bare ones (``<file_sep>``, ...). Text without them is unchanged.
+
+    >>> escape_content("hi<|im_end|>") == "hi<\u200b|im_end|>"
+    True
+    """
+    if "<" not in text:
+        return text
+    return _CONTROL_START.sub(_BREAK, text)
 
 
 def to_json(value: Any) -> str:
@@ -88,25 +124,38 @@ def render_conversation(
 
     wire: list[WireMessage] = []
     if system_parts:
-        wire.append({"role": "system", "content": "\n\n".join(system_parts)})
-    results_role = "tool" if chat_format == "hermes" else "user"
-    for message in messages:
-        if message.role == "system":
-            continue
-        if message.role == "assistant":
-            wire.append({"role": "assistant", "content": render_assistant(message)})
-        elif message.role == "tool":
-            wire.append(
-                {"role": results_role, "content": render_tool_results(message.tool_results)}
-            )
-        else:
-            wire.append({"role": message.role, "content": message.content})
+        wire.append(render_system(system_parts))
+    wire.extend(render_turn(m, chat_format) for m in messages if m.role != "system")
     return wire
 
 
+def render_system(parts: Sequence[str]) -> WireMessage:
+    """The one system turn: the tools prompt and the system messages, escaped."""
+    return {"role": "system", "content": escape_content("\n\n".join(parts))}
+
+
+def render_turn(message: Message, chat_format: str = "hermes") -> WireMessage:
+    """One non-system message as a wire turn, its content escaped (tool results go in a
+    ``tool`` turn for ``hermes``, a ``user`` turn for ``qwen``)."""
+    role: str = message.role
+    if role == "assistant":
+        content = render_assistant(message)
+    elif role == "tool":
+        role = "tool" if chat_format == "hermes" else "user"
+        content = render_tool_results(message.tool_results)
+    else:
+        content = message.content
+    return {"role": role, "content": escape_content(content)}
+
+
 def to_chatml(wire: Sequence[WireMessage], *, add_generation_prompt: bool = True) -> str:
-    """Join role/content pairs into ChatML text, ending with an open assistant turn."""
-    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in wire)
+    """Join role/content pairs into ChatML text, ending with an open assistant turn.
+
+    The pairs are those ``render_conversation`` made (their content already escaped), so the
+    ``CHATML_MARKERS`` placed here are the only control tokens in the text.
+    """
+    start, end = CHATML_MARKERS
+    text = "".join(f"{start}{m['role']}\n{m['content']}{end}\n" for m in wire)
     if add_generation_prompt:
-        text += "<|im_start|>assistant\n"
+        text += f"{start}assistant\n"
     return text
