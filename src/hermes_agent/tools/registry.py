@@ -39,6 +39,7 @@ import fastjsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, PydanticSchemaGenerationError, TypeAdapter, ValidationError
+from pydantic.fields import FieldInfo
 
 from hermes_agent.errors import ToolDefinitionError
 from hermes_agent.protocol.prompts import openai_tool
@@ -47,12 +48,19 @@ from hermes_agent.tools.schema import (
     arguments_model,
     convert_arguments,
     describe_function,
+    field_defaults,
+    fill_defaults,
     model_parameter,
     schema_from_function,
     schema_from_mapping,
     schema_from_model,
 )
-from hermes_agent.tools.validation import argument_errors, make_fast_check, make_validator
+from hermes_agent.tools.validation import (
+    argument_errors,
+    make_fast_check,
+    make_validator,
+    non_finite_errors,
+)
 
 DEFAULT_TOOLSET = "default"
 EXECUTION_MODES = ("in_process", "subprocess", "inline")
@@ -125,6 +133,7 @@ class Tool:
     _fast_check: Callable[[Any], Any] | None = field(init=False, repr=False, default=None)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
     _adapters: dict[str, TypeAdapter[Any]] | None = field(init=False, repr=False, default=None)
+    _defaults: dict[str, FieldInfo] = field(init=False, repr=False, default_factory=dict)
     _is_async: bool = field(init=False, repr=False, default=False)
     _wrapped: tuple[str, type[BaseModel]] | None = field(init=False, repr=False, default=None)
     _spec: dict[str, Any] = field(init=False, repr=False)
@@ -254,9 +263,12 @@ class Tool:
         adapters = self._adapters
         if adapters is None:
             adapters = self._adapters = argument_adapters(self.function)
-        if not adapters:
+            self._defaults = field_defaults(self.function)
+        if not adapters and not self._defaults:
             return arguments, []
-        return convert_arguments(adapters, arguments)
+        converted, problems = convert_arguments(adapters, arguments)
+        # After converting: a default stands as written, as pydantic leaves defaults unchecked.
+        return fill_defaults(self._defaults, converted), problems
 
     def json_function(self) -> Callable[..., Any]:
         """The function to call with JSON arguments: ``function`` itself when nothing needs
@@ -265,7 +277,7 @@ class Tool:
         """
         if self._wrapped is None:
             self.convert({})  # builds the adapters now, so a forked worker inherits them
-            if not self._adapters:
+            if not self._adapters and not self._defaults:
                 return self.function
         return self._call_with_json
 
@@ -295,7 +307,14 @@ class Tool:
         When the schema rejects them and the function has type hints, pydantic's lax mode gets
         one chance to coerce obvious cases ("5" → 5 for an ``int``); the coerced arguments must
         then pass the schema too, otherwise the original errors are reported.
+
+        A NaN or infinite number anywhere in the arguments is refused first, whatever the
+        schema says: every comparison with NaN is false, so no ``minimum`` would stop it, and
+        JSON has no such numbers (Python's ``json`` reads ``NaN`` and ``1e999`` as them).
         """
+        non_finite = non_finite_errors(arguments)
+        if non_finite:
+            return arguments, non_finite
         if self._fast_check is not None:
             try:
                 self._fast_check(arguments)
@@ -311,7 +330,11 @@ class Tool:
             )
         except ValidationError:
             return arguments, errors
-        if set(arguments) - set(coerced) or argument_errors(self._validator, coerced):
+        if (
+            set(arguments) - set(coerced)
+            or argument_errors(self._validator, coerced)
+            or non_finite_errors(coerced)  # "nan" as a string, coerced to a float
+        ):
             # A model that ignores unknown fields must not make an invented argument vanish.
             return arguments, errors
         return coerced, []

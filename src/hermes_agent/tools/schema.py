@@ -8,6 +8,10 @@ false, so a model that invents an argument is told so instead of having it silen
 References (``$defs``) are inlined: small models and the GBNF grammar builder both do better with
 one self-contained schema per tool. Titles pydantic adds are removed for the same reason.
 
+Every bound a hint declares reaches the schema, and so the validator: ``Field(ge=0)`` as the
+default or inside ``Annotated``, ``annotated_types`` (``Ge``, ``Len``...), ``conint`` and the
+other ``con*`` types, ``pattern``, ``Literal``, enums.
+
 The way back — JSON arguments → the objects the annotations name (a pydantic model, a dataclass,
 a ``datetime``, an ``Enum``, a ``tuple``...) — is ``argument_adapters``: one pydantic
 ``TypeAdapter`` per parameter whose annotation is more than plain JSON.
@@ -44,6 +48,7 @@ from typing import (
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
 from pydantic.errors import PydanticInvalidForJsonSchema, PydanticSchemaGenerationError
+from pydantic.fields import FieldInfo
 
 from hermes_agent.errors import ToolDefinitionError
 
@@ -123,7 +128,9 @@ def arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
 
 def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
     try:
-        hints = get_type_hints(fn)
+        # With the extras: the bounds of ``Annotated[float, Field(ge=0)]`` (or ``conint``, or
+        # ``annotated_types.Ge``) live in the metadata that plain ``get_type_hints`` drops.
+        hints = get_type_hints(fn, include_extras=True)
     except Exception as exc:  # unresolvable forward references, typos in annotations
         raise ToolDefinitionError(
             f"cannot read the type hints of {fn.__qualname__}: {exc}. "
@@ -134,6 +141,7 @@ def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
         if param.kind in _SKIPPED_KINDS:
             continue
         annotation = hints.get(param.name, Any)
+        # A ``Field(5, ge=0)`` default is passed as it is: pydantic reads its bounds and default.
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
     try:
@@ -238,9 +246,12 @@ def needs_conversion(annotation: Any, _depth: int = 0) -> bool:
 
 
 def argument_adapters(fn: Callable[..., Any]) -> dict[str, TypeAdapter[Any]]:
-    """One ``TypeAdapter`` per parameter of ``fn`` whose annotation needs conversion from JSON.
+    """One ``TypeAdapter`` per parameter of ``fn`` whose annotation needs conversion from JSON,
+    or declares constraints of its own (``Annotated[...]`` metadata, a ``Field(...)`` default):
+    pydantic checks those again after the schema, so a bound holds even where the schema does
+    not carry it (a hand-written ``parameters=``, an ``AfterValidator``).
 
-    Empty when no parameter does — or when the annotations cannot be read or adapted (the
+    Empty when no parameter needs one — or when the annotations cannot be read or adapted (the
     function then gets the JSON values, as its hand-written ``parameters=`` schema describes).
     """
     try:
@@ -251,13 +262,50 @@ def argument_adapters(fn: Callable[..., Any]) -> dict[str, TypeAdapter[Any]]:
     adapters: dict[str, TypeAdapter[Any]] = {}
     for param in params:
         annotation = hints.get(param.name, Any)
-        if param.kind in _SKIPPED_KINDS or not needs_conversion(annotation):
+        if isinstance(param.default, FieldInfo):
+            annotation = Annotated[annotation, param.default]
+        if param.kind in _SKIPPED_KINDS or not (
+            needs_conversion(annotation) or _constrained(annotation)
+        ):
             continue
         try:
             adapters[param.name] = TypeAdapter(annotation)
         except Exception:  # a type pydantic cannot build (only with a hand-written schema)
             continue
     return adapters
+
+
+def _constrained(annotation: Any) -> bool:
+    """Whether ``annotation`` is ``Annotated`` with metadata beyond plain text (a doc string)."""
+    if get_origin(annotation) is not Annotated:
+        return False
+    return any(not isinstance(extra, str) for extra in getattr(annotation, "__metadata__", ()))
+
+
+def field_defaults(fn: Callable[..., Any]) -> dict[str, FieldInfo]:
+    """The parameters of ``fn`` whose Python default is a pydantic ``Field(...)`` that holds a
+    default (``x: int = Field(5, ge=0)``): Python would pass the ``FieldInfo`` itself when the
+    argument is left out, so the caller fills in the value it stands for (``fill_defaults``)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    return {
+        p.name: p.default
+        for p in params
+        if isinstance(p.default, FieldInfo) and not p.default.is_required()
+    }
+
+
+def fill_defaults(defaults: Mapping[str, FieldInfo], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` with each left-out parameter of ``defaults`` set to its field's default."""
+    missing = [name for name in defaults if name not in arguments]
+    if not missing:
+        return arguments
+    filled = dict(arguments)
+    for name in missing:
+        filled[name] = defaults[name].get_default(call_default_factory=True)
+    return filled
 
 
 def convert_arguments(
@@ -414,6 +462,7 @@ def _function_defaults(fn: Callable[..., Any]) -> set[str]:
         p.name
         for p in inspect.signature(fn).parameters.values()
         if p.default is not inspect.Parameter.empty
+        and not (isinstance(p.default, FieldInfo) and p.default.is_required())
     }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -166,3 +167,24 @@ def _describe(error: ValidationError) -> Iterable[str]:
         yield f"{where} must be {wanted}, got {_short(error.instance)}"
     else:
         yield f"{where}: {error.message}"
+
+
+def non_finite_errors(arguments: Any) -> list[str]:
+    """One message per NaN or infinite number in ``arguments``, however deeply it sits.
+
+    JSON has no such numbers, but Python's ``json`` reads ``NaN``, ``Infinity`` and ``1e999``
+    as them, and a NaN passes every ``minimum`` and ``maximum`` (each comparison with it is
+    false): refused here, whatever the schema says. A walk with its own stack, as arguments a
+    hook changed may nest deeper than the decoders allow."""
+    found: list[str] = []
+    stack: list[tuple[tuple[str, ...], Any]] = [((), arguments)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            where = f"'{'.'.join(path)}'" if path else "arguments"
+            found.append(f"{where} must be a finite number, got {_short(value)}")
+        elif isinstance(value, dict):
+            stack.extend(((*path, str(k)), v) for k, v in reversed(value.items()))
+        elif isinstance(value, list | tuple):
+            stack.extend(((*path, str(n)), v) for n, v in reversed(list(enumerate(value))))
+    return found
