@@ -36,19 +36,27 @@ print("<b>not bold</b>")
 """
 
 
+QUOTES = 150_000
+MAX_QUOTE_DEPTH = 32  # markdown.js's bound on nested block quotes
+
+
 def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
     user = str(next(m.content for m in reversed(messages) if m.role == "user"))
     if user == "broken":
         return "<tool_call>{not json</tool_call>"  # never usable: the run fails (502)
     if user == "markdown":
         return MARKDOWN_ANSWER
+    if user == "quotes":
+        return ">" * QUOTES  # a hostile answer: one line of quote markers
     return f"Hello, you said {user}."
 
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("console-render")
-    agent = Agent(model=ScriptedModel(script), storage=f"sqlite:///{folder / 'state.db'}")
+    # Big chunks: the 150,000-character answer streams in a few dozen deltas, not 37,500.
+    model = ScriptedModel(script, chunk_size=4096)
+    agent = Agent(model=model, storage=f"sqlite:///{folder / 'state.db'}")
     settings = ServiceSettings(auth="none", approval_policy="wait")
     with serve(create_app(agent=agent, settings=settings)) as address:
         yield address
@@ -111,6 +119,38 @@ def test_the_answer_is_markdown_drawn_as_nodes(browser: Any, url: str) -> None:
     stored = page.locator(".transcript .msg.assistant .body").last
     expect(stored.locator("strong")).to_have_text("sum")
     expect(stored.locator("img")).to_have_count(0)
+    close(page)
+
+
+def test_an_answer_of_150000_quote_markers_is_drawn_within_the_depth_bound(
+    browser: Any, url: str
+) -> None:
+    page = new_page(browser)
+    page.goto(f"{url}/console/#/chat")
+    expect(page.locator("main[data-ready=chat]")).to_have_count(1)
+    turn = send(page, "quotes")
+    answer = turn.locator(".answer")
+    expect(turn.locator(".turn-footer .badge.ok")).to_have_text("done")
+    # Nested as deep as the bound, no deeper; the innermost quote holds the rest as text.
+    expect(answer.locator("blockquote")).to_have_count(MAX_QUOTE_DEPTH)
+    innermost = answer.locator("blockquote").nth(MAX_QUOTE_DEPTH - 1)
+    expect(innermost.locator("blockquote")).to_have_count(0)
+    rest = innermost.evaluate("q => q.textContent.length")
+    assert rest == QUOTES - MAX_QUOTE_DEPTH  # each level took one marker
+    # The renderer itself, timed in the page: bounded work, however many markers.
+    took = page.evaluate(
+        """async (n) => {
+          const { markdown } = await import('/console/markdown.js');
+          const start = performance.now();
+          markdown('>'.repeat(n));
+          markdown('> '.repeat(n / 2));
+          return performance.now() - start;
+        }""",
+        QUOTES,
+    )
+    assert took < 2_000, f"{took:.0f} ms to draw the quotes"
+    # The chat still works after it.
+    expect(send(page, "hello").locator(".answer")).to_contain_text("Hello, you said hello.")
     close(page)
 
 

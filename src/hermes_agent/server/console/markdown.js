@@ -14,6 +14,10 @@ import { h } from "./dom.js";
 const INLINE = /(`[^`\n]{1,1000}`)|(\*\*[^*\n]{1,1000}\*\*)|(\*[^*\s][^*\n]{0,1000}\*|_[^_\s][^_\n]{0,1000}_)|(\[[^\][\n]{1,500}\]\([^)\s]{1,2000}\))/;
 const MAX_CHARS = 200_000; // past this, the answer is shown as plain text
 const MAX_INLINE_LINE = 4_000; // a longer line is shown as its text
+// Block quotes nest this deep at most: the innermost holds the rest as its text. Each level reads
+// the quote's lines again and is one more call on the stack, so without a bound a line of
+// many ">" would take time quadratic in its length and overflow the stack.
+export const MAX_QUOTE_DEPTH = 32;
 
 /** The inline pieces of one line of text, as nodes. */
 function inline(text) {
@@ -44,8 +48,12 @@ function inline(text) {
 export function markdown(text) {
   const source = String(text ?? "");
   if (source.length > MAX_CHARS) return [h("p", {}, source)];
-  const lines = source.replace(/\r\n?/g, "\n").split("\n");
-  const blocks = [];
+  return blocks(source.replace(/\r\n?/g, "\n").split("\n"), 0);
+}
+
+/** ``lines``, inside ``depth`` block quotes, as block elements. */
+function blocks(lines, depth) {
+  const found = [];
   let i = 0;
   while (i < lines.length) {
     const line = lines[i];
@@ -55,13 +63,13 @@ export function markdown(text) {
       i += 1;
       while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
       i += 1; // the closing fence (or the end of an unclosed block)
-      blocks.push(h("pre", { class: "code md-code", dataset: fence[2] ? { lang: fence[2] } : null }, h("code", {}, body.join("\n"))));
+      found.push(h("pre", { class: "code md-code", dataset: fence[2] ? { lang: fence[2] } : null }, h("code", {}, body.join("\n"))));
       continue;
     }
     const heading = /^(#{1,6})\s+(.*)$/.exec(line);
     if (heading) {
       // Headings inside an answer sit below the page's own h1-h3.
-      blocks.push(h(`h${Math.min(6, heading[1].length + 3)}`, { class: "md-heading" }, inline(heading[2])));
+      found.push(h(`h${Math.min(6, heading[1].length + 3)}`, { class: "md-heading" }, inline(heading[2])));
       i += 1;
       continue;
     }
@@ -75,13 +83,14 @@ export function markdown(text) {
         items.push(h("li", {}, inline(next[2])));
         i += 1;
       }
-      blocks.push(h(ordered ? "ol" : "ul", { class: "md-list" }, items));
+      found.push(h(ordered ? "ol" : "ul", { class: "md-list" }, items));
       continue;
     }
     if (/^\s*>/.test(line)) {
       const quoted = [];
       while (i < lines.length && /^\s*>/.test(lines[i])) quoted.push(lines[i++].replace(/^\s*>\s?/, ""));
-      blocks.push(h("blockquote", {}, markdown(quoted.join("\n"))));
+      const inside = depth + 1 < MAX_QUOTE_DEPTH ? blocks(quoted, depth + 1) : [h("p", {}, quoted.join("\n"))];
+      found.push(h("blockquote", {}, inside));
       continue;
     }
     if (!line.trim()) {
@@ -91,7 +100,7 @@ export function markdown(text) {
     const paragraph = [];
     while (i < lines.length && lines[i].trim() && !/^\s*(```|~~~|#{1,6}\s|>|[-*+]\s|\d{1,9}[.)]\s)/.test(lines[i])) paragraph.push(lines[i++]);
     if (!paragraph.length) paragraph.push(lines[i++]); // a line no other rule took
-    blocks.push(h("p", {}, paragraph.flatMap((part, n) => (n ? [h("br"), ...inline(part)] : inline(part)))));
+    found.push(h("p", {}, paragraph.flatMap((part, n) => (n ? [h("br"), ...inline(part)] : inline(part)))));
   }
-  return blocks;
+  return found;
 }
