@@ -347,10 +347,11 @@ def test_no_nan_or_infinity_passes_even_without_a_bound(
     assert UNBOUNDED.validate({"x": "2.5"}) == ({"x": 2.5}, [])  # coercion still works
 
 
-def test_a_hook_that_changes_the_arguments_is_checked_again() -> None:
-    """The selector's recheck is the same ``validate``: a NaN a hook puts in is refused."""
+def test_a_nan_nested_deeper_than_the_decoders_allow_is_found() -> None:
+    """Arguments a ``pre_execution`` hook changed are checked by the same ``validate``, and a
+    hook is not held to the decoders' nesting limit: the walk has its own stack."""
     nested: Any = [NAN]
-    for _ in range(500):  # deeper than the decoders allow: the walk has its own stack
+    for _ in range(5000):
         nested = [nested]
     assert UNBOUNDED.validate({"x": 1.0, "points": nested})[1]
 
@@ -370,25 +371,25 @@ def _positive(value: float) -> float:
 
 
 OTHER = [
-    (Annotated[str, Field(max_length=3)], "abc", "abcd"),
-    (constr(pattern=r"^[a-z]+$"), "abc", "ABC"),
-    (Annotated[str, Len(2, 4)], "ab", "a"),
-    (Annotated[list[int], Field(min_length=1, max_length=2)], [1], []),
-    (conlist(int, max_length=2), [1, 2], [1, 2, 3]),
-    (Annotated[int, MultipleOf(5)], 10, 7),
-    (Annotated[float, Field(gt=0, lt=1)], 0.5, 1),
-    (list[Annotated[int, Ge(0)]], [0, 1], [1, -1]),
-    (dict[str, Annotated[int, Le(3)]], {"a": 3}, {"a": 4}),
-    (Literal["a", "b"], "a", "c"),
-    (Colour, "red", "green"),
-    (Annotated[dt.date, Field(ge=dt.date(2020, 1, 1))], "2021-05-01", "2019-12-31"),
-    (Annotated[float, AfterValidator(_positive)], 1.5, -1.5),
+    ("str max_length", Annotated[str, Field(max_length=3)], "abc", "abcd"),
+    ("constr pattern", constr(pattern=r"^[a-z]+$"), "abc", "ABC"),
+    ("str Len", Annotated[str, Len(2, 4)], "ab", "a"),
+    ("list min/max_length", Annotated[list[int], Field(min_length=1, max_length=2)], [1], []),
+    ("conlist", conlist(int, max_length=2), [1, 2], [1, 2, 3]),
+    ("MultipleOf", Annotated[int, MultipleOf(5)], 10, 7),
+    ("float gt/lt", Annotated[float, Field(gt=0, lt=1)], 0.5, 1),
+    ("list item Ge", list[Annotated[int, Ge(0)]], [0, 1], [1, -1]),
+    ("dict value Le", dict[str, Annotated[int, Le(3)]], {"a": 3}, {"a": 4}),
+    ("Literal", Literal["a", "b"], "a", "c"),
+    ("Enum", Colour, "red", "green"),
+    ("date ge", Annotated[dt.date, Field(ge=dt.date(2020, 1, 1))], "2021-05-01", "2019-12-31"),
+    ("AfterValidator", Annotated[float, AfterValidator(_positive)], 1.5, -1.5),
 ]
 
 
-@pytest.mark.parametrize(("annotation", "good", "bad"), OTHER, ids=[str(o[0]) for o in OTHER])
+@pytest.mark.parametrize(("form", "annotation", "good", "bad"), OTHER, ids=[o[0] for o in OTHER])
 def test_every_constraint_form_pydantic_knows_is_enforced(
-    annotation: Any, good: Any, bad: Any
+    form: str, annotation: Any, good: Any, bad: Any
 ) -> None:
     def take(value: Any) -> str:
         return _took(value)
@@ -398,7 +399,7 @@ def test_every_constraint_form_pydantic_knows_is_enforced(
     received.clear()
     assert through_the_checks(made, {"value": good}) == []
     assert len(received) == 1
-    assert through_the_checks(made, {"value": bad}), bad
+    assert through_the_checks(made, {"value": bad}), (form, bad)
     assert len(received) == 1
 
 
@@ -467,3 +468,47 @@ def _between(items: list[str], answer: str) -> list[str]:
 def test_json_reads_these_literals_as_non_finite() -> None:
     """Why the walk is needed: Python's JSON reader is this lenient."""
     assert math.isnan(json.loads("NaN")) and json.loads("1e999") == INF
+
+
+# --- a client's tool, through the service's OpenAI facade ------------------------------------
+
+
+def test_a_client_tools_bound_holds_before_the_call_is_handed_to_the_client() -> None:
+    """A real uvicorn service, the official SDK as the client, a Hermes-mode endpoint behind:
+    the calls with NaN and +Inf go back to the model as invalid, and only the call in range
+    reaches the client."""
+    import openai
+
+    from hermes_agent.server import ServiceSettings, create_app
+    from hermes_agent.server.auth import MemoryKeyStore
+    from server_harness import serve
+
+    pay_declaration = {
+        "type": "function",
+        "function": {
+            "name": "pay",
+            "description": "Pay an amount",
+            "parameters": {"type": "object", "properties": {"amount": BOUNDED}},
+        },
+    }
+    keys = MemoryKeyStore()
+    with running_server() as endpoint:
+        agent = Agent(model=OpenAICompatible("hermes-3", base_url=endpoint.base_url))
+        app = create_app(agent=agent, settings=ServiceSettings(), keys=keys)
+        with serve(app) as url:
+            # Two invalid turns: within the bound of re-asks (three turns in all).
+            endpoint.push(text(_json("NaN")), text(_json("Infinity")))
+            endpoint.push(text(_json("42.5")))
+            client = openai.OpenAI(
+                base_url=f"{url}/v1", api_key=keys.create("alice"), max_retries=0
+            )
+            answer = client.chat.completions.create(
+                model="hermes-agent",
+                messages=[{"role": "user", "content": "pay"}],
+                tools=[pay_declaration],  # type: ignore[list-item]
+            )
+        handed = answer.choices[0].message.tool_calls or []
+        assert [json.loads(c.function.arguments) for c in handed] == [{"amount": 42.5}]  # type: ignore[union-attr]
+        told = [r["messages"][-1]["content"] for r in endpoint.requests[1:3]]
+        assert "'amount' must be a finite number, got NaN" in told[0]
+        assert "'amount' must be a finite number, got Infinity" in told[1]

@@ -177,14 +177,19 @@ def non_finite_errors(arguments: Any) -> list[str]:
     false): refused here, whatever the schema says. A walk with its own stack, as arguments a
     hook changed may nest deeper than the decoders allow."""
     found: list[str] = []
-    stack: list[tuple[tuple[str, ...], Any]] = [((), arguments)]
+    # A path is (key, parent's path), spelled out only for a finding: linear however deep.
+    stack: list[tuple[Any, Any]] = [(None, arguments)]
     while stack:
         path, value = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):
-            where = f"'{'.'.join(path)}'" if path else "arguments"
+            keys: list[str] = []
+            while path is not None:
+                keys.append(path[0])
+                path = path[1]
+            where = f"'{'.'.join(reversed(keys))}'" if keys else "arguments"
             found.append(f"{where} must be a finite number, got {_short(value)}")
         elif isinstance(value, dict):
-            stack.extend(((*path, str(k)), v) for k, v in reversed(value.items()))
+            stack.extend(((str(k), path), v) for k, v in reversed(value.items()))
         elif isinstance(value, list | tuple):
-            stack.extend(((*path, str(n)), v) for n, v in reversed(list(enumerate(value))))
+            stack.extend(((str(n), path), v) for n, v in reversed(list(enumerate(value))))
     return found
