@@ -63,7 +63,7 @@ def test_a_huge_tool_result_does_not_push_the_prompt_past_the_context_window() -
     def remember(messages: Sequence[Message], tools: object) -> None:
         prompts.append(to_chatml(render_conversation(messages, tools)))  # type: ignore[arg-type]
 
-    agent = Agent(model=model, max_tokens=200)
+    agent = Agent(model=model, max_tokens=200, max_result_chars=200_000)  # kept whole
 
     @agent.tool
     def dump() -> str:

@@ -60,7 +60,7 @@ from hermes_agent.pipeline.structured import OutputType
 from hermes_agent.storage.base import Storage, check_session_id
 from hermes_agent.storage.opening import open_storage
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
-from hermes_agent.tools.runtime import ToolRuntime
+from hermes_agent.tools.runtime import DEFAULT_MAX_RESULT_CHARS, ToolRuntime
 from hermes_agent.types import Message, RunResult, ToolChoice, Usage
 
 if TYPE_CHECKING:
@@ -103,6 +103,9 @@ class Agent:
     asks the model for a one-line reason with each turn (``Step.reason``, and the trail).
     ``max_run_tokens``, ``max_run_cost`` and ``run_timeout_s`` bound what one run may spend
     (``pipeline.budget``; each may be set per run too).
+    ``max_result_chars`` bounds every tool's result (characters of its JSON; a tool's own
+    larger ``max_result_chars`` raises it for that tool): a longer one is cut, with a note,
+    before it is stored or sent (``pipeline.tool_executor``).
     ``output_format`` is the renderer of an answer; ``channel_formats`` maps the name of a
     channel a run names (``run(..., channel="web")``) to the renderer of its answers, over
     ``DEFAULT_CHANNEL_FORMATS`` (``channels=`` is its deprecated old name).
@@ -146,6 +149,7 @@ class Agent:
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
@@ -198,7 +202,9 @@ class Agent:
         self.answer_prices = (answer_price_per_1k_prompt, answer_price_per_1k_completion)
         self.registry = ToolRegistry()
         self.hooks = Hooks()
-        self.runtime = ToolRuntime(threads=max(4, self.limits.max_concurrency))
+        self.runtime = ToolRuntime(
+            threads=max(4, self.limits.max_concurrency), max_result_chars=max_result_chars
+        )
         self.approver = approver
         self.renderers: dict[str, Renderer] = dict(BUILTIN_RENDERERS)
         self.output_format = output_format
@@ -246,6 +252,7 @@ class Agent:
             "max_run_tokens": a.max_run_tokens,
             "max_run_cost": a.max_run_cost,
             "run_timeout_s": a.run_timeout_s,
+            "max_result_chars": a.max_result_chars,
         }
         options["output_format"] = config.output.format
         options["channel_formats"] = config.output.channel_formats
@@ -297,7 +304,10 @@ class Agent:
         twin = copy.copy(self)
         # What a run changes is the agent's own, never shared with a fork.
         twin._executor = None
-        twin.runtime = ToolRuntime(threads=max(4, twin.limits.max_concurrency))
+        twin.runtime = ToolRuntime(
+            threads=max(4, twin.limits.max_concurrency),
+            max_result_chars=self.runtime.max_result_chars,
+        )
         twin.history = HistoryLoader(
             history_window=self.history.history_window,
             summary_max_chars=self.history.summary_max_chars,

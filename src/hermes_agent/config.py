@@ -182,6 +182,10 @@ class AgentConfig(_Strict):
     """What one run may cost at the model's prices (needs ``price_per_1k_*``)."""
     run_timeout_s: float | None = Field(default=None, gt=0)
     """Seconds one run may take, from its start; then it ends timed out (504)."""
+    max_result_chars: int = Field(default=100_000, gt=0)
+    """The longest result (characters of its JSON) a tool's call keeps, unless the tool's own
+    ``max_result_chars`` is larger; a longer one is cut, with a note saying so, before it is
+    stored or sent (``tools.runtime.DEFAULT_MAX_RESULT_CHARS``)."""
 
 
 class ToolConfig(_Strict):

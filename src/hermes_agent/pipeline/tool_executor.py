@@ -24,11 +24,17 @@ Every result reaches the model in one shape, and only what the model can act on:
 
     {"status": "success" | "error", "data": ..., "error": ...}
 
-Results longer than the tool's ``max_result_chars`` are cut, with a note saying so; identical
-calls within a tool's ``cache_ttl`` reuse the earlier result. How long a call took, whether it
-came from the cache, was cut or went to a fallback is in its ``ToolCallRecord.metadata``
-(``execution_time_ms``, ``cache_hit``, ``truncated``, ``fallback_for``), not in the prompt: it
-costs tokens and small models misread it.
+Every result is bounded the moment the tool returns it: one longer than the agent's
+``max_result_chars`` (100,000 characters of JSON by default; a tool's own, when larger) is cut,
+with a note saying so and how long it was, before it is cached, journaled, recorded, put in an
+event or sent to the model — none of them ever holds the whole of it (nor of a tool's error
+message). A tool's own smaller ``max_result_chars`` cuts what the model reads further; the
+caller's ``ToolCallRecord.result`` keeps up to the agent's bound. Identical calls within a
+tool's ``cache_ttl`` reuse the earlier result. How long a call took, whether it came from the
+cache, was cut (and from how many characters) or went to a fallback is in its
+``ToolCallRecord.metadata`` (``execution_time_ms``, ``cache_hit``, ``truncated``,
+``result_chars``, ``fallback_for``), not in the prompt: it costs tokens and small models
+misread it.
 """
 
 from __future__ import annotations
@@ -147,8 +153,13 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
         journaled = await ctx.journal.call_started(key, tool.name, plan.arguments, tool.idempotent)
     hit, value = False, None
     error: tuple[Status, str] | None = None
+    shown = ctx.runtime.result_limit(tool)  # what the model reads
+    kept = max(shown, ctx.runtime.max_result_chars)  # what the record, store and cache keep
+    cut: int | None = None
     if journaled is not None:
-        value = journaled.value
+        # Bounded when it was journaled; a value journaled before results had a bound is cut
+        # here (the slack lets a value cut then, note and all, through unchanged).
+        value, cut = _bounded(journaled.value, kept + _NOTE_ROOM)
         if journaled.kind == "interrupted":
             error = (
                 Status.INTERNAL_ERROR,
@@ -166,6 +177,13 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
                 value, error = await _run(ctx, plan, timeout)
             finally:
                 reset_current_call(token)
+            # Bounded at once: the cache, the journal, the trail, the events and the model
+            # only ever see this; the whole value goes with the last reference to it.
+            value, cut = _bounded(value, kept)
+            if error is not None:
+                error = (error[0], _bounded_text(error[1], shown))
+            else:
+                ctx.runtime.remember(tool, plan.arguments, value)
         if ctx.journal is not None:
             code, message = (int(error[0]), error[1]) if error is not None else (200, None)
             await ctx.journal.call_finished(key, value, code, message)
@@ -180,6 +198,11 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
         metadata["journal"] = journaled.kind
     if plan.fallback_for:
         metadata["fallback_for"] = plan.fallback_for
+    data = value
+    if shown < kept:  # the tool's own bound: the model reads less than the record keeps
+        data, cut = _bounded(value, shown) if cut is None else (_cut(value, shown, cut), cut)
+    if cut is not None:
+        metadata["truncated"], metadata["result_chars"] = True, cut
     if error is not None:
         result = error_result(call.id, tool.name, error[0], error[1])
         record = ToolCallRecord(
@@ -187,7 +210,6 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
         )
         return result, record
 
-    data = _truncated(value, tool.max_result_chars, metadata)
     envelope = {"status": "success", "data": data, "error": None}
     result = ToolResult(call_id=call.id, name=tool.name, content=envelope)
     record = ToolCallRecord(tool.name, plan.arguments, value, 200, None, call.id, metadata)
@@ -218,7 +240,6 @@ async def _run(
             Status.INTERNAL_ERROR,
             f"tool '{tool.name}' raised {type(exc).__name__}" + (f": {said}" if said else ""),
         )
-    ctx.runtime.remember(tool, plan.arguments, value)
     return value, None
 
 
@@ -301,15 +322,28 @@ async def _in_thread(future: Future[Any]) -> Any:
     return await asyncio.wrap_future(future)
 
 
-def _truncated(value: Any, limit: int | None, metadata: dict[str, Any]) -> Any:
-    """The value, or its JSON cut to ``limit`` characters with a note the model will read."""
-    if limit is None:
-        return value
+_NOTE_ROOM = 200
+"""More than the note ``_bounded`` adds to a result it cuts is long."""
+
+
+def _bounded(value: Any, limit: int) -> tuple[Any, int | None]:
+    """``(value, None)`` when its JSON is at most ``limit`` characters; else that JSON cut to
+    ``limit`` with a note the model will read, and how many characters it had. A string is
+    measured and cut as it is (a huge one is never copied whole); anything else is encoded
+    once."""
     text = value if isinstance(value, str) else to_json(value)
-    if len(text) <= limit:
-        return value
-    metadata["truncated"] = True
+    size = len(text)
+    if size <= limit:
+        return value, None
+    return _cut(text, limit, size), size
+
+
+def _bounded_text(text: str, limit: int) -> str:
+    return text if len(text) <= limit else _cut(text, limit, len(text))
+
+
+def _cut(text: str, limit: int, size: int) -> str:
     return (
-        f"{text[:limit]}… [truncated: the result has {len(text):,} characters, "
+        f"{text[:limit]}… [truncated: the result has {size:,} characters, "
         f"only the first {limit:,} are shown]"
     )

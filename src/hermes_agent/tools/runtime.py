@@ -22,6 +22,10 @@ from hermes_agent.tools.sandbox import Limits, SubprocessPool
 _MINUTE = 60.0
 MAX_CACHED_RESULTS = 4096
 """Cached tool results an agent keeps; past it, expired ones go, then the oldest."""
+DEFAULT_MAX_RESULT_CHARS = 100_000
+"""The agent's default bound on a tool's result (characters of its JSON): about 25,000
+tokens, more than most models' context can spare for one result. A longer one is cut before
+it is stored or sent (``pipeline.tool_executor``)."""
 _IMMUTABLE = (str, int, float, bool, bytes, type(None))
 
 
@@ -44,18 +48,33 @@ class ToolRuntime:
     ``threads`` bounds the threads that run sync ``in_process`` tools at once (not counting
     threads written off because their call timed out); ``per_tool`` is how many of them one tool
     may hold when the tool sets no ``max_concurrent`` (default: half of ``threads``).
+    ``max_result_chars`` bounds every tool's result, unless the tool's own is larger.
     """
 
     def __init__(
-        self, *, pool_size: int = 2, threads: int = 8, per_tool: int | None = None
+        self,
+        *,
+        pool_size: int = 2,
+        threads: int = 8,
+        per_tool: int | None = None,
+        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
+        if max_result_chars < 1:
+            raise HermesAgentError(f"max_result_chars must be at least 1, got {max_result_chars}")
         self.pool_size = pool_size
+        self.max_result_chars = max_result_chars
         self.threads = ToolThreads(threads)
         self.per_tool = per_tool if per_tool is not None else max(1, threads // 2)
         self._cache: dict[tuple[str, str], tuple[float, Any]] = {}
         self._calls: dict[str, deque[float]] = {}
         self._pools: dict[str, tuple[Tool, SubprocessPool]] = {}
         self._lock = threading.Lock()
+
+    def result_limit(self, tool: Tool) -> int:
+        """The longest result of ``tool`` the model reads: its own ``max_result_chars``, or
+        the agent's bound."""
+        own = tool.max_result_chars
+        return own if own is not None else self.max_result_chars
 
     # -- result cache (per tool ``cache_ttl``) ------------------------------------------
 
