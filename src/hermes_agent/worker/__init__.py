@@ -7,14 +7,18 @@ here, not from its submodules (docs/api.md).
 """
 
 from hermes_agent.worker.client import QueueClient, RunHandle, result_from_dict, submit
+from hermes_agent.worker.fence import FENCE_SQL, FencedOut, fence
 from hermes_agent.worker.store import LeaseLost, QueuedRun, RunStore
 
 __all__ = [
+    "FENCE_SQL",
+    "FencedOut",
     "LeaseLost",
     "QueueClient",
     "QueuedRun",
     "RunHandle",
     "RunStore",
+    "fence",
     "result_from_dict",
     "submit",
 ]

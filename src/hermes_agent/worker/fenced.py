@@ -31,7 +31,7 @@ from hermes_agent.storage.schema import audit_table, journal_table, runs_table
 from hermes_agent.storage.sql import append_messages
 from hermes_agent.types import Message
 from hermes_agent.worker.fenced_statements import finish_at_once, write_batch_at_once
-from hermes_agent.worker.leases import FINISHED_SQL, LeasedRuns
+from hermes_agent.worker.leases import FINISHED_SQL, LeasedRuns, renewed
 from hermes_agent.worker.run_rows import (
     DEADLINE_KEY,
     LIMITS_KEY,
@@ -143,12 +143,16 @@ class FencedWrites(LeasedRuns):
                     .values(**values)
                 )
 
-    def write_batch(self, request_id: str, token: int, batch: Batch) -> None:
+    def write_batch(
+        self, request_id: str, token: int, batch: Batch, *, renew: float | None = None
+    ) -> None:
         """Write ``batch`` in one transaction fenced by ``token`` (a model turn of the run:
         its journal entries, events and trail records); on PostgreSQL one statement
-        (``worker.fenced_statements``)."""
+        (``worker.fenced_statements``). ``renew``: a lease_ttl — the same transaction extends
+        the lease from when the store runs it (the intents of tool calls about to start: the
+        check that the lease is this attempt's and the intent land together, or neither)."""
         if self._single_statements:
-            held = write_batch_at_once(self.storage, request_id, token, batch)
+            held = write_batch_at_once(self.storage, request_id, token, batch, renew=renew)
             if held is False:
                 raise LeaseLost(f"run {request_id}: the lease passed to another worker")
             if held:
@@ -156,6 +160,12 @@ class FencedWrites(LeasedRuns):
         with self._tx() as conn:
             self._fence(conn, request_id, token)
             insert_batch(conn, request_id, token, batch)
+            if renew is not None:
+                conn.execute(
+                    update(runs_table)
+                    .where(runs_table.c.request_id == request_id)
+                    .values(**renewed(renew))
+                )
 
     def save_turn(
         self, request_id: str, token: int, session_id: str, messages: Sequence[Message]

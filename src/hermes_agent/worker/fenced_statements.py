@@ -55,6 +55,7 @@ from hermes_agent.storage.schema import audit_table, events_table, journal_table
 from hermes_agent.storage.single_statements import turn_parameters, turn_parts
 from hermes_agent.storage.sql import SqlStorage, message_rows
 from hermes_agent.types import Message
+from hermes_agent.worker.leases import POSTGRESQL_NOW
 from hermes_agent.worker.run_rows import FINISHED, Batch, dumps, now_ns
 from hermes_agent.worker.run_writes import batch_rows
 
@@ -62,16 +63,19 @@ Quote = Callable[[str], str]
 
 
 def write_batch_at_once(
-    storage: SqlStorage, request_id: str, token: int, batch: Batch
+    storage: SqlStorage, request_id: str, token: int, batch: Batch, *, renew: float | None = None
 ) -> bool | None:
     """``batch`` written in one statement fenced by ``token``: ``True`` written, ``False``
-    the lease is not this token's (nothing written), ``None`` it cannot go as one statement."""
+    the lease is not this token's (nothing written), ``None`` it cannot go as one statement.
+    ``renew``: a lease_ttl by which the same statement extends the lease, from when it runs."""
     parts = _batch_parts(request_id, token, batch, now_ns())
     if parts is None:
         return None
     names, bound = parts
+    if renew is not None:
+        bound["p_ttl_ns"] = int(renew * 1e9)
     quote = storage.engine.dialect.identifier_preparer.quote
-    row = storage.write_at_once(_batch_statement(quote, names), bound)
+    row = storage.write_at_once(_batch_statement(quote, names, renew is not None), bound)
     assert row is not None  # the statement's one row: whether the fence held
     return bool(row.held)
 
@@ -209,9 +213,16 @@ def _insert_part(quote: Quote, name: str, columns: tuple[str, ...]) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _batch_statement(quote: Quote, names: Parts) -> TextClause:
-    """Built once per set of tables (the server keeps each prepared)."""
+def _batch_statement(quote: Quote, names: Parts, renew: bool = False) -> TextClause:
+    """Built once per set of tables (the server keeps each prepared); ``renew``: the lease is
+    extended by ``:p_ttl_ns`` from the moment the statement runs (the store's clock)."""
     parts = [_held(quote), *(_insert_part(quote, *name) for name in names)]
+    if renew:
+        runs = quote(runs_table.name)
+        parts.append(
+            f"renewed AS (UPDATE {runs} SET lease_expires_ns = {POSTGRESQL_NOW} + :p_ttl_ns, "
+            f"heartbeat_ns = {POSTGRESQL_NOW} FROM held WHERE {runs}.request_id = held.request_id)"
+        )
     return text(f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM held) AS held")
 
 

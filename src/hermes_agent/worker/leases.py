@@ -5,15 +5,25 @@ and holds it while its heartbeats extend the lease (``heartbeat``); a run whose 
 (its worker died) is taken over by the next claim, and the sweeper finds the runs whose
 delivery was lost (``to_sweep``). Every write of an attempt is fenced (``_fence``): it lands only
 while the writer's token is the run's current one, else ``LeaseLost``.
+
+Leases are counted on the store's clock (``store_now_ns``), read when a statement runs: a
+heartbeat held up by a paused store extends the lease from when the store ran it, not from
+when it was sent, so a pause does not leave every lease it held up expired when it ends.
+
+A takeover charges the run a redelivery only when the lapse was its own doing
+(``_charge_for_lapse``): a worker that died inside one run's tool call is charged to that run;
+the runs beside it are redelivered free.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     BindParameter,
     ColumnElement,
     Connection,
@@ -25,7 +35,10 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import ReturningUpdate
+from sqlalchemy.sql.functions import FunctionElement
 
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.schema import events_table, journal_table, messages_table, runs_table
@@ -36,10 +49,49 @@ from hermes_agent.worker.run_rows import (
     LIMITS_KEY,
     Claim,
     LeaseLost,
+    QueuedRun,
+    dumps,
     now_ns,
     queued_run,
 )
 from hermes_agent.worker.run_writes import write_ending
+
+LAPSE_KEY = "lapse"
+"""The journal entry noting how an attempt's lease lapsed: whether it was inside a tool call,
+and whether other runs of its worker were (``LeasedRuns._note_lapse``)."""
+STRIKES_KEY = "strikes"
+"""The journal entry counting the run's deaths inside a tool call that another run's call
+shared: not charged yet, and its calls run alone in their process until one is."""
+
+
+class store_now_ns(FunctionElement[int]):  # a SQL function, named as one
+    """The store's clock, in ns since the epoch, read when the statement runs."""
+
+    type = BigInteger()
+    inherit_cache = True
+    name = "store_now_ns"
+
+
+@compiles(store_now_ns)
+def _sqlite_now(element: store_now_ns, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLite runs in the worker's own process: the machine's clock (millisecond steps).
+    return "CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER)"
+
+
+@compiles(store_now_ns, "postgresql")
+def _postgresql_now(element: store_now_ns, compiler: SQLCompiler, **kw: Any) -> str:
+    return POSTGRESQL_NOW
+
+
+POSTGRESQL_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000000 AS BIGINT)"
+"""``store_now_ns`` on PostgreSQL, for the statements written as text."""
+
+
+def renewed(lease_ttl: float) -> dict[str, Any]:
+    """The values of a lease extended by ``lease_ttl`` from when the statement runs."""
+    now = store_now_ns()
+    return {"lease_expires_ns": now + int(lease_ttl * 1e9), "heartbeat_ns": now}
+
 
 # The statements every run makes, built once: building one (and computing its cache key)
 # costs more CPU than PostgreSQL spends running it. Their values are bound at execution.
@@ -88,6 +140,7 @@ def _claim_queued_statement() -> ReturningUpdate[Any]:
         .where(
             r.request_id == request_id,
             r.status == "queued",
+            r.redeliveries <= bindparam("p_max"),  # else the full claim dead-letters it
             ~select(o.request_id)
             .where(
                 o.session_id == r.session_id,
@@ -178,9 +231,10 @@ class LeasedRuns:
         fast = self._claim_queued(request_id, worker, lease_ttl)
         if fast is not None:
             return fast
-        now = now_ns()
         r = runs_table.c
         with self._tx() as conn:
+            # The store's clock decides whether a lease ran out (as it extends them).
+            now = int(conn.execute(select(store_now_ns())).scalar_one())
             row = conn.execute(
                 select(runs_table).where(r.request_id == request_id).with_for_update()
             ).first()
@@ -211,7 +265,8 @@ class LeasedRuns:
             if run.status == "running" and (run.lease_expires_ns or 0) > now:
                 return Claim("busy", heartbeat_ns=run.heartbeat_ns, run=run)
             taken_over = run.status == "running"  # its holder died (its lease expired)
-            redeliveries = run.redeliveries + (1 if taken_over else 0)
+            charge = self._charge_for_lapse(conn, run, now) if taken_over else 0
+            redeliveries = run.redeliveries + charge
             if redeliveries > self.max_redeliveries:
                 error = (
                     f"{redeliveries} attempts of the run ended without an ending (its worker "
@@ -262,6 +317,7 @@ class LeasedRuns:
             "p_worker": worker,
             "p_expires": now + int(lease_ttl * 1e9),
             "p_now": now,
+            "p_max": self.max_redeliveries,
         }
         # One statement (atomic on its own): no transaction around it to pay for.
         row = self.storage.write_at_once(_CLAIM_QUEUED, bound)
@@ -294,14 +350,14 @@ class LeasedRuns:
             )
 
     def heartbeat(self, request_id: str, token: int, lease_ttl: float) -> bool:
-        """Extend the lease; ``False`` when it is no longer this token's (stop at once)."""
-        now = now_ns()
+        """Extend the lease by ``lease_ttl`` from when the store runs this (its clock);
+        ``False`` when it is no longer this token's (stop at once)."""
         r = runs_table.c
         with self._tx() as conn:
             done = conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id, r.lease_token == token, r.status == "running")
-                .values(lease_expires_ns=now + int(lease_ttl * 1e9), heartbeat_ns=now)
+                .values(**renewed(lease_ttl))
             )
         return done.rowcount == 1
 
@@ -311,17 +367,110 @@ class LeasedRuns:
         if held is None or held.lease_token != token or held.status != "running":
             raise LeaseLost(f"run {request_id}: the lease passed to another worker")
 
-    def release(self, request_id: str, token: int) -> None:
-        """Give the run back to the queue (a worker shutting down mid-run)."""
+    def release(self, request_id: str, token: int, *, charge: bool = False) -> None:
+        """Give the run back to the queue (a worker shutting down mid-run, an attempt that lost
+        its store); ``charge``: the attempt failed for a reason of the run's own (a write the
+        store refuses for good), which costs it a redelivery as a death would."""
         r = runs_table.c
+        values: dict[str, Any] = {
+            "status": "queued",
+            "lease_owner": None,
+            "lease_expires_ns": None,
+            "updated_ns": now_ns(),
+        }
+        if charge:
+            values["redeliveries"] = r.redeliveries + 1
         with self._tx() as conn:
             conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id, r.lease_token == token, r.status == "running")
-                .values(
-                    status="queued", lease_owner=None, lease_expires_ns=None, updated_ns=now_ns()
+                .values(**values)
+            )
+
+    # -- who pays for a lapse ---------------------------------------------------------
+
+    def _charge_for_lapse(self, conn: Connection, run: QueuedRun, now: int) -> int:
+        """The redeliveries a takeover of ``run`` charges it (its lease lapsed: its worker
+        died, froze, or lost the store):
+
+        - inside a tool call, and no other run of that worker was: the call is the likely
+          cause — one, plus the strikes it had not been charged yet;
+        - inside a tool call beside another run's call: either may have been the cause, so
+          neither is charged; each gets a strike, and its calls run alone in their process
+          from now on (``worker.journal.CallGate``), so that its next death is its own;
+        - not inside a tool call: one if it was its worker's only run, else none (the
+          worker died of something else; a run of its own would have been inside a call).
+        """
+        j = journal_table.c
+        noted = {
+            row.key: json.loads(row.payload)
+            for row in conn.execute(
+                select(j.key, j.payload).where(
+                    j.request_id == run.request_id, j.key.in_([LAPSE_KEY, STRIKES_KEY])
                 )
             )
+        }
+        facts = noted.get(LAPSE_KEY)
+        if (
+            facts is None
+            or facts["token"] != run.lease_token
+            or (run.heartbeat_ns or 0) > facts["at"]  # noted while its attempt still lived
+        ):
+            facts = self._note_lapse(conn, run, now)
+        strikes = int(noted.get(STRIKES_KEY, {}).get("n", 0))
+        if facts["in_call"] and not facts["others_in_call"]:
+            charge, left = 1 + strikes, 0
+        elif facts["in_call"]:
+            charge, left = 0, strikes + 1
+        else:
+            charge, left = (0 if facts["others"] else 1), strikes
+        if left != strikes:
+            put_entry(conn, run.request_id, STRIKES_KEY, {"n": left}, run.lease_token, now)
+        return charge
+
+    def _note_lapse(self, conn: Connection, run: QueuedRun, now: int) -> dict[str, Any]:
+        """What every run ``run``'s worker holds was doing, noted for each of them at the
+        first takeover of one: by the time the next is taken over, the runs already taken
+        over no longer name that worker. A run whose worker lives on shows it by its next
+        heartbeat, which makes its note stale."""
+        r, j = runs_table.c, journal_table.c
+        in_call = (
+            select(j.key)
+            .where(
+                j.request_id == r.request_id,
+                j.token == r.lease_token,
+                j.state == "started",
+                j.key.like("call/%"),
+            )
+            .exists()
+        )
+        held = (
+            r.lease_owner == run.lease_owner
+            if run.lease_owner is not None
+            else r.request_id == run.request_id
+        )
+        rows = conn.execute(
+            select(r.request_id, r.lease_token, in_call.label("in_call")).where(
+                r.status == "running", held
+            )
+        ).all()
+        calling = {row.request_id for row in rows if row.in_call}
+        mine: dict[str, Any] = {"token": run.lease_token, "in_call": False, "at": now}
+        for row in rows:
+            facts = {
+                "token": row.lease_token,
+                "in_call": row.request_id in calling,
+                "others_in_call": len(calling - {row.request_id}),
+                "others": len(rows) - 1,
+                "at": now,
+            }
+            if row.request_id == run.request_id:
+                mine = facts
+            else:
+                put_entry(conn, row.request_id, LAPSE_KEY, facts, row.lease_token, now)
+        mine.setdefault("others_in_call", len(calling))
+        mine.setdefault("others", len(rows))
+        return mine
 
     def next_of_session(self, session_id: str) -> str | None:
         """The oldest unfinished run of a session that is parked (waiting for its turn)."""
@@ -344,7 +493,7 @@ class LeasedRuns:
             rows = conn.execute(
                 select(r.request_id, r.session_id, r.status, r.created_ns, r.parked)
                 .where(
-                    ((r.status == "running") & (r.lease_expires_ns < now))
+                    ((r.status == "running") & (r.lease_expires_ns < store_now_ns()))
                     | ((r.status == "queued") & r.parked)
                     | ((r.status == "queued") & (r.delivered_ns < unclaimed))
                     # The last resort: a delivery lost without a trace (its worker died before
@@ -383,3 +532,19 @@ class LeasedRuns:
                 if claimed.rowcount == 1:
                     found.append(row.request_id)
         return found
+
+
+def put_entry(
+    conn: Connection, request_id: str, key: str, payload: Any, token: int, now: int
+) -> None:
+    """Insert or replace one journal entry of the store's own (not fenced: the claim's)."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    values = {"state": "done", "payload": dumps(payload), "token": token, "updated_ns": now}
+    keys = {"request_id": request_id, "key": key}
+    if conn.dialect.name == "postgresql":
+        pg = postgresql.insert(journal_table).values(**keys, **values)
+        conn.execute(pg.on_conflict_do_update(index_elements=list(keys), set_=values))
+    else:
+        lite = sqlite.insert(journal_table).values(**keys, **values)
+        conn.execute(lite.on_conflict_do_update(index_elements=list(keys), set_=values))

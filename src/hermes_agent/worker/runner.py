@@ -59,7 +59,7 @@ from hermes_agent.tracing import attach_incoming, detach
 from hermes_agent.types import RunResult, ToolCall
 from hermes_agent.worker.attempt import Attempt, retry_budget, transient, with_retries
 from hermes_agent.worker.heartbeats import LeaseKeeper
-from hermes_agent.worker.journal import StoreJournal
+from hermes_agent.worker.journal import CallGate, StoreJournal
 from hermes_agent.worker.store import Claim, RunStore
 from hermes_agent.worker.store import request_payload as request_payload  # re-exported
 from hermes_agent.worker.trail import AttemptTrail
@@ -206,6 +206,7 @@ class RunWorker:
             agent.sessions = _StoreSessions(agent.sessions)  # type: ignore[assignment]
         self.sessions: _StoreSessions = agent.sessions  # type: ignore[assignment]
         self.leases = LeaseKeeper(store, lease_ttl)
+        self.calls = CallGate()  # the tool calls in progress in this process (its one loop)
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self._loop.run_forever, name="hermes-worker-loop", daemon=True
@@ -279,7 +280,10 @@ class RunWorker:
             holder.append(current)
             if attempt.lost:
                 raise asyncio.CancelledError
-            return await self._drive(claim, attempt)
+            try:
+                return await self._drive(claim, attempt)
+            finally:
+                self.calls.leave_all(attempt)  # calls it left in progress (it stopped)
 
         lease = self.leases.hold(attempt, lost)
         if self.trail is not None:
@@ -305,11 +309,12 @@ class RunWorker:
         ``queued`` if the store takes that (fenced: a no-op once another attempt holds it), or
         else its lease lapses; either way its journal lets the next attempt resume it."""
         cause = attempt.broken.__cause__ if attempt.broken is not None else None
-        if cause is not None and not transient(cause):
-            return  # a write the store refuses for good: let the lease lapse (it counts)
+        # A write the store refuses for good is the run's own failure: it costs a redelivery,
+        # so that such a run ends dead after max_redeliveries instead of looping.
+        refused = cause is not None and not transient(cause)
         try:
             with_retries(
-                self.store.release,
+                partial(self.store.release, charge=refused),
                 attempt.request_id,
                 attempt.token,
                 budget=retry_budget(self.lease_ttl),
@@ -465,9 +470,11 @@ class RunWorker:
             )
         if not claim.resumed and claim.last_seq is not None:
             attempt.last_seq = claim.last_seq
-            first = StoreJournal(self.store, rid, token, attempt, entries={}, resumes=False)
+            first = StoreJournal(
+                self.store, rid, token, attempt, entries={}, resumes=False, gate=self.calls
+            )
             return first, limit, 0
-        journal = StoreJournal(self.store, rid, token, attempt)
+        journal = StoreJournal(self.store, rid, token, attempt, gate=self.calls)
         events = attempt.write(f"the events of run {rid}", self.store.events, rid)
         attempt.last_seq = max((seq for seq, _ in events), default=0)
         told = sum(1 for _, wire in events if not isinstance(read_known(wire), WORKER_EVENTS))
