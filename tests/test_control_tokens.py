@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 from hermes_agent import Agent
 from hermes_agent.memory.session import summarize
 from hermes_agent.models.llamacpp import LlamaCpp
-from hermes_agent.models.llamacpp.context import tokenize_prompt
+from hermes_agent.models.llamacpp import context as llama_context
+from hermes_agent.models.llamacpp.context import tokenize_prompt, unescaped_controls
 from hermes_agent.models.openai_wire import WireCache
 from hermes_agent.pipeline.thought_generator import render_template
 from hermes_agent.protocol.chatml import escape_content, render_conversation, to_chatml
@@ -104,6 +105,17 @@ def test_every_control_token_of_the_vocabulary_is_text_once_escaped(
         assert len(vocabulary.controls(text)) == 1
         assert vocabulary.controls(escape_content(f"a{text}b{text}")) == [], text
         assert escape_content(text).replace("\u200b", "") == text  # the model reads the same
+
+
+def test_the_loader_would_name_control_tokens_left_whole(
+    model: LlamaCpp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the loader warns about for a GGUF of another family: none here; with a rule that
+    # knew only the <|...|> form, SmolLM2's bare names.
+    assert unescaped_controls(model.llama) == []
+    monkeypatch.setattr(llama_context, "escape_content", lambda t: t.replace("<|", "<\u200b|"))
+    assert len(unescaped_controls(model.llama)) == 14
+    assert "<file_sep>" in unescaped_controls(model.llama)
 
 
 # -- the invariant ------------------------------------------------------------------------

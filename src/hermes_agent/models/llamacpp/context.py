@@ -20,8 +20,9 @@ from typing import Any
 
 from hermes_agent.errors import ModelError
 from hermes_agent.models.llamacpp.files import import_llama_cpp
+from hermes_agent.protocol.chatml import escape_content
 
-__all__ = ["Candidates", "LoadedModel", "tokenize_prompt"]
+__all__ = ["Candidates", "LoadedModel", "tokenize_prompt", "unescaped_controls"]
 
 _MAX_CACHED_GRAMMARS = 32
 _SNAPSHOTS = 2  # contexts kept aside by LoadedModel.reuse_context, most recently used last
@@ -144,9 +145,26 @@ class _Snapshot:
 
 
 def tokenize_prompt(llm: Any, prompt: str) -> list[int]:
-    """``prompt`` as ``create_completion`` tokenizes it."""
+    """``prompt`` as ``create_completion`` tokenizes it: special tokens are parsed, so the
+    template's markers are control tokens. Content cannot be: the renderer escaped every
+    control-token string in it (``protocol.chatml.escape_content``)."""
     tokens: list[int] = llm.tokenize(prompt.encode("utf-8"), special=True)
     return tokens
+
+
+def unescaped_controls(llm: Any) -> list[str]:
+    """The control tokens of ``llm``'s vocabulary that ``escape_content`` leaves whole: none for
+    the bundled SmolLM2 and every ``<|...|>`` vocabulary; a GGUF of another family may have
+    some, and content holding them would reach that model as control tokens."""
+    llama_cpp = import_llama_cpp()
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    control = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+    texts = (
+        llm.detokenize([token], special=True).decode("utf-8", "replace")
+        for token in range(llm.n_vocab())
+        if llama_cpp.llama_vocab_get_attr(vocab, token) & control
+    )
+    return sorted({text for text in texts if text and escape_content(text) == text})
 
 
 class Candidates:

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from hermes_agent.errors import MissingDependencyError, ModelError
-from hermes_agent.models.llamacpp.context import LoadedModel
+from hermes_agent.models.llamacpp.context import LoadedModel, unescaped_controls
 from hermes_agent.models.llamacpp.files import import_llama_cpp
 
 __all__ = ["llama_server_loading", "load_model", "new_llama"]
 
 _LOADED: dict[tuple[str, int], LoadedModel] = {}
 _LOAD_LOCK = threading.Lock()
+_log = logging.getLogger(__name__)
 
 
 @atexit.register
@@ -62,6 +64,13 @@ def load_model(
             except Exception as exc:
                 raise ModelError(f"could not load the model file {path}: {exc}") from exc
             loaded = _LOADED[key] = LoadedModel(llm)
+            if unescaped := unescaped_controls(llm):
+                _log.warning(
+                    "%s has control tokens the prompt renderer does not escape in content "
+                    "(%s): text holding them reaches the model as control tokens",
+                    path,
+                    ", ".join(unescaped[:8]) + (" ..." if len(unescaped) > 8 else ""),
+                )
         return loaded
 
 
