@@ -12,7 +12,7 @@ lenient reading of one block, ``chatml`` renders a conversation, ``prompts`` the
 
 from __future__ import annotations
 
-from hermes_agent.protocol.chatml import render_conversation, to_chatml
+from hermes_agent.protocol.chatml import escape_content, render_conversation, to_chatml
 from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.parser import (
     MAX_NESTING,
@@ -51,6 +51,7 @@ __all__ = [
     "ToolCallStarted",
     "build_grammar",
     "decode_value",
+    "escape_content",
     "hermes_tools_prompt",
     "parse_completion",
     "render_conversation",
