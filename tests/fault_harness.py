@@ -9,8 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -80,6 +82,41 @@ class OwnPostgres:
         self.stop(mode)
         time.sleep(down_s)
         self.start()
+
+    def pids(self) -> list[int]:
+        """The postmaster, then every process it started (backends, background workers)."""
+        head = (self.data / "postmaster.pid").read_text().split("\n", 1)[0]
+        postmaster = int(head)
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == postmaster:
+                children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def freeze(self) -> list[int]:
+        """SIGSTOP the postmaster first (it starts no new backend), then its children: a
+        paused VM, a failover or a vacuum stall, as the clients see it. Returns the pids."""
+        frozen = []
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                frozen.append(pid)
+        # A backend forked between the listing and the postmaster's stop: stop it too.
+        for pid in self.pids():
+            if pid not in frozen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
+                    frozen.append(pid)
+        return frozen
+
+    def thaw(self, pids: list[int]) -> None:
+        for pid in reversed(pids):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def log(self) -> str:
         path = self.root / "log"

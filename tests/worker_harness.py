@@ -102,6 +102,8 @@ class Cluster:
     step_sleep: float = 0.05
     step_requires_approval: bool = False
     """Every call of ``step`` waits for its owner's approval (the run is set aside meanwhile)."""
+    step_idempotent: bool = True
+    """``step`` is declared idempotent (a call interrupted by a death runs again)."""
     task_events: bool = False
     """Celery's task events (``queue.task_events``), off as by default."""
     transport: str = "auto"
@@ -126,7 +128,7 @@ agent:
   max_iterations: 6
 tools:
   step:
-    idempotent: true{approval}
+    idempotent: {str(self.step_idempotent).lower()}{approval}
 storage:
   url: {self.db_url}
 queue:

@@ -164,7 +164,7 @@ class FencedWrites(LeasedRuns):
                 conn.execute(
                     update(runs_table)
                     .where(runs_table.c.request_id == request_id)
-                    .values(**renewed(renew))
+                    .values(**renewed(renew, conn))
                 )
 
     def save_turn(

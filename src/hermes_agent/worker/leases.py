@@ -33,6 +33,7 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    text,
     update,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -65,17 +66,11 @@ shared: not charged yet, and its calls run alone in their process until one is."
 
 
 class store_now_ns(FunctionElement[int]):  # a SQL function, named as one
-    """The store's clock, in ns since the epoch, read when the statement runs."""
+    """PostgreSQL's clock, in ns since the epoch, read when the statement runs."""
 
     type = BigInteger()
     inherit_cache = True
     name = "store_now_ns"
-
-
-@compiles(store_now_ns)
-def _sqlite_now(element: store_now_ns, compiler: SQLCompiler, **kw: Any) -> str:
-    # SQLite runs in the worker's own process: the machine's clock (millisecond steps).
-    return "CAST((julianday('now') - 2440587.5) * 86400000000000.0 AS INTEGER)"
 
 
 @compiles(store_now_ns, "postgresql")
@@ -87,9 +82,16 @@ POSTGRESQL_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000000 AS BIG
 """``store_now_ns`` on PostgreSQL, for the statements written as text."""
 
 
-def renewed(lease_ttl: float) -> dict[str, Any]:
+def store_now(conn: Connection) -> Any:
+    """The store's clock for a statement about to run in ``conn``'s transaction: PostgreSQL's
+    own, read as the statement runs; SQLite's is the worker's (it runs in this process, and
+    its transaction holds the write lock already), read now, to the nanosecond."""
+    return store_now_ns() if conn.dialect.name == "postgresql" else now_ns()
+
+
+def renewed(lease_ttl: float, conn: Connection) -> dict[str, Any]:
     """The values of a lease extended by ``lease_ttl`` from when the statement runs."""
-    now = store_now_ns()
+    now = store_now(conn)
     return {"lease_expires_ns": now + int(lease_ttl * 1e9), "heartbeat_ns": now}
 
 
@@ -183,6 +185,15 @@ def _claim_queued_statement() -> ReturningUpdate[Any]:
     )
 
 
+# PostgreSQL computes an UPDATE's new values before it waits for the row's lock: the lock is
+# taken first (``held``), so that the clock is read once the lease's holder has the row.
+_HEARTBEAT_POSTGRESQL = text(
+    f"WITH held AS (SELECT request_id FROM {runs_table.name} "
+    "WHERE request_id = :p_request_id AND lease_token = :p_token AND status = 'running' "
+    f"FOR UPDATE) UPDATE {runs_table.name} SET lease_expires_ns = {POSTGRESQL_NOW} + :p_ttl_ns, "
+    f"heartbeat_ns = {POSTGRESQL_NOW} FROM held "
+    f"WHERE {runs_table.name}.request_id = held.request_id RETURNING 1"
+)
 _NEXT_PARKED = _next_parked_statement()
 _FENCE = _fence_statement()
 _CLAIM_QUEUED = _claim_queued_statement()
@@ -234,7 +245,9 @@ class LeasedRuns:
         r = runs_table.c
         with self._tx() as conn:
             # The store's clock decides whether a lease ran out (as it extends them).
-            now = int(conn.execute(select(store_now_ns())).scalar_one())
+            now = store_now(conn)
+            if not isinstance(now, int):
+                now = int(conn.execute(select(now)).scalar_one())
             row = conn.execute(
                 select(runs_table).where(r.request_id == request_id).with_for_update()
             ).first()
@@ -350,14 +363,18 @@ class LeasedRuns:
             )
 
     def heartbeat(self, request_id: str, token: int, lease_ttl: float) -> bool:
-        """Extend the lease by ``lease_ttl`` from when the store runs this (its clock);
-        ``False`` when it is no longer this token's (stop at once)."""
+        """Extend the lease by ``lease_ttl`` from when the store runs this (its clock, read
+        once the run's row is locked); ``False`` when it is no longer this token's (stop at
+        once)."""
+        if self._single_statements:
+            bound = {"p_request_id": request_id, "p_token": token, "p_ttl_ns": int(lease_ttl * 1e9)}
+            return self.storage.write_at_once(_HEARTBEAT_POSTGRESQL, bound) is not None
         r = runs_table.c
-        with self._tx() as conn:
+        with self._tx() as conn:  # SQLite: its write lock is taken before the clock is read
             done = conn.execute(
                 update(runs_table)
                 .where(r.request_id == request_id, r.lease_token == token, r.status == "running")
-                .values(**renewed(lease_ttl))
+                .values(**renewed(lease_ttl, conn))
             )
         return done.rowcount == 1
 
@@ -493,7 +510,7 @@ class LeasedRuns:
             rows = conn.execute(
                 select(r.request_id, r.session_id, r.status, r.created_ns, r.parked)
                 .where(
-                    ((r.status == "running") & (r.lease_expires_ns < store_now_ns()))
+                    ((r.status == "running") & (r.lease_expires_ns < store_now(conn)))
                     | ((r.status == "queued") & r.parked)
                     | ((r.status == "queued") & (r.delivered_ns < unclaimed))
                     # The last resort: a delivery lost without a trace (its worker died before
