@@ -64,9 +64,7 @@ def lease_left_s(store: RunStore, rid: str) -> float:
 # -- a call that came due while the store paused ----------------------------------------
 
 
-def test_a_call_whose_intent_the_store_took_late_still_starts(
-    url: str, cleanup: list[Any]
-) -> None:
+def test_a_call_whose_intent_the_store_took_late_still_starts(url: str, cleanup: list[Any]) -> None:
     """The store takes the intent's write after longer than a lease (the lease ran out
     meanwhile, and nobody took the run over): the write lands with the lease extended, the
     attempt asks for its lease again, and the call starts. Before, the attempt refused the
@@ -124,9 +122,7 @@ def test_a_heartbeat_extends_the_lease_from_when_the_store_runs_it(
     def hold() -> None:
         with store.storage.transaction(write=True) as conn:
             conn.execute(
-                select(runs_table.c.status)
-                .where(runs_table.c.request_id == rid)
-                .with_for_update()
+                select(runs_table.c.status).where(runs_table.c.request_id == rid).with_for_update()
             )
             holding.set()
             time.sleep(1.0)
