@@ -187,7 +187,9 @@ def test_the_raw_stream_is_openai_sse_ending_with_done(tmp_path: Path) -> None:
 
 
 def test_user_maps_to_a_session_that_the_service_keeps(sql_url: str) -> None:
-    with serve(create_app(agent=make_agent(sql_url), settings=local())) as url:
+    # The operator's opt-in: ``user`` names a session (by default it names an end user only).
+    settings = local(openai_user_sessions=True)
+    with serve(create_app(agent=make_agent(sql_url), settings=settings)) as url:
         client = sdk(url)
         first = client.chat.completions.create(
             model=MODEL, messages=[user("my name is Ada")], user="conv-1"
@@ -270,9 +272,8 @@ def test_without_a_session_the_request_is_the_whole_conversation(tmp_path: Path)
 def test_keys_and_isolation_between_users(tmp_path: Path) -> None:
     keys = MemoryKeyStore()
     alice_key, bob_key = keys.create("alice"), keys.create("bob")
-    app = create_app(
-        agent=make_agent(sqlite(tmp_path)), settings=ServiceSettings(auth="keys"), keys=keys
-    )
+    settings = ServiceSettings(auth="keys", openai_user_sessions=True)
+    app = create_app(agent=make_agent(sqlite(tmp_path)), settings=settings, keys=keys)
     with serve(app) as url:
         for key in ("hk_0123456789abcdef.not-the-right-secret-at-all", "nonsense"):
             with pytest.raises(openai.AuthenticationError) as caught:
@@ -445,7 +446,8 @@ def test_a_streamed_run_can_be_cancelled_by_its_id(tmp_path: Path) -> None:
 def test_bad_input_gets_a_clear_error_in_openai_shape(
     tmp_path: Path, options: dict[str, Any], status: int, param: str | None, code: str | None
 ) -> None:
-    app = create_app(agent=make_agent("memory://"), settings=local())
+    # With ``user`` as a session (the operator's opt-in), its id is checked like the header's.
+    app = create_app(agent=make_agent("memory://"), settings=local(openai_user_sessions=True))
     with serve(app) as url:
         request: dict[str, Any] = {"model": MODEL, "messages": [user("hello")], **options}
         with pytest.raises(openai.APIStatusError) as caught:

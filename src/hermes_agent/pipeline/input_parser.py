@@ -2,12 +2,16 @@
 turns, then the recent ones; see ``memory.history``) and lay out the conversation for the model.
 
 A caller's own tools (``pipeline.client_tools``) join the run's tools here, and a run that
-continues after the caller ran them starts from their results instead of a user message.
+continues after the caller ran them starts from their results instead of a user message —
+results that must answer the calls the session's last turn holds, each once, and no other
+(a caller cannot make up a call the model never made).
 
 The run's own instructions join the system prompt here: the JSON-mode schema of a structured
 answer (``output_type``) and the explain-mode request for a reason with each turn."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from hermes_agent.events import InputEvent
 from hermes_agent.pipeline.client_tools import take_declared, take_up
@@ -15,7 +19,7 @@ from hermes_agent.pipeline.context import RunContext, system_turn
 from hermes_agent.pipeline.status import Status
 from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
 from hermes_agent.stages import StageName
-from hermes_agent.types import Message
+from hermes_agent.types import Message, ToolResult
 
 MAX_MESSAGE_CHARS = 100_000
 
@@ -38,6 +42,13 @@ class InputParser:
             ctx.log_stage(self.name, Status.INVALID, error=problem)
             return ctx
         await load_history(ctx)
+        if turn is not None and turn.results:
+            problem = _unasked(ctx.history, turn.results)
+            if problem:
+                ctx.fail(Status.INVALID, problem)
+                ctx.output = problem
+                ctx.log_stage(self.name, Status.INVALID, error=problem)
+                return ctx
         ctx.prompt_instructions = _instructions(ctx)
         system = system_turn(ctx.system_prompt, ctx.prompt_instructions)
         if system:
@@ -76,6 +87,32 @@ def _problem_with(message: object) -> str | None:
             f"{MAX_MESSAGE_CHARS:,}; shorten it or pass the data through a tool"
         )
     return None
+
+
+def _unasked(history: Sequence[Message], results: Sequence[ToolResult]) -> str | None:
+    """Why ``results`` are not the answers to the calls of the history's last turn (the
+    calls a run handed out to its caller), or ``None`` when they are: each call answered
+    once, under its own tool's name."""
+    last = history[-1] if history else None
+    asked = {c.id: c.name for c in last.tool_calls} if last and last.role == "assistant" else {}
+    given = [r.call_id for r in results]
+    stray = sorted({r.call_id for r in results if asked.get(r.call_id) != r.name})
+    if not stray and len(set(given)) == len(given) and set(given) == set(asked):
+        return None
+    if not asked:
+        return (
+            "tool results were sent, but the session's last turn made no tool calls: results "
+            "answer the calls a run handed out, in that run's session"
+        )
+    what = (
+        f"calls {', '.join(map(repr, stray))} are not among them"
+        if stray
+        else "each call must be answered once"
+    )
+    return (
+        f"the tool results must answer the calls the session's last turn made "
+        f"({', '.join(map(repr, sorted(asked)))}): {what}"
+    )
 
 
 def _instructions(ctx: RunContext) -> str | None:

@@ -10,7 +10,9 @@ In order, and the same refusal (status and message) from every door:
 3. **what they may use** — a request's ``toolsets`` and ``tool_choice`` can only *narrow* what
    the agent exposes: a toolset the operator did not offer, or a tool outside the narrowed set,
    is 422 (and such a tool, called by the model, is 404 — it is simply not visible);
-4. **how big** — the message (413), the run's variables (413 over their size, 422 for a bad
+4. **how big** — the message (413), the whole conversation the request brings (413: the
+   message, the turns before it that a door seeds a new session with, the client tools'
+   results; ``max_conversation_chars``), the run's variables (413 over their size, 422 for a bad
    name, value or nesting) and the output schema (422 naming the budget: its nesting, its
    values, and what it would expand to once its ``$ref`` are inlined), checked before
    anything is expanded;
@@ -63,6 +65,9 @@ class GateLimits:
     """The limits the gate holds every run to (the service's settings)."""
 
     max_message_chars: int = 32_000
+    max_conversation_chars: int = 128_000
+    """The most characters a request may bring in all: its message, the client tools'
+    results and the earlier turns it seeds a new session with (``RunRequest.history``)."""
     max_variables_chars: int = MAX_VARIABLES_CHARS
     client_tools: bool = True
     """Whether a request may bring tools of its own (``RunRequest.client``); the service's
@@ -139,14 +144,7 @@ class Gate:
     ) -> None:
         """Refuse (``RunRejected``) a request that is too big, names a session id the store
         cannot hold, or widens what the agent exposes."""
-        size = len(request.message)
-        if size > self.limits.max_message_chars:
-            self.counter.refused("message_size")
-            raise RunRejected(
-                413,
-                f"the message is {size} characters long; this service accepts at most "
-                f"{self.limits.max_message_chars} (max_message_chars): send a shorter message",
-            )
+        self.check_size(request)
         if request.output_schema is not None:
             problem = schema_budget_problem(request.output_schema)
             if problem is not None:
@@ -165,6 +163,30 @@ class Gate:
                 stored_session_id(principal.user_id, request.session_id), max_id_length
             )
         self.check_tools(request.toolsets, request.tool_choice, agent)
+
+    def check_size(self, request: RunRequest) -> None:
+        """413 for a message over ``max_message_chars``, or a conversation (everything the
+        request brings: ``conversation_chars``) over ``max_conversation_chars``. A door that
+        stores the conversation before the run starts asks this first, so nothing too big
+        is written."""
+        size = len(request.message)
+        if size > self.limits.max_message_chars:
+            self.counter.refused("message_size")
+            raise RunRejected(
+                413,
+                f"the message is {size} characters long; this service accepts at most "
+                f"{self.limits.max_message_chars} (max_message_chars): send a shorter message",
+            )
+        total = conversation_chars(request)
+        if total > self.limits.max_conversation_chars:
+            self.counter.refused("conversation_size")
+            raise RunRejected(
+                413,
+                f"the conversation is {total} characters long (the message, the turns before "
+                f"it and any tool results); this service accepts at most "
+                f"{self.limits.max_conversation_chars} (max_conversation_chars): send fewer "
+                "or shorter turns, or keep the conversation in a session",
+            )
 
     def check_client(self, client: ClientTools, request: RunRequest, agent: Agent) -> None:
         """The tools a request brings (``RunRequest.client``), whichever door it came through:
@@ -349,6 +371,20 @@ async def admitted_here(
         await asyncio.shield(
             gate.settle(admission.principal.user_id, key, tally.tokens, once=False)
         )
+
+
+def conversation_chars(request: RunRequest) -> int:
+    """Everything a request brings for the model to read, in characters: its message, the
+    client tools' results (as JSON) and the turns before the message (``history``): their
+    text, calls and results."""
+    total = len(request.message)
+    if request.client is not None:
+        total += sum(len(to_json(r.model_dump())) for r in request.client.results)
+    for turn in request.history:
+        total += len(turn.content) + len(turn.raw or "") + len(turn.scratch_pad or "")
+        total += sum(len(c.name) + len(to_json(c.arguments)) for c in turn.tool_calls)
+        total += sum(len(to_json([r.content, r.error])) for r in turn.tool_results)
+    return total
 
 
 def widening(

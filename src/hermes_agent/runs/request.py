@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 
 from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
-from hermes_agent.types import ToolResult
+from hermes_agent.types import Message, ToolResult
 
 
 class ClientToolSpec(BaseModel):
@@ -106,6 +107,21 @@ class RunRequest(BaseModel):
     records them (``pipeline.variables``); the gate bounds them (413 too big, 422 otherwise)."""
     client: ClientTools | None = None
     """The caller's own tools (the OpenAI facade's client tools), in either engine."""
+
+    # Not a field: no body can set it. The door that seeds a new session with turns the
+    # caller sent (the OpenAI facade's stand-alone conversations) names them here, so the
+    # gate measures the whole conversation, not only its last message.
+    _history: tuple[Message, ...] = PrivateAttr(default=())
+
+    @property
+    def history(self) -> tuple[Message, ...]:
+        """The turns before ``message`` that the caller brought (``with_history``)."""
+        return self._history
+
+    def with_history(self, turns: Sequence[Message]) -> RunRequest:
+        """This request, bringing ``turns`` as the conversation before its message."""
+        self._history = tuple(turns)
+        return self
 
 
 class QueuedRequest(RunRequest):

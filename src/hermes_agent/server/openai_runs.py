@@ -8,7 +8,8 @@ facade adds is only the mapping:
 
 - the conversation: a session the service keeps (the client names it), or, for a request that
   stands alone, a new session seeded with the request's earlier turns (for a Responses
-  ``previous_response_id``: that response's turns, then the request's);
+  ``previous_response_id``: that response's turns, then the request's) — which the gate
+  measures with the message (``max_conversation_chars``) before anything is stored;
 - the client's tools (``server.openai_tools``) as the run's client tools, declared around the
   start of the run (``pipeline.client_tools``); the operator's ``openai_client_tools`` setting
   says whether the agent's own tools stay visible beside them (``toolsets: []`` hides them —
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import Request
@@ -58,6 +59,10 @@ class FacadeRun:
     variables: dict[str, Any] | None = None
     """The request's ``metadata``: the run's variables (``pipeline.variables``; the gate
     refuses names that are not identifiers with a 422)."""
+    set_aside: list[Message] = field(default_factory=list)
+    """The request's earlier turns, not used because the session the service keeps is the
+    history (``set_aside_warning`` says so in the answer when the session does not hold
+    them)."""
 
 
 def plan_tools(
@@ -103,6 +108,33 @@ async def load_session(storage: Storage, user: Principal, session_id: str) -> li
     return await run_in_threadpool(storage.sessions.load, stored)
 
 
+def _said(messages: Sequence[Message]) -> list[str]:
+    """What the user said in ``messages`` (the assistant's turns are the service's own)."""
+    return [m.content for m in messages if m.role == "user" and m.content]
+
+
+async def set_aside_warning(
+    storage: Storage, user: Principal, plan: FacadeRun, session_param: str
+) -> str | None:
+    """What the answer says when the request's earlier user turns were not used and the
+    session does not hold them (``None`` when it does: the client resent its transcript, as OpenAI
+    clients do) — a client's own messages are never replaced without a word."""
+    if plan.session_id is None or not plan.set_aside:
+        return None
+    try:
+        kept = set(_said(await load_session(storage, user, plan.session_id)))
+    except SessionIdError as exc:
+        raise OpenAIError(400, str(exc), param=session_param, code="invalid_session_id") from None
+    missing = [said for said in _said(plan.set_aside) if said not in kept]
+    if not missing:
+        return None
+    return (
+        f"{len(missing)} earlier message(s) of the request are not in session "
+        f"{plan.session_id!r} and were not used: with a session, the service's stored "
+        "conversation is the history; send them without a session to use them"
+    )
+
+
 async def start_run(
     request: Request, user: Principal, plan: FacadeRun, *, stream: bool, session_param: str
 ) -> tuple[RunView, str]:
@@ -113,20 +145,10 @@ async def start_run(
     storage: Storage = state.storage
     session_id = plan.session_id or plan.new_session or uuid.uuid4().hex
     stored = stored_session_id(user.user_id, session_id)
-    seeded = False
-    if plan.session_id is None:
-        history = plan.conversation.history
-        if history:
-            try:
-                await _seed(storage, stored, history, state.agent)
-            except SessionIdError as exc:
-                raise OpenAIError(
-                    400, str(exc), param=session_param, code="invalid_session_id"
-                ) from None
-            seeded = True
     client = plan.client
     if client is not None and plan.conversation.continues:
         client = ClientTurn(client.tools, client.tool_choice, tuple(plan.conversation.results))
+    history = plan.conversation.history if plan.session_id is None else []
     run_request = RunRequest(
         message=plan.conversation.input_text(),
         session_id=session_id,
@@ -136,7 +158,19 @@ async def start_run(
         stream=stream,
         client=ClientTools.of(client) if client is not None else None,
         variables=plan.variables,
-    )
+    ).with_history(history)
+    seeded = False
+    if history:
+        # The gate measures the whole conversation again as the run starts; asked here
+        # first, so that a conversation too big is never written to the store.
+        state.manager.gate.check_size(run_request)
+        try:
+            await _seed(storage, stored, history, state.agent)
+        except SessionIdError as exc:
+            raise OpenAIError(
+                400, str(exc), param=session_param, code="invalid_session_id"
+            ) from None
+        seeded = True
     try:
         run = await backend.start(user, run_request)
     except SessionIdError as exc:  # a session id the store cannot hold

@@ -255,6 +255,7 @@ class ChatCompletionRequest(_Strict):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     user: str | None = None
+    """An end user's id: a session only where the operator sets ``openai_user_sessions``."""
     n: int | None = Field(default=None, ge=1, le=128)
     tool_choice: str | dict[str, Any] | None = None
     tools: list[ChatTool] | None = Field(default=None, max_length=MAX_CLIENT_TOOLS)

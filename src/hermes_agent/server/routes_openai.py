@@ -29,12 +29,16 @@ How a request becomes a run:
 
 - The run's input is the end of the conversation: the user's last message, or the ``tool``
   messages that answer the last assistant turn's calls.
-- The session: the ``X-Hermes-Session-Id`` header, else the ``user`` field. With a session,
-  the service keeps the conversation and the request's earlier messages are ignored (clients
-  resend the whole transcript each time; the stored one is the history, so nothing is
-  counted twice). Without one, the request stands alone, as with OpenAI: its earlier messages
-  become the history of a new session (consecutive messages of one role joined), and the
-  answer names that session (``hermes.session_id`` and the ``X-Hermes-Session-Id`` header).
+- The session: the ``X-Hermes-Session-Id`` header (or, where the operator set
+  ``service.openai_user_sessions``, the ``user`` field; otherwise ``user`` names an end user,
+  never a conversation). With a session, the service keeps the conversation and the
+  request's earlier messages are not used (clients resend the whole transcript each time;
+  the stored one is the history, so nothing is counted twice); earlier user messages the
+  session does not hold are named in ``hermes.warnings``. Without one, the request stands
+  alone, as with OpenAI: its earlier messages become the history of a new session
+  (consecutive messages of one role joined; the gate measures them with the message,
+  ``max_conversation_chars``), and the answer names that session (``hermes.session_id`` and
+  the ``X-Hermes-Session-Id`` header).
 - ``system`` and ``developer`` messages are ignored: the agent's instructions are its
   config's, which a caller cannot replace.
 - ``tool_choice``: ``auto``, ``none``, ``required``, or ``{"type": "function", "function":
@@ -64,7 +68,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Annotated, Any
 
@@ -80,6 +84,7 @@ from hermes_agent.server.openai_runs import (
     FacadeRun,
     ending_error,
     plan_tools,
+    set_aside_warning,
     start_run,
     token_counts,
 )
@@ -107,6 +112,7 @@ from hermes_agent.server.openai_wire import (
 )
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, to_json
+from hermes_agent.types import Message
 
 _CREATED = int(time.time())
 
@@ -219,15 +225,25 @@ def plan_run(
         settings, tools, choice, conversation.continues, "tools" if tools else "messages"
     )
     schema = output_schema(body.response_format, "response_format")
-    session = session_header if session_header is not None else body.user
+    session = session_header
+    if session is None and settings.openai_user_sessions:  # the operator's choice
+        session = body.user
     if session is not None and not session.strip():
         param = SESSION_HEADER if session_header is not None else "user"
         raise refuse("the session id is empty", param, "invalid_value")
+    set_aside: list[Message] = []
     if session is not None:  # the service keeps the conversation: only the new input counts
-        conversation.history = []
+        set_aside, conversation.history = conversation.history, []
     variables = dict(body.metadata) if body.metadata else None  # the run's variables
     return FacadeRun(
-        conversation, session, run_choice, toolsets, client, schema, variables=variables
+        conversation,
+        session,
+        run_choice,
+        toolsets,
+        client,
+        schema,
+        variables=variables,
+        set_aside=set_aside,
     )
 
 
@@ -250,8 +266,9 @@ def _finish_reason(result: dict[str, Any]) -> str:
     return "length" if status in ("max_iterations", "budget_exceeded") else "stop"
 
 
-def extension(run: RunView) -> dict[str, Any]:
-    """The ``hermes`` field: the run, and what ran server-side."""
+def extension(run: RunView, notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``hermes`` field: the run, and what ran server-side; ``notes`` are the facade's
+    own warnings, after the run's."""
     result = run.result or {}
     return {
         "request_id": run.request_id,
@@ -270,7 +287,7 @@ def extension(run: RunView) -> dict[str, Any]:
         ],
         "approvals": result.get("approvals", []),
         "pending_approvals": run.pending_approvals,
-        "warnings": result.get("warnings", []),
+        "warnings": [*result.get("warnings", []), *notes],
     }
 
 
@@ -290,7 +307,7 @@ def approval_notice(pending: dict[str, Any], *, streaming: bool) -> str:
     )
 
 
-def completion_body(run: RunView, model: str) -> dict[str, Any]:
+def completion_body(run: RunView, model: str, notes: Sequence[str] = ()) -> dict[str, Any]:
     """A ``chat.completion`` for a run that is over, or that waits for an approval."""
     pending = run.pending_approvals
     message: dict[str, Any] = {"role": "assistant", "refusal": None}
@@ -312,7 +329,7 @@ def completion_body(run: RunView, model: str) -> dict[str, Any]:
         "system_fingerprint": None,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
         "usage": _usage(run.result),
-        "hermes": extension(run),
+        "hermes": extension(run, notes),
     }
 
 
@@ -406,6 +423,7 @@ async def completion_chunks(
     model: str,
     include_usage: bool,
     keepalive: float,
+    notes: Sequence[str] = (),
 ) -> AsyncIterator[str]:
     """The run as ``chat.completion.chunk`` SSE frames, then ``data: [DONE]``. The caller
     started the run listening; this stops following it when the stream ends (finished, or
@@ -453,7 +471,7 @@ async def completion_chunks(
             calls = chat_tool_calls(handed_out(run.result))
             if calls:
                 yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
-            yield chunk({}, _finish_reason(run.result or {}), hermes=extension(run))
+            yield chunk({}, _finish_reason(run.result or {}), hermes=extension(run, notes))
             if include_usage:
                 yield _frame({**base, "choices": [], "usage": _usage(run.result)})
         yield _frame("[DONE]")
@@ -525,6 +543,8 @@ async def chat_completions(
     check_model(request, body.model, "model")
     plan = plan_run(body, session_header, settings)
     session_param = SESSION_HEADER if session_header is not None else "user"
+    warning = await set_aside_warning(request.app.state.storage, user, plan, session_param)
+    notes = [warning] if warning is not None else []
     run, session_id = await start_run(
         request, user, plan, stream=bool(body.stream), session_param=session_param
     )
@@ -532,7 +552,9 @@ async def chat_completions(
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = EventStreamResponse(
-            completion_chunks(backend, user, run, body.model, include_usage, settings.keepalive_s),
+            completion_chunks(
+                backend, user, run, body.model, include_usage, settings.keepalive_s, notes
+            ),
             settings.send_timeout_s,
         )
         response.headers.update(headers)
@@ -543,7 +565,7 @@ async def chat_completions(
         error.headers = {**(error.headers or {}), **headers}
         raise error
     return Response(
-        to_json(completion_body(run, body.model)),
+        to_json(completion_body(run, body.model, notes)),
         media_type="application/json",
         headers=headers,
     )

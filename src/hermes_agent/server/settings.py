@@ -105,6 +105,10 @@ class ServiceSettings(BaseModel):
     approval_policy: Literal["deny", "wait"] = "deny"
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     max_message_chars: int = Field(default=32_000, gt=0)
+    max_conversation_chars: int = Field(default=128_000, gt=0)
+    """The most characters one request may bring in all: its message, tool results, and the
+    earlier turns of a conversation it sends along (an OpenAI request without a session, or
+    a response it continues) — 413 beyond it."""
     max_runs_in_flight: int = Field(default=64, gt=0)
     max_runs_in_flight_per_user: int = Field(default=8, gt=0)
     run_timeout_s: float = Field(default=600.0, gt=0)
@@ -158,6 +162,10 @@ class ServiceSettings(BaseModel):
     it): ``alone`` — the run sees only the client's tools; ``with_agent_tools`` — the agent's
     own tools stay available beside them (and run server-side); ``off`` — client tools are
     refused (400)."""
+    openai_user_sessions: bool = False
+    """Whether an OpenAI request's ``user`` field names a session the service keeps (as the
+    ``X-Hermes-Session-Id`` header does). Off by default: ``user`` identifies an end user, and
+    end users relayed under one key with the same value would share a conversation."""
     execution: Literal["in_process", "queue"] = "in_process"
     """Where runs run: in this process (``in_process``), or on the Celery workers of the
     config's ``queue:`` section (``queue``: ``POST /v1/runs`` answers ``202`` at once and the
@@ -178,6 +186,7 @@ class ServiceSettings(BaseModel):
         """The limits the run layer's gate holds every run to."""
         return GateLimits(
             max_message_chars=self.max_message_chars,
+            max_conversation_chars=self.max_conversation_chars,
             max_runs_in_flight=self.max_runs_in_flight,
             max_runs_in_flight_per_user=self.max_runs_in_flight_per_user,
             retry_after_s=self.retry_after_s,
