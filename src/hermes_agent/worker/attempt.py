@@ -7,7 +7,10 @@ Every write an attempt makes — journal, events, trail, the ending — goes thr
     the write ──▶ done
        │ LeaseLost (the token is no longer the run's) ──▶ ``lost``: CancelledError, the run
        │                                                  stops and writes nothing more
-       │ the store failed (``errors.is_store_error``) ──▶ again, with a growing pause, for at
+       │ the store refused this write for good         ──▶ ``StoreRefused`` at once: the run
+       │ (``transient`` says no: out of memory or disk,    ends ``failed`` with the reason, as
+       │  a value too large, data it cannot take)          any stage's failure does
+       │ the store was away (``transient``)             ──▶ again, with a growing pause, for at
        │                                                  most ``retry_budget`` seconds
        ▼ still failing
     ``broken``: StoreUnavailable — the attempt ends without an ending; the worker gives the
@@ -21,6 +24,7 @@ it (a frozen process, a stalled store), so it starts nothing more.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import threading
 import time
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from hermes_agent.audit.records import AuditRecord
-from hermes_agent.errors import StoreUnavailable, is_store_error
+from hermes_agent.errors import HermesAgentError, StoreUnavailable, is_store_error
 from hermes_agent.types import Message
 from hermes_agent.worker.store import Batch, LeaseLost, RunStore
 
@@ -47,11 +51,26 @@ def retry_budget(lease_ttl: float) -> float:
     return min(10.0, max(0.5, lease_ttl / 2))
 
 
-def with_retries(write: Callable[..., T], *args: Any, budget: float, what: str, **kwargs: Any) -> T:
-    """``write(*args, **kwargs)``, again after a store failure (pauses from 50 ms doubling to
-    1 s) until ``budget`` seconds have passed; then ``StoreUnavailable``. Other errors (and
-    ``LeaseLost``) go through at once. Every write retried this way is idempotent (an insert
-    or replace, or fenced by a state it sets)."""
+class StoreRefused(HermesAgentError):
+    """The store answered a write of a run with an error that trying again cannot mend: it ran
+    out of memory or disk, the value is too large for it, or it refuses the data. Not an
+    outage: the run ends ``failed`` with this message instead of going back to the queue to
+    meet the same answer again (and a run whose ending cannot be stored either is left to its
+    lease, and dead-lettered after ``max_redeliveries``)."""
+
+
+def with_retries(
+    write: Callable[..., T],
+    *args: Any,
+    budget: float,
+    what: str,
+    retry_if: Callable[[BaseException], bool] = is_store_error,
+    **kwargs: Any,
+) -> T:
+    """``write(*args, **kwargs)``, again after a store failure that ``retry_if`` accepts
+    (pauses from 50 ms doubling to 1 s) until ``budget`` seconds have passed; then
+    ``StoreUnavailable``. Other errors (and ``LeaseLost``) go through at once. Every write
+    retried this way is idempotent (an insert or replace, or fenced by a state it sets)."""
     deadline = time.monotonic() + budget
     pause = FIRST_PAUSE_S
     while True:
@@ -60,7 +79,7 @@ def with_retries(write: Callable[..., T], *args: Any, budget: float, what: str, 
         except LeaseLost:
             raise
         except Exception as exc:
-            if not is_store_error(exc):
+            if not (is_store_error(exc) and retry_if(exc)):
                 raise
             if time.monotonic() + pause > deadline:
                 raise StoreUnavailable(
@@ -72,16 +91,68 @@ def with_retries(write: Callable[..., T], *args: Any, budget: float, what: str, 
             pause = min(MAX_PAUSE_S, pause * 2)
 
 
+# What trying again may mend, when the database answered with a code: its connection failed
+# (class 08), it is shutting down or starting (57P0x), a statement was cancelled or timed out
+# (57014), a lock was not to be had (55P03), a conflict with another transaction (40001,
+# 40P01), too many connections (53300). Any other code is the server refusing this statement.
+_TRANSIENT_SQLSTATES = ("08", "57P", "57014", "55P03", "40001", "40P01", "53300")
+_TRANSIENT_SQLITE = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR", "SQLITE_CANTOPEN")
+# Said by a store (or its driver) that ran out of room for this write, whatever its class:
+# an OperationalError such as "cannot allocate memory" is no outage, and the same write
+# would only meet it again.
+_EXHAUSTED = (
+    "out of memory",
+    "cannot allocate memory",
+    "memory alloc",
+    "could not extend file",
+    "no space left on device",
+    "disk is full",
+    "too big",
+    "too large",
+)
+
+
 def transient(exc: BaseException) -> bool:
     """Whether a store error says the store was away (a connection lost, refused, reset or
-    timed out) rather than that it refused the write itself (a constraint, bad data)."""
+    timed out; a server restarting; a conflict or a lock worth waiting out) rather than that
+    it refused the write itself (out of memory or disk, a value too large, bad data, a
+    constraint): only the first is worth trying again."""
     import sqlalchemy.exc
 
-    if isinstance(exc, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
-        return True
-    if isinstance(exc, sqlalchemy.exc.DBAPIError):
-        return bool(exc.connection_invalidated)
-    return is_store_error(exc)
+    chain = _chain(exc)
+    if any(_out_of_room(link) for link in chain):
+        return False
+    database = next((link for link in chain if isinstance(link, sqlalchemy.exc.DBAPIError)), None)
+    if database is None:
+        return is_store_error(exc)  # a pool timeout, a lost Redis connection, an outage
+    # The driver's own words only: SQLAlchemy's text adds the statement and its values.
+    if any(words in str(database.orig).lower() for words in _EXHAUSTED):
+        return False
+    code = getattr(database.orig, "sqlstate", None) or getattr(database.orig, "pgcode", None)
+    if isinstance(code, str) and code:
+        return code.startswith(_TRANSIENT_SQLSTATES)
+    sqlite = getattr(database.orig, "sqlite_errorname", None)
+    if isinstance(sqlite, str) and sqlite:
+        return sqlite.startswith(_TRANSIENT_SQLITE)
+    if isinstance(database, sqlalchemy.exc.OperationalError | sqlalchemy.exc.InterfaceError):
+        return True  # no code: the driver lost or could not open its connection
+    return bool(database.connection_invalidated)
+
+
+def _out_of_room(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, OSError) and exc.errno in (errno.ENOMEM, errno.ENOSPC)
+    )
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it was raised from (a few links, as ``errors.is_store_error`` reads)."""
+    links: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(links) < 8:
+        links.append(seen)
+        seen = seen.__cause__
+    return links
 
 
 def _first_line(exc: BaseException) -> str:
@@ -183,10 +254,20 @@ class Attempt:
         """One fenced write of this attempt (see the module docstring)."""
         self.alive()
         try:
-            return with_retries(write, *args, budget=self.budget, what=what, **kwargs)
+            return with_retries(
+                write, *args, budget=self.budget, what=what, retry_if=transient, **kwargs
+            )
         except LeaseLost:
             self.lost = True
             raise asyncio.CancelledError from None
         except StoreUnavailable as exc:
             self.give_up(exc)
             raise
+        except Exception as exc:
+            if not is_store_error(exc):
+                raise
+            # Refused for good. Not raised from the store's error: a store error under any
+            # stage is taken for an outage (``StoreUnavailable``), and this is none.
+            raise StoreRefused(
+                f"the store refused {what}: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
