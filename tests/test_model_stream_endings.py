@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from websockets.sync.client import connect
 
 from hermes_agent import Agent
 from hermes_agent.errors import ModelError
@@ -135,6 +136,31 @@ def _rest_streamed(client: httpx.Client, session: str) -> str:
     return str(frames[-1]["data"]["result"]["status"])
 
 
+def _websocket(url: str, session: str) -> str:
+    with connect(url.replace("http", "ws") + "/v1/ws") as socket:
+        socket.send(json.dumps({"type": "run", "message": "question", "session_id": session}))
+        while True:
+            frame = json.loads(socket.recv(timeout=30))
+            if frame.get("event", {}).get("kind") == "result":
+                return str(frame["event"]["result"]["status"])
+
+
+def _responses(client: openai.OpenAI, session: str) -> str:
+    """The streamed Responses API: its last event, and whether it says the reply was cut."""
+    headers = {"X-Hermes-Session-Id": session}
+    try:
+        events = list(
+            client.responses.create(
+                model="hermes-agent", input="question", stream=True, extra_headers=headers
+            )
+        )
+    except openai.APIError as exc:
+        return "error" + (": cut short" if "cut short" in str(exc) else "")
+    last = events[-1]
+    cut = "cut short" in last.model_dump_json()
+    return str(last.type) + (": cut short" if cut else "")
+
+
 def _facade(client: openai.OpenAI, session: str, *, streamed: bool) -> str:
     """What the client was told: the error it got, or the answer's finish_reason."""
     headers = {"X-Hermes-Session-Id": session}
@@ -159,7 +185,7 @@ def _facade(client: openai.OpenAI, session: str, *, streamed: bool) -> str:
 def test_cut_streams_through_every_door_end_failed_and_save_nothing(
     server: ScriptedServer, tmp_path: Path
 ) -> None:
-    """16 runs whose model reply is cut short, four through each door: every client is told
+    """24 runs whose model reply is cut short, four through each door: every client is told
     the run failed, none is stored ``completed``, and no session holds a word of them."""
     server.default = CUT
     agent = Agent(model=model_for(server), storage=f"sqlite:///{tmp_path / 'state.db'}")
@@ -172,6 +198,8 @@ def test_cut_streams_through_every_door_end_failed_and_save_nothing(
             told[f"sse-{i}"] = _rest_streamed(client, f"sse-{i}")
             told[f"chat-{i}"] = _facade(sdk, f"chat-{i}", streamed=False)
             told[f"chat-stream-{i}"] = _facade(sdk, f"chat-stream-{i}", streamed=True)
+            told[f"ws-{i}"] = _websocket(url, f"ws-{i}")
+            told[f"responses-{i}"] = _responses(sdk, f"responses-{i}")
         runs = client.get("/v1/runs", params={"limit": 100}).json()["runs"]
         stored = {row["session_id"]: row["status"] for row in runs}
         saved = {
@@ -179,10 +207,11 @@ def test_cut_streams_through_every_door_end_failed_and_save_nothing(
         }
     agent.close()
     completed = sorted(sid for sid, status in stored.items() if status == "completed")
-    assert len(stored) == 16
+    assert len(stored) == 24
     kept = sum(1 for count in saved.values() if count)
-    assert completed == [], f"{len(completed)} of 16 stored completed, {kept} saved: {told}"
-    assert set(told.values()) <= {"502", "error 502: cut short", "error: cut short"}, told
+    assert completed == [], f"{len(completed)} of 24 stored completed, {kept} saved: {told}"
+    failures = {"502", "error 502: cut short", "error: cut short", "response.failed: cut short"}
+    assert set(told.values()) <= failures, told
     assert set(saved.values()) == {0}, saved
     # Both kinds of request met the cut: streamed (SSE) and whole (JSON) bodies.
     assert {bool(r.get("stream")) for r in server.requests} == {True, False}
