@@ -6,7 +6,11 @@ given by hand, an MCP server's ``inputSchema``. Each is tried here with values i
 range, NaN, +Inf and -Inf, through the real checks (the tool's validator, its conversion, and
 ``Agent.run`` with a scripted model: the tool is provably not called), and through every way a
 model writes arguments: JSON (whose Python reader takes ``NaN``, ``Infinity`` and ``1e999``),
-a Python-style dict, Qwen XML, and native OpenAI ``tool_calls`` over real HTTP.
+a Python-style dict, Qwen XML, and native OpenAI ``tool_calls`` over real HTTP; then through the
+service (a client's tool, in process and queued) and a real MCP server.
+
+A non-finite number is refused where the call is read, so no call, record or JSON reply holds
+one; the tool's validator refuses one that arrives any other way.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from hypothesis import strategies as st
 from pydantic import AfterValidator, BaseModel, Field, confloat, conint, conlist, constr
 
 from hermes_agent import Agent, OpenAICompatible, ScriptedModel, Tool
+from hermes_agent.protocol.parser import StreamParser, parse_completion
 from hermes_agent.testing import tool_call
 from hermes_agent.tools.mcp.schemas import normalise
 from openai_server import call, running_server, text, tool_calls
@@ -246,9 +251,12 @@ def test_a_refused_call_never_runs_and_the_model_reads_why(form: Form, case: str
     assert (record.status_code, received) == (400, [])
     [result] = model.requests[1].messages[-1].tool_results
     fed_back = result.content["error"]
-    assert result.status_code == 400 and "amount" in fed_back
-    if not math.isfinite(value):
-        assert "must be a finite number" in fed_back
+    assert result.status_code == 400
+    if math.isfinite(value):
+        assert "amount" in fed_back
+    else:  # refused where the call is read: no call, record or reply holds it
+        assert "is not a finite number" in fed_back
+        json.dumps(record.arguments, allow_nan=False)
 
 
 # --- every way a model writes arguments -----------------------------------------------------
@@ -312,10 +320,79 @@ def test_native_openai_tool_calls_are_held_to_the_bound() -> None:
             [record] = agent.run("pay").tool_calls
             assert record.status_code == (200 if runs else 400), (literal, record)
             assert received == ([42.5] if runs else [])
-        # What went back to the model names the parameter and why.
+        # What went back to the model says why (the last call held -1e999).
         tool_turn = server.requests[-1]["messages"][-1]
         assert tool_turn["role"] == "tool"
-        assert "'amount' must be a finite number" in tool_turn["content"]
+        assert "-1e999 is not a finite number" in tool_turn["content"]
+
+
+# --- where a call is read: no call ever holds NaN or Infinity --------------------------------
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _finite_throughout(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite_throughout(item) for item in value)
+    if isinstance(value, dict):
+        return all(_finite_throughout(item) for item in value.values())
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    arguments=st.dictionaries(st.text(max_size=5), JSON_VALUES, max_size=3), size=st.integers(1, 9)
+)
+def test_a_call_is_read_only_when_all_its_numbers_are_finite(
+    arguments: dict[str, Any], size: int
+) -> None:
+    """Python's ``json.dumps`` writes NaN and Infinity as a model might; whole or streamed in
+    chunks of any size, such a call is a parse error, and any other call is read as written."""
+    written = tool_call("pay", **arguments)
+    parser = StreamParser()
+    for start in range(0, len(written), size):
+        parser.feed(written[start : start + size])
+    for completion in (parse_completion(written), parser.close()):
+        if _finite_throughout(arguments):
+            assert [c.arguments for c in completion.tool_calls] == [arguments]
+        else:
+            assert completion.tool_calls == []
+            [error] = completion.errors
+            assert "is not a finite number" in error.message
+
+
+def test_the_services_replies_stay_json_when_a_model_writes_nan() -> None:
+    """A real uvicorn: the run's JSON reply and its event stream parse with a strict JSON
+    reader (JSON has no NaN), and the tool never ran."""
+    import httpx
+
+    from hermes_agent.server import ServiceSettings, create_app
+    from server_harness import serve
+
+    def strict(text: str) -> Any:
+        return json.loads(text, parse_constant=lambda word: pytest.fail(f"{word} in the reply"))
+
+    script = [_json("NaN"), "done", _python("-1e999"), "done"]
+    agent = Agent(model=ScriptedModel(script), tools=[PAY])
+    received.clear()
+    with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        reply = client.post("/v1/runs", json={"message": "pay"})
+        assert reply.status_code == 200, reply.text
+        [record] = strict(reply.text)["tool_calls"]
+        assert record["status_code"] == 400 and "not a finite number" in record["error"]
+        with client.stream("POST", "/v1/runs", json={"message": "pay", "stream": True}) as events:
+            data = [line[6:] for line in events.iter_lines() if line.startswith("data: ")]
+        assert data and all(strict(line) is not None for line in data)
+    assert received == []
 
 
 # --- non-finite anywhere, with or without a bound ---------------------------------------------
@@ -483,14 +560,6 @@ def test_a_client_tools_bound_holds_before_the_call_is_handed_to_the_client() ->
     from hermes_agent.server.auth import MemoryKeyStore
     from server_harness import serve
 
-    pay_declaration = {
-        "type": "function",
-        "function": {
-            "name": "pay",
-            "description": "Pay an amount",
-            "parameters": {"type": "object", "properties": {"amount": BOUNDED}},
-        },
-    }
     keys = MemoryKeyStore()
     with running_server() as endpoint:
         agent = Agent(model=OpenAICompatible("hermes-3", base_url=endpoint.base_url))
@@ -505,10 +574,72 @@ def test_a_client_tools_bound_holds_before_the_call_is_handed_to_the_client() ->
             answer = client.chat.completions.create(
                 model="hermes-agent",
                 messages=[{"role": "user", "content": "pay"}],
-                tools=[pay_declaration],  # type: ignore[list-item]
+                tools=[PAY_DECLARATION],  # type: ignore[list-item]
             )
         handed = answer.choices[0].message.tool_calls or []
         assert [json.loads(c.function.arguments) for c in handed] == [{"amount": 42.5}]  # type: ignore[union-attr]
         told = [r["messages"][-1]["content"] for r in endpoint.requests[1:3]]
-        assert "'amount' must be a finite number, got NaN" in told[0]
-        assert "'amount' must be a finite number, got Infinity" in told[1]
+        assert "NaN is not a finite number" in told[0]
+        assert "Infinity is not a finite number" in told[1]
+
+
+PAY_DECLARATION = {
+    "type": "function",
+    "function": {
+        "name": "pay",
+        "description": "Pay an amount",
+        "parameters": {"type": "object", "properties": {"amount": BOUNDED}},
+    },
+}
+
+
+@pytest.mark.timeout(240)
+def test_the_queued_engine_holds_the_bound_too(tmp_path: Path) -> None:
+    """The same client tool with ``execution: queue``: a real ``hermes-agent worker`` runs the
+    run, and the NaN and -Inf calls never reach the client either."""
+    import contextlib
+
+    import openai
+
+    from hermes_agent.server import ServiceSettings, create_app
+    from hermes_agent.server.auth import SqlKeyStore
+    from server_harness import serve
+    from storage_backends import _url
+    from worker_harness import REDIS, Cluster, broker_up, psycopg_url
+
+    if not broker_up(REDIS):
+        pytest.skip(f"no broker at {REDIS}")
+    with contextlib.ExitStack() as stack:
+        pg_url = stack.enter_context(contextlib.contextmanager(_url)("postgresql", tmp_path))
+        endpoint = stack.enter_context(running_server())
+        cluster = Cluster(tmp_path, pg_url, REDIS, endpoint.base_url)
+        config = cluster.write_config()
+        hermes = config.read_text(encoding="utf-8").replace("mode: native", "mode: hermes")
+        config.write_text(hermes, encoding="utf-8")
+        cluster.prepare_tables()
+        stack.callback(cluster.stop)
+        cluster.start_worker(concurrency=1)
+        cluster.wait_ready()
+        store = SqlKeyStore(pg_url)
+        try:
+            alice = store.create("alice")
+        finally:
+            store.close()
+        patch = stack.enter_context(pytest.MonkeyPatch.context())
+        patch.setenv("EFFECTS_DB", psycopg_url(pg_url))  # what the tools file reads here too
+        settings = ServiceSettings(execution="queue", auth="keys")
+        app = create_app(config, tools_files=[tmp_path / "tools.py"], settings=settings)
+        url = stack.enter_context(serve(app))
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=alice, max_retries=0, timeout=60)
+
+        endpoint.push(text(_json("NaN")), text(_json("-Infinity")), text(_json("42.5")))
+        answer = client.chat.completions.create(
+            model="hermes-agent",
+            messages=[{"role": "user", "content": "pay"}],
+            tools=[PAY_DECLARATION],  # type: ignore[list-item]
+        )
+    handed = answer.choices[0].message.tool_calls or []
+    assert [json.loads(c.function.arguments) for c in handed] == [{"amount": 42.5}]  # type: ignore[union-attr]
+    told = [r["messages"][-1]["content"] for r in endpoint.requests[1:3]]
+    assert "NaN is not a finite number" in told[0]
+    assert "-Infinity is not a finite number" in told[1]

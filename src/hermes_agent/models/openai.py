@@ -82,6 +82,7 @@ from hermes_agent.protocol.chatml import (
     to_json,
     wrap_tool_call,
 )
+from hermes_agent.protocol.decoding import NonFiniteNumber, loads_finite
 from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import (
@@ -660,11 +661,13 @@ def _decode_arguments(name: str, raw: str) -> tuple[dict[str, Any] | None, str]:
     if not raw.strip():
         return {}, ""
     try:
-        value = json.loads(raw)
+        value = loads_finite(raw)  # no NaN or Infinity: no call carries them
         if isinstance(value, str):  # double-encoded by some servers
-            value = json.loads(value)
+            value = loads_finite(value)
     except json.JSONDecodeError as exc:
         return None, f"The arguments of the call to {name!r} are not valid JSON ({exc.msg})."
+    except NonFiniteNumber as exc:
+        return None, f"The arguments of the call to {name!r} are not valid JSON ({exc})."
     if not isinstance(value, dict):
         kind = type(value).__name__
         return None, f"The arguments of the call to {name!r} must be a JSON object, not {kind}."

@@ -25,10 +25,11 @@ What a block may hold (lenient in what it accepts):
 
 Exact in what it reports: every block that cannot be turned into calls becomes one
 ``ParseError(block, message)`` whose message says what was wrong in words a model can act on.
-It never raises on any text: a block nested deeper than ``MAX_NESTING`` levels (``[ { (``
-outside strings, JSON or Python style, double-encoded arguments included) is an error "nested
-too deeply (max depth 64)", checked before any decoder recurses, and so is a number too long to
-convert.
+A ``NaN``, ``Infinity`` or a number too large for a float (``1e999``), which Python's readers
+take, makes its block an error: no call carries a number JSON cannot say. It never raises on
+any text: a block nested deeper than ``MAX_NESTING`` levels (``[ { (`` outside strings, JSON or
+Python style, double-encoded arguments included) is an error "nested too deeply (max depth
+64)", checked before any decoder recurses, and so is a number too long to convert.
 
 Example::
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import math
 import re
 import warnings
 from collections.abc import Callable
@@ -55,7 +57,9 @@ __all__ = [
     "MAX_NESTING",
     "SPECIAL_TOKENS",
     "WHITESPACE",
+    "NonFiniteNumber",
     "decode_value",
+    "loads_finite",
     "parse_block",
     "strip_special_suffix",
     "too_deep",
@@ -75,8 +79,40 @@ WHITESPACE: Final = " \t\r\n"
 # characters that may end it (the quote) or escape the next one (a backslash).
 IN_STRING_STOP: Final = {'"': re.compile(r'[\\"]'), "'": re.compile(r"[\\']")}
 
+
+class NonFiniteNumber(ValueError):
+    """A ``NaN``, ``Infinity`` or a number too large for a float (``1e999``): Python's readers
+    take them, JSON has no such numbers, and every bound compares false with NaN."""
+
+    def __init__(self, written: str) -> None:
+        super().__init__(f"{written} is not a finite number (JSON has no NaN or Infinity)")
+
+
+def _no_constant(written: str) -> Any:
+    raise NonFiniteNumber(written)
+
+
+def _finite_float(written: str) -> float:
+    value = float(written)
+    if not math.isfinite(value):
+        raise NonFiniteNumber(written)
+    return value
+
+
 # strict=False lets raw newlines and tabs stand inside strings, as models often write them.
-_DECODER: Final = json.JSONDecoder(strict=False)
+# No call holds a non-finite number: refused here, it never reaches a tool, the trail or the
+# service's JSON (which cannot say it either).
+_DECODER: Final = json.JSONDecoder(
+    strict=False, parse_constant=_no_constant, parse_float=_finite_float
+)
+_STRICT_DECODER: Final = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def loads_finite(text: str) -> Any:
+    """``json.loads`` that refuses ``NaN``, ``Infinity`` and ``1e999`` (``NonFiniteNumber``),
+    for arguments read outside a ``<tool_call>`` block (an endpoint's native ``tool_calls``)."""
+    return _STRICT_DECODER.decode(text)
+
 
 MAX_NESTING: Final = 64
 """Deepest nesting of ``[ { (`` a block may hold; deeper blocks are a ``ParseError``.
@@ -344,6 +380,8 @@ def _loads_lenient(text: str) -> Any:
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         first = exc
+    except NonFiniteNumber as exc:
+        raise _InvalidJSON(str(exc)) from None
     except RecursionError:  # a caller that is itself deep in the stack
         raise _InvalidJSON(_TOO_DEEP) from None
     except ValueError as exc:  # not a syntax error: int() refused a number with too many digits
@@ -356,6 +394,8 @@ def _loads_lenient(text: str) -> Any:
     for attempt in (_json_sequence, _python_literal):
         try:
             return attempt(repaired)
+        except NonFiniteNumber as exc:  # read this way, but holding NaN or Infinity
+            raise _InvalidJSON(str(exc)) from None
         except Exception:
             # Untrusted text through a best-effort repair: any failure (ast.literal_eval alone
             # has six kinds) only means "not this way"; JSON's complaint is the one reported.
@@ -412,6 +452,8 @@ def _python_literal(text: str) -> Any:
 
 
 def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999 is a Python literal too
+        raise NonFiniteNumber(repr(value))
     if value is None or isinstance(value, str | bool | int | float):
         return value
     if isinstance(value, list | tuple):

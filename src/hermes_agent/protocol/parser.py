@@ -48,7 +48,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from typing import Final
 
 from hermes_agent.protocol.decoding import FUNCTION_OPEN as _FUNCTION_OPEN
 from hermes_agent.protocol.decoding import IN_STRING_STOP as _IN_STRING_STOP
-from hermes_agent.protocol.decoding import MAX_NESTING, SPECIAL_TOKENS, decode_value
+from hermes_agent.protocol.decoding import MAX_NESTING, SPECIAL_TOKENS, decode_value, loads_finite
 from hermes_agent.protocol.decoding import WHITESPACE as _WHITESPACE
 from hermes_agent.protocol.decoding import parse_block as _parse_block
 from hermes_agent.protocol.decoding import strip_special_suffix as _strip_special_suffix
@@ -250,7 +249,7 @@ def _common_case(text: str, new_id: Callable[[], str]) -> Completion | None:
     if _too_deep(payload):
         return None  # the full path words the error
     try:
-        item = json.loads(payload)
+        item = loads_finite(payload)  # NaN or Infinity: the full path words the error
     except (ValueError, RecursionError, MemoryError):
         return None
     if not (isinstance(item, dict) and item.keys() <= {"name", "arguments", "id"}):
