@@ -273,7 +273,7 @@ def test_a_user_holds_at_most_max_streams_per_user(service: Service) -> None:
 
 
 def test_serve_closes_clients_that_never_finish_their_headers(tmp_path: Path) -> None:
-    settings = ServiceSettings(auth="none", header_timeout_s=1.0, limit_concurrency=4)
+    settings = ServiceSettings(auth="none", header_timeout_s=1.0, limit_concurrency=8)
     app = create_app(agent=make_agent("memory://"), settings=settings)
     config = uvicorn_config(app, settings.model_copy(update={"port": free_port()}), "warning")
     server = uvicorn.Server(config)
@@ -288,9 +288,9 @@ def test_serve_closes_clients_that_never_finish_their_headers(tmp_path: Path) ->
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             slow.append(sock)
         time.sleep(0.3)
-        # limit_concurrency: the slow clients hold every slot, so a real request is turned
-        # away (503) rather than held too ...
-        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 503
+        # The slow clients hold no slot of limit_concurrency (no request head yet, see
+        # tests/test_idle_connections.py), so a real request is answered ...
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
         for sock in slow:
             sock.sendall(b"X-Slow: 1\r\n")
         # ... until the header timeout closes them (uvicorn alone keeps them for ever).

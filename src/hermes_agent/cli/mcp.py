@@ -141,7 +141,7 @@ def serve(
         if transport == "stdio":
             asyncio.run(server.run_stdio())
         else:
-            _serve_http(server, host, port, path)
+            _serve_http(server, host, port, path, engine.manager.settings)
     except (KeyboardInterrupt, _Terminated):
         pass
     finally:
@@ -187,13 +187,37 @@ def _engine_for(config: Any, agent: Any, *, http_keys: bool) -> tuple[Any, Any, 
     return keys, engine, queue
 
 
-def _serve_http(server: Any, host: str, port: int, path: str) -> None:
+def _serve_http(server: Any, host: str, port: int, path: str, settings: Any) -> None:
+    """Serve ``server`` over streamable HTTP with the connection limits ``hermes-agent serve``
+    applies (the config's ``service:`` section) and the MCP session limits of its
+    ``service.mcp`` (the defaults without one)."""
     try:
         import uvicorn
     except ImportError:
         fail('--transport http needs uvicorn: pip install "hermes-agent-core[mcp]"')
-    app = server.http_app(host=host, path=path)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from hermes_agent.cli.serve import with_header_timeout
+    from hermes_agent.server.settings import McpDoor
+
+    door = settings.mcp or McpDoor()
+    app = server.http_app(
+        host=host,
+        path=path,
+        max_sessions_per_user=door.max_sessions_per_user,
+        session_idle_timeout_s=door.session_idle_timeout_s,
+    )
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=settings.timeout_keep_alive_s,
+        http=with_header_timeout(
+            AutoHTTPProtocol, settings.header_timeout_s, settings.limit_concurrency
+        ),
+    )
     uvicorn.Server(config).run()
 
 

@@ -143,7 +143,8 @@ def uvicorn_config(app: Any, settings: ServiceSettings, level: str = "info") -> 
     service writes its own, without query strings, so no ``?access_token=`` key reaches a
     log), the WebSocket message limit of the body limit, and the connection limits of the
     settings — ``limit_concurrency``, ``timeout_keep_alive_s``, and ``header_timeout_s`` for
-    clients that never finish a request's headers (uvicorn alone waits for them forever)."""
+    clients that never finish a request's headers (uvicorn alone waits for them forever);
+    see ``with_header_timeout`` for how silent connections are kept from those limits."""
     import uvicorn
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
@@ -158,7 +159,9 @@ def uvicorn_config(app: Any, settings: ServiceSettings, level: str = "info") -> 
         ws_max_size=settings.max_body_bytes,  # a WebSocket message: the body limit too
         limit_concurrency=settings.limit_concurrency,
         timeout_keep_alive=settings.timeout_keep_alive_s,
-        http=with_header_timeout(AutoHTTPProtocol, settings.header_timeout_s),
+        http=with_header_timeout(
+            AutoHTTPProtocol, settings.header_timeout_s, settings.limit_concurrency
+        ),
         # The runs' grace period starts at the signal (see _DrainingServer); uvicorn's
         # own wait for connections gets a few seconds more, to deliver the last events.
         timeout_graceful_shutdown=int(settings.shutdown_grace_s) + 5,
@@ -173,29 +176,74 @@ def uvicorn_config(app: Any, settings: ServiceSettings, level: str = "info") -> 
     return config
 
 
-def with_header_timeout(protocol: type[Any], seconds: float) -> type[Any]:
-    """uvicorn's HTTP protocol class with a deadline for each request's headers: a connection
-    that has not sent a whole request head ``seconds`` after it opened (or after its last
-    answer) is closed. Without it a client that sends one header byte now and then
-    (slowloris), or nothing at all, holds its connection — and a ``limit_concurrency``
-    slot — for ever. A connection upgraded to a WebSocket belongs to its own protocol (its
-    pings) from then on."""
+def with_header_timeout(
+    protocol: type[Any], seconds: float, max_silent: int | None = None
+) -> type[Any]:
+    """uvicorn's HTTP protocol class with a deadline for each request's headers, and silent
+    connections kept apart from the concurrency limit.
+
+    Headers: a connection that has not sent a whole request head ``seconds`` after it opened
+    (or after its last answer) is closed. Without it a client that sends one header byte now
+    and then (slowloris), or nothing at all, holds its connection for ever. A connection
+    upgraded to a WebSocket belongs to its own protocol (its pings) from then on.
+
+    Silent connections — opened and no request head yet, or idle between keep-alive
+    requests — do not count towards uvicorn's ``limit_concurrency`` (it counts every open
+    connection, so anyone who opens that many and says nothing turns every other client's
+    request into a 503, no key needed). Only connections with a request in progress (and
+    WebSockets) count. Silent ones are bounded apart: at most ``max_silent`` are kept, and
+    one more closes the oldest — first of those that never sent a request (a real client's
+    head follows its connect within milliseconds), then of the idle keep-alive ones (whose
+    client opens a new connection when it finds its own closed)."""
+    fresh: dict[Any, None] = {}  # never sent a request; insertion order: the oldest first
+    idle: dict[Any, None] = {}  # between keep-alive requests
+    closing: dict[Any, None] = {}  # closed here, not yet gone (they still count as silent)
+
+    def evict() -> None:
+        while max_silent is not None and len(fresh) + len(idle) > max_silent:
+            oldest = next(iter(fresh or idle))
+            fresh.pop(oldest, None)
+            idle.pop(oldest, None)
+            closing[oldest] = None
+            oldest.transport.close()
 
     class HeadTimeoutProtocol(protocol):  # type: ignore[misc, valid-type]
         _head_timer: asyncio.TimerHandle | None = None
+        connections: Any  # uvicorn's set, then the view of it its limit check reads
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.connections = _BusyConnections(self.connections, fresh, idle, closing)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm_head_timer()
+            fresh[self] = None
+            evict()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._busy() or self.transport.get_protocol() is not self:  # head done, or upgraded
+                fresh.pop(self, None)
+                idle.pop(self, None)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
             self._arm_head_timer()  # the next request's head has the same deadline
+            if not self._busy():  # (a pipelined request may have started already)
+                idle[self] = None
+                evict()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            for silent in (fresh, idle, closing):
+                silent.pop(self, None)
             if self._head_timer is not None:
                 self._head_timer.cancel()
             super().connection_lost(exc)
+
+        def _busy(self) -> bool:
+            cycle = getattr(self, "cycle", None)
+            return cycle is not None and not cycle.response_complete
 
         def _arm_head_timer(self) -> None:
             if self._head_timer is not None:
@@ -209,13 +257,31 @@ def with_header_timeout(protocol: type[Any], seconds: float) -> type[Any]:
                 return
             if transport.get_protocol() is not self:  # upgraded to a WebSocket
                 return
-            cycle = getattr(self, "cycle", None)
-            if cycle is not None and not cycle.response_complete:
+            if self._busy():
                 return  # a request whose head arrived is being answered
             transport.close()
 
     HeadTimeoutProtocol.__name__ = f"HeadTimeout{protocol.__name__}"
     return HeadTimeoutProtocol
+
+
+class _BusyConnections:
+    """uvicorn's set of open connections as its ``limit_concurrency`` check sees it: the
+    silent ones left out. Adding and removing reach the server's own set (its shutdown
+    still closes and waits for every connection)."""
+
+    def __init__(self, connections: set[Any], *silent: dict[Any, None]) -> None:
+        self._all = connections
+        self._silent = silent
+
+    def add(self, connection: Any) -> None:
+        self._all.add(connection)
+
+    def discard(self, connection: Any) -> None:
+        self._all.discard(connection)
+
+    def __len__(self) -> int:
+        return max(len(self._all) - sum(map(len, self._silent)), 0)
 
 
 def _draining_server(uvicorn: Any, manager: Any, grace: float) -> Any:

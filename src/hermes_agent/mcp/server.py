@@ -48,6 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.mcp.sessions import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_MAX_SESSIONS_PER_USER,
+    SessionsPerUser,
+)
 from hermes_agent.models.base import ModelBase, ModelSettings
 from hermes_agent.pipeline.context import Approver
 from hermes_agent.protocol.chatml import to_json, wrap_tool_call
@@ -379,52 +384,47 @@ class AgentMcpServer:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
-    def http_app(self, *, host: str = "127.0.0.1", path: str = "/mcp") -> Starlette:
+    def http_app(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        path: str = "/mcp",
+        max_sessions_per_user: int = DEFAULT_MAX_SESSIONS_PER_USER,
+        session_idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    ) -> Starlette:
         """A Starlette app serving streamable HTTP at ``path`` (serve it with uvicorn). On a
         loopback ``host`` the SDK refuses other Host and Origin headers (DNS rebinding). With
         ``keys`` every request must carry a valid API key (401 otherwise); without them only
-        a loopback ``host`` is allowed (``ValueError``)."""
+        a loopback ``host`` is allowed (``ValueError``). Each user holds at most
+        ``max_sessions_per_user`` sessions (429 beyond); a session idle for
+        ``session_idle_timeout_s`` is closed (``sessions.SessionsPerUser``)."""
         if self.keys is None and not is_loopback(host):
             raise ValueError(
                 f"an MCP server on {host} without API keys would let anyone on the network run "
                 "the agent's tools; give it the service's keys (--auth keys) or listen on "
                 "127.0.0.1"
             )
-        app = self.lowlevel().streamable_http_app(streamable_http_path=path, host=host)
-        if self.keys is not None:
-            app.add_middleware(_RequireKey, keys=self.keys)
+        app = self.lowlevel().streamable_http_app(
+            streamable_http_path=path, host=host, session_idle_timeout=session_idle_timeout_s
+        )
+        app.add_middleware(
+            SessionsPerUser,
+            identify=self._identify,
+            max_sessions_per_user=max_sessions_per_user,
+            idle_timeout_s=session_idle_timeout_s,
+        )
         return app
 
-
-class _RequireKey:
-    """ASGI middleware: a request without a valid API key gets 401 before the MCP layer sees it."""
-
-    def __init__(self, app: Any, keys: KeyStore) -> None:
-        self.app = app
-        self.keys = keys
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def _identify(self, authorization: str | None) -> Principal | None:
+        """The caller of an HTTP request: its API key's user (``None`` without a valid
+        one), or the local user when the server has no keys."""
+        if self.keys is None:
+            return self.local_user
         from starlette.concurrency import run_in_threadpool
-        from starlette.responses import JSONResponse
 
         from hermes_agent.server.auth import authenticate
 
-        header = next(
-            (v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"authorization"),
-            None,
-        )
-        if await run_in_threadpool(authenticate, self.keys, header) is None:
-            response = JSONResponse(
-                {"detail": "missing or invalid API key: send 'Authorization: Bearer <key>'"},
-                401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+        return await run_in_threadpool(authenticate, self.keys, authorization)
 
 
 def _answer(view: RunView) -> CallToolResult:

@@ -234,7 +234,12 @@ def _mcp_door(settings: ServiceSettings, served: Agent, backend: RunBackend, key
         )
     except (ImportError, ValueError, HermesAgentError) as exc:
         raise ConfigError(f"service.mcp: {exc}") from None
-    return server.http_app(host=settings.host, path=door.path)
+    return server.http_app(
+        host=settings.host,
+        path=door.path,
+        max_sessions_per_user=door.max_sessions_per_user,
+        session_idle_timeout_s=door.session_idle_timeout_s,
+    )
 
 
 class McpDoorway:

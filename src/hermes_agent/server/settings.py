@@ -82,6 +82,10 @@ class McpDoor(BaseModel):
     ask: bool = True
     approve: list[str] = Field(default_factory=list)
     toolsets: list[str] | None = None
+    max_sessions_per_user: int = Field(default=16, gt=0)
+    """MCP sessions one user may hold open at once; beyond it: 429."""
+    session_idle_timeout_s: float = Field(default=300.0, gt=0)
+    """A session with no request in flight for this long is closed (and stops counting)."""
 
 
 class ServiceSettings(BaseModel):

@@ -43,8 +43,11 @@ The SDK's traps, and what is done about each:
   a listing of more than ``max_tools`` tools (all pages together, at most ``MAX_TOOL_PAGES``
   pages) is refused when the server is loaded; one call's result larger than
   ``max_result_bytes`` (as JSON) is an error result, never kept, shown to the model or written
-  to the trail; and a call that never ends, or streams forever, ends at its timeout. (The SDK
-  reads one message whole before it can be measured: the timeout bounds how long it reads.)
+  to the trail; and a call that never ends, or streams forever, ends at its timeout.
+- **The SDK reads a message whole, then parses it holding the GIL.** A listing of 44 MB
+  stalled every thread of the process for seconds before ``max_tools`` could count it. Each
+  message is bounded while it arrives (``_transport``: twice ``max_result_bytes``, at least
+  1 MiB): past it, reading stops and the session fails, saying so.
 """
 
 from __future__ import annotations
@@ -80,6 +83,8 @@ if TYPE_CHECKING:
     from mcp.types import CallToolResult, ContentBlock
     from mcp.types import Tool as McpTool
 
+    from hermes_agent.tools.mcp._transport import ReadProblem
+
 logger = logging.getLogger("hermes_agent.mcp")
 
 BACKOFF_START = 0.5
@@ -94,6 +99,8 @@ deadline is the tool's timeout, has not already ended."""
 MAX_TOOL_PAGES = 100
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _MAX_MESSAGE = 600
+SDK_SSE_TOO_LARGE = "Server-sent event exceeded the"
+"""How the SDK's event-stream reader says an event was past ``max_sse_event_size``."""
 
 
 class McpError(HermesAgentError):
@@ -140,6 +147,7 @@ class McpConnection:
         self._probe: asyncio.Task[None] | None = None
         self._failures = 0
         self._retry_at = 0.0
+        self._noted: ReadProblem | None = None  # what the current session's transport saw
         self.last_error: str | None = None
         self.starts = 0
         """How many sessions were opened (1 + restarts)."""
@@ -157,8 +165,12 @@ class McpConnection:
         cursor: str | None = None
         limit = self.config.max_tools
         for _ in range(MAX_TOOL_PAGES):
-            with _fail_at(deadline):
-                page = await client.list_tools(cursor=cursor)
+            try:
+                with _fail_at(deadline):
+                    page = await client.list_tools(cursor=cursor)
+            except Exception as exc:
+                self._raise_if_too_large(client, exc)
+                raise
             tools.extend(page.tools[: limit + 1 - len(tools)])
             if len(tools) > limit:
                 raise McpError(
@@ -189,6 +201,7 @@ class McpConnection:
             self._check_soon(client)  # timed out or cancelled mid-call: is the server alive?
             raise
         except MCPError as exc:
+            self._raise_if_too_large(client, exc)
             if exc.code == REQUEST_TIMEOUT:
                 self._check_soon(client)
                 raise TimeoutError(f"MCP server {self.name!r} did not answer in time") from None
@@ -203,6 +216,7 @@ class McpConnection:
                 f"(error {exc.code})"
             ) from None
         except Exception as exc:  # transport failures, exception groups from task groups
+            self._raise_if_too_large(client, exc)
             self._lost(client, exc)
             raise McpError(
                 f"MCP server {self.name!r} failed during the call: {describe(exc)}; "
@@ -345,6 +359,21 @@ class McpConnection:
         self.last_error = problem
         ready.set_exception(McpError(f"cannot connect to MCP server {self.name!r}: {problem}"))
 
+    def _raise_if_too_large(self, client: Client, exc: BaseException) -> None:
+        """When ``exc`` came of a message past the bound (the transport stopped reading),
+        stop the session and raise ``McpError`` saying so; else return."""
+        noted = self._noted
+        problem = noted.problem if noted is not None else None
+        if problem is None and noted is not None and SDK_SSE_TOO_LARGE in describe(exc):
+            noted.too_large("an event")
+            problem = noted.problem
+        if problem is None:
+            return
+        self._lost(client, exc)
+        raise McpError(
+            f"MCP server {self.name!r} is unusable: {problem}; it is {self._again} on the next call"
+        ) from None
+
     def _lost(self, client: Client, exc: BaseException) -> None:
         """The session to ``client`` is unusable: stop its supervisor (the server is stopped
         with it) so that the next call starts afresh."""
@@ -357,23 +386,28 @@ class McpConnection:
     def _client_context(self) -> AbstractAsyncContextManager[Client]:
         from mcp import Client
 
+        from hermes_agent.tools.mcp import _transport as bounded
+
         config = self.config
+        # Every message is bounded while it is read (``_transport``): a server cannot make
+        # the agent read, hold and parse more than that before max_tools or
+        # max_result_bytes could be applied.
+        noted = self._noted = bounded.ReadProblem(config.max_result_bytes)
         if config.command is not None:
             from mcp import StdioServerParameters
-            from mcp.client.stdio import stdio_client
 
             parameters = StdioServerParameters(
                 command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
             )
-            transport: Any = stdio_client(parameters, errlog=_errlog())
+            transport: Any = bounded.bounded_stdio_client(parameters, _errlog(), noted)
         else:
-            import httpx2
             from mcp.client.streamable_http import streamable_http_client
 
-            http = httpx2.AsyncClient(
-                headers=config.headers, timeout=httpx2.Timeout(config.timeout, read=None)
+            http = bounded.bounded_http_client(config.headers, config.timeout, noted)
+            session = streamable_http_client(
+                str(config.url), http_client=http, max_sse_event_size=noted.limit
             )
-            transport = _closing(streamable_http_client(str(config.url), http_client=http), http)
+            transport = _closing(session, http)
         return Client(transport, read_timeout_seconds=config.timeout, cache=None)
 
 
