@@ -25,6 +25,7 @@ resumes from its journal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -280,10 +281,7 @@ class RunWorker:
             holder.append(current)
             if attempt.lost:
                 raise asyncio.CancelledError
-            try:
-                return await self._drive(claim, attempt)
-            finally:
-                self.calls.leave_all(attempt)  # calls it left in progress (it stopped)
+            return await self._drive(claim, attempt)
 
         lease = self.leases.hold(attempt, lost)
         if self.trail is not None:
@@ -303,6 +301,10 @@ class RunWorker:
             if self.trail is not None:
                 self.trail.release(attempt)
             self.leases.release(lease)
+            # Its calls count as in progress until its ending (which may carry their
+            # outcomes) is written, or the attempt stopped.
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing waits on it
+                self._loop.call_soon_threadsafe(self.calls.leave_all, attempt)
 
     def _abandon(self, attempt: Attempt) -> None:
         """An attempt that gave up on its store writes no ending: the run goes back to
