@@ -56,6 +56,11 @@ class Role(StrEnum):
     STOPPED = "stopped"
     """Why a run ended without an output: cancelled, timed out or failed (JSON ``status`` and
     ``error``; written by the service that stopped it, stage ``RunManager``)."""
+    LATE_RESULT = "late_result"
+    """A tool call the run abandoned when it was cancelled (a sync in-process tool, which
+    cannot be stopped) finished afterwards: JSON ``name``, ``call_id``, ``step``, ``status``
+    (``success`` or ``error``) and its ``result`` or ``error``; stage ``RunManager``, written
+    after the run's ending. Nothing read it: the run was over."""
     RESUMED = "resumed"
     """A durable run taken up again by a worker (JSON: ``attempt``, ``worker``,
     ``from_step``, ``takeover``); stage ``Worker``. What came before it was not done again."""

@@ -56,6 +56,7 @@ from hermes_agent.pipeline.journal import (
 )
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tool_selector import rate_limited, recheck
+from hermes_agent.pipeline.watch import AbandonedCall, current_watch
 from hermes_agent.protocol.chatml import to_json
 from hermes_agent.stages import StageName
 from hermes_agent.tools.runtime import private_copy
@@ -275,6 +276,9 @@ async def _call(
             return await _in_thread(future)
     except asyncio.CancelledError:  # nobody waits for this call any more
         ctx.runtime.write_off(future)
+        watch = current_watch()
+        if watch is not None and not future.done():  # it runs on: the engine says so
+            watch.abandoned.append(AbandonedCall(tool.name, plan.call.id, ctx.step, future))
         raise
     except TimeoutError:
         if not deadline.expired():
