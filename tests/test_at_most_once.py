@@ -378,3 +378,31 @@ def test_fence_holds_the_run_until_the_effect_commits(url: str, cleanup: list[An
     thread.join()
     assert taken.outcome == "claimed"
     assert committed and claimed_at >= committed[0]
+
+
+def test_every_test_the_guarantee_table_names_exists() -> None:
+    """docs/scale-out.md's table of what holds per fault points at tests: each exists."""
+    import ast
+    import re
+
+    tests = Path(__file__).resolve().parent
+    page = (tests.parent / "docs" / "scale-out.md").read_text(encoding="utf-8")
+    table = page.split("### What holds, fault by fault", 1)[1].split("\n\n", 2)[1]
+    named: list[tuple[str, str]] = []
+    for line in table.splitlines()[2:]:
+        module = ""
+        for ref in re.findall(r"`([\w.]*::?\w+|[\w]+\.py)`", line.rsplit("|", 2)[-2]):
+            if "::" in ref:
+                head, name = ref.split("::")
+                module = head or module
+                named.append((module, name))
+            else:
+                module = ref
+        assert module, f"a row names no test: {line}"
+    assert len(named) >= 10
+    for module, name in named:
+        source = (tests / module).read_text(encoding="utf-8")
+        functions = {
+            node.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef)
+        }
+        assert name in functions, f"{module}::{name}"
