@@ -14,8 +14,10 @@ be dropped when it comes to the top (no wake of its own).
 
 What a beat finds:
 
-- the store extended the lease: the attempt notes when the beat was sent
-  (``Attempt.beat``: a tool call starts only while the latest beat is younger than a lease);
+- the store extended the lease (from when it ran the beat, on its clock): the attempt notes
+  when the beat was sent, never later than that (``Attempt.beat``: a tool call starts only
+  while the latest beat is younger than a lease; one that came back late, from a store that
+  paused, is followed by a fresh one before a call starts: ``worker.journal``);
 - the lease is no longer this attempt's (taken over, or the run cancelled): the attempt is
   lost, ``on_lost`` stops the run, and no more beats are sent for it;
 - the store failed: logged, and tried again a third of a lease later, until the lease runs

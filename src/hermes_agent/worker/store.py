@@ -39,6 +39,7 @@ from hermes_agent.storage.schema import journal_table as journal_table
 from hermes_agent.storage.schema import metadata as metadata
 from hermes_agent.storage.schema import runs_table as runs_table
 from hermes_agent.worker.fenced import FencedWrites
+from hermes_agent.worker.leases import LAPSE_KEY, STRIKES_KEY
 from hermes_agent.worker.run_rows import DEADLINE_KEY as DEADLINE_KEY
 from hermes_agent.worker.run_rows import FINISHED as FINISHED
 from hermes_agent.worker.run_rows import LIMITS_KEY as LIMITS_KEY
@@ -193,10 +194,11 @@ class RunStore(FencedWrites):
                     f"{row.session_id!r} has started since, and this turn would come after it "
                     "with an answer to an older history; submit the message again instead"
                 )
-            # Its deadline starts again with its next attempt.
+            # Its deadline starts again with its next attempt, and its charges from zero.
             conn.execute(
                 delete(journal_table).where(
-                    journal_table.c.request_id == request_id, journal_table.c.key == DEADLINE_KEY
+                    journal_table.c.request_id == request_id,
+                    journal_table.c.key.in_([DEADLINE_KEY, LAPSE_KEY, STRIKES_KEY]),
                 )
             )
             conn.execute(
