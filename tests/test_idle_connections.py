@@ -11,6 +11,8 @@ import resource
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import uvicorn
@@ -30,14 +32,47 @@ def _room_for(descriptors: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(descriptors, hard), hard))
 
 
-def test_silent_connections_do_not_fail_other_users_requests() -> None:
-    _room_for(4 * SILENT + 256)  # both ends of each connection live in this process
-    settings = ServiceSettings(auth="none", limit_concurrency=LIMIT, port=free_port())
+@contextmanager
+def _serve(limit: int) -> Iterator[tuple[uvicorn.Server, int]]:
+    """The service under ``serve``'s uvicorn configuration, on loopback, in a thread."""
+    settings = ServiceSettings(auth="none", limit_concurrency=limit, port=free_port())
     app = create_app(agent=make_agent("memory://"), settings=settings)
     server = uvicorn.Server(uvicorn_config(app, settings, "error"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, 20)
+    try:
+        yield server, settings.port
+    finally:
+        server.should_exit = True
+        thread.join(20)
+
+
+def test_requests_in_progress_still_meet_limit_concurrency() -> None:
+    with _serve(4) as (server, port), httpx.Client(timeout=10) as client:
+        base = f"http://127.0.0.1:{port}"
+        slow = [
+            threading.Thread(
+                target=client.post, args=(f"{base}/v1/runs",), kwargs={"json": {"message": "slow"}}
+            )
+            for _ in range(4)
+        ]
+        for poster in slow:
+            poster.start()
+        wait_for(lambda: len(server.server_state.tasks) >= 4, 10)
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 503
+        for poster in slow:
+            poster.join(20)
+        assert client.get(f"{base}/healthz").status_code == 200
+
+
+def test_silent_connections_do_not_fail_other_users_requests() -> None:
+    _room_for(4 * SILENT + 256)  # both ends of each connection live in this process
+    with _serve(LIMIT) as (_, port):
+        _flood_and_measure(port)
+
+
+def _flood_and_measure(port: int) -> None:
     stop = threading.Event()
     held: list[socket.socket] = []
     closed_by_service = 0
@@ -47,7 +82,7 @@ def test_silent_connections_do_not_fail_other_users_requests() -> None:
         nonlocal closed_by_service
         while not stop.is_set():
             while len(held) < SILENT and not stop.is_set():
-                sock = socket.create_connection(("127.0.0.1", settings.port), timeout=5)
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
                 sock.setblocking(False)
                 held.append(sock)
             for sock in list(held):
@@ -67,7 +102,7 @@ def test_silent_connections_do_not_fail_other_users_requests() -> None:
     try:
         wait_for(lambda: len(held) >= SILENT and closed_by_service > 0, 20)
         failed = 0
-        with httpx.Client(base_url=f"http://127.0.0.1:{settings.port}", timeout=5) as client:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
             for _ in range(REQUESTS):
                 try:
                     failed += client.get("/healthz").status_code != 200
@@ -82,5 +117,3 @@ def test_silent_connections_do_not_fail_other_users_requests() -> None:
         attacker.join(10)
         for sock in held:
             sock.close()
-        server.should_exit = True
-        thread.join(20)

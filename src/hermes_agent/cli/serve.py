@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
 
 LOCAL_KEY_FILE = Path(".hermes") / "api-key"
 """Where ``serve`` with no config keeps the key of the user ``local``."""
+HEAD_GRACE_S = 0.5
+"""Seconds a new connection may stay silent before it is the first to close when too many
+are silent (a real client sends its request head within a round trip of connecting)."""
 EXAMPLE_MESSAGE = '{"message": "What is 17 * 23?", "tool_choice": "required"}'
 
 
@@ -191,20 +195,27 @@ def with_header_timeout(
     requests — do not count towards uvicorn's ``limit_concurrency`` (it counts every open
     connection, so anyone who opens that many and says nothing turns every other client's
     request into a 503, no key needed). Only connections with a request in progress (and
-    WebSockets) count. Silent ones are bounded apart: at most ``max_silent`` are kept, and
-    one more closes the oldest — first of those that never sent a request (a real client's
-    head follows its connect within milliseconds), then of the idle keep-alive ones (whose
-    client opens a new connection when it finds its own closed)."""
-    fresh: dict[Any, None] = {}  # never sent a request; insertion order: the oldest first
-    idle: dict[Any, None] = {}  # between keep-alive requests
-    closing: dict[Any, None] = {}  # closed here, not yet gone (they still count as silent)
+    WebSockets) count. Silent ones are bounded apart: at most ``max_silent`` are kept, and one
+    more closes another — one silent for ``HEAD_GRACE_S`` if there is one (a new one that has
+    sent nothing by then first, then an idle keep-alive one), else the oldest just opened. A
+    real client sends its head within a round trip of connecting, and reuses a keep-alive
+    connection at once or finds it closed, so a flood of silent connections closes its own."""
+    fresh: dict[Any, float] = {}  # opened, nothing sent yet: since when (the oldest first)
+    idle: dict[Any, float] = {}  # between keep-alive requests: since when (the oldest first)
+    closing: dict[Any, float] = {}  # closed here, not yet gone (they still count as silent)
 
     def evict() -> None:
+        now = time.monotonic()
         while max_silent is not None and len(fresh) + len(idle) > max_silent:
-            oldest = next(iter(fresh or idle))
+            for silent in (fresh, idle):
+                oldest = next(iter(silent), None)
+                if oldest is not None and now - silent[oldest] >= HEAD_GRACE_S:
+                    break
+            else:
+                oldest = next(iter(fresh or idle))
             fresh.pop(oldest, None)
             idle.pop(oldest, None)
-            closing[oldest] = None
+            closing[oldest] = now
             oldest.transport.close()
 
     class HeadTimeoutProtocol(protocol):  # type: ignore[misc, valid-type]
@@ -218,7 +229,7 @@ def with_header_timeout(
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm_head_timer()
-            fresh[self] = None
+            fresh[self] = time.monotonic()
             evict()
 
         def data_received(self, data: bytes) -> None:
@@ -231,7 +242,8 @@ def with_header_timeout(
             super().on_response_complete()
             self._arm_head_timer()  # the next request's head has the same deadline
             if not self._busy():  # (a pipelined request may have started already)
-                idle[self] = None
+                idle.pop(self, None)
+                idle[self] = time.monotonic()  # the newest
                 evict()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -270,7 +282,7 @@ class _BusyConnections:
     silent ones left out. Adding and removing reach the server's own set (its shutdown
     still closes and waits for every connection)."""
 
-    def __init__(self, connections: set[Any], *silent: dict[Any, None]) -> None:
+    def __init__(self, connections: set[Any], *silent: dict[Any, float]) -> None:
         self._all = connections
         self._silent = silent
 
