@@ -483,14 +483,15 @@ def test_a_runs_events_read_back_as_their_types() -> None:
             read_event(bad)
 
 
-EVIL = {"type": "string", "pattern": "^(a+)+$"}
-"""A regular expression that backtracks exponentially (``"a" * 30 + "!"`` takes minutes)."""
+EVIL = {"type": "string", "pattern": "^(a+)+\\1$"}
+"""A regular expression with a backreference: RE2, the linear-time engine a caller's patterns
+run on, cannot run it (tests/test_caller_schemas.py has the ones it runs)."""
 
 
 def test_regular_expressions_and_client_tools_are_the_gates_at_every_door(
     tmp_path: Path,
 ) -> None:
-    """A caller's schema with a regex is refused before anything compiles it (as an output
+    """A caller's schema with a regex RE2 cannot run is refused (as an output
     schema, a facade response_format, a client tool's parameters); client tools brought to
     POST /v1/runs or the WebSocket pass the same checks the facade's do: the operator's
     setting, names apart from the agent's tools, results only for declared tools and within
@@ -502,7 +503,7 @@ def test_regular_expressions_and_client_tools_are_the_gates_at_every_door(
         nested = {"type": "object", "properties": {"pattern": {"type": "object",
                   "properties": {"x": {"anyOf": [{"type": "integer"}, EVIL]}}}}}  # fmt: skip
         refused = client.post("/v1/runs", json={"message": "hi", "output_schema": nested})
-        assert refused.status_code == 422 and "'pattern'" in refused.json()["detail"]
+        assert refused.status_code == 422 and "linear-time" in refused.json()["detail"]
         named = {"type": "object", "properties": {"pattern": {"type": "string"}}}
         ran = client.post("/v1/runs", json={"message": "hi", "output_schema": named}).json()
         assert ran["request_id"], ran  # a property named pattern is no regex: admitted
@@ -515,11 +516,11 @@ def test_regular_expressions_and_client_tools_are_the_gates_at_every_door(
                                     "json_schema": {"name": "x", "schema": EVIL}},
             },
         )  # fmt: skip
-        assert facade.status_code == 422 and "regular expressions" in facade.text, facade.text
+        assert facade.status_code == 422 and "linear-time" in facade.text, facade.text
         bad_tool = {"tools": [{"name": "t", "parameters": {"type": "object",
                     "properties": {"s": EVIL}}}]}  # fmt: skip
         cases: list[tuple[dict[str, Any], int, str]] = [
-            ({"client": bad_tool}, 422, "'pattern'"),
+            ({"client": bad_tool}, 422, "linear-time"),
             ({"client": {"tools": [{"name": "lookup"}]}}, 422, "the agent's own tools"),
             ({"client": {"tools": [weather], "results": [
                 {"call_id": "c1", "name": "charge", "content": "ok"}]}}, 422, "charge"),

@@ -29,12 +29,12 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import TypeAdapter, ValidationError
 
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.tools.validation import CheckTooCostly, SchemaRefused, caller_schema
 
 OutputType = type[Any] | Mapping[str, Any]
 """What ``output_type`` accepts: a pydantic model (or any type pydantic validates), or a JSON
@@ -112,15 +112,18 @@ def _schema_spec(schema: dict[str, Any]) -> OutputSpec:
     if problem is not None:  # before anything walks it recursively or expands it
         raise HermesAgentError(problem)
     try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise HermesAgentError(
-            f"output_type is not a valid JSON Schema: {exc.message}; fix the schema"
-        ) from None
-    validator = Draft202012Validator(schema)
+        # As a caller's schema, whoever wrote it (the service passes its callers' here): its
+        # $refs stay inside it, its patterns run on RE2, each check has a step budget.
+        compiled = caller_schema(schema)
+    except SchemaRefused as exc:
+        raise HermesAgentError(f"output_type cannot be used: {exc}; fix the schema") from None
 
     def validate(value: Any) -> Any:
-        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+        try:
+            errors = compiled.errors(value)
+        except CheckTooCostly as exc:
+            why = f"checking the answer against the schema took too long ({exc})"
+            raise AnswerProblems([f"{why}; answer with a smaller value"]) from None
         if errors:
             raise AnswerProblems(
                 [_schema_problem(e.absolute_path, e.message) for e in errors[:MAX_PROBLEMS]]
@@ -169,6 +172,7 @@ def schema_budget_problem(schema: Any) -> str | None:
     Linear in the schema's size and never recursive over its nesting, so an attacker's schema
     costs little to refuse."""
     nodes = 0
+    refs: set[str] = set()
     stack: list[tuple[Any, int]] = [(schema, 1)]
     while stack:
         node, depth = stack.pop()
@@ -181,16 +185,17 @@ def schema_budget_problem(schema: Any) -> str | None:
         if nodes > MAX_SCHEMA_NODES:
             return f"output_schema holds more than {MAX_SCHEMA_NODES} values; send a smaller one"
         if isinstance(node, Mapping):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#"):
+                refs.add(ref)
             stack.extend((value, depth + 1) for value in node.values())
         elif isinstance(node, list):
             stack.extend((item, depth + 1) for item in node)
     if not isinstance(schema, Mapping):
         return None
-    definitions: dict[str, Any] = {}
-    for key in ("$defs", "definitions"):
-        found = schema.get(key)
-        if isinstance(found, Mapping):
-            definitions.update({f"#/{key}/{name}": value for name, value in found.items()})
+    # Every reference resolved where it points (not only into $defs), so that the budget is
+    # checked on what a validator will walk.
+    definitions = {ref: target for ref in refs if (target := _pointed(schema, ref)) is not _NOWHERE}
     if not definitions:
         return None
     sizes: dict[str, int] = {}
@@ -202,6 +207,23 @@ def schema_budget_problem(schema: Any) -> str | None:
             "level); send a schema that repeats less"
         )
     return None
+
+
+_NOWHERE = object()
+
+
+def _pointed(root: Mapping[str, Any], ref: str) -> Any:
+    """What the local ``ref`` (``#``, ``#/a/0/b``) points at in ``root``; ``_NOWHERE``."""
+    node: Any = root
+    for part in unquote(ref[1:]).split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _NOWHERE
+    return node
 
 
 def _expanded_size(

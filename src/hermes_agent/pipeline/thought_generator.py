@@ -14,6 +14,7 @@ replayed verbatim (``Message.raw``), thought included, so the model sees exactly
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 import time
@@ -121,7 +122,7 @@ class ThoughtGenerator:
             ctx.answering = ctx.asks_again = True
             ctx.reasks += 1
         elif answered:
-            status = _check_answer(ctx) if ctx.output_spec is not None else Status.OK
+            status = await _check_answer(ctx) if ctx.output_spec is not None else Status.OK
             ctx.finished = not ctx.asks_again
         ctx.steps.append(
             Step(
@@ -156,14 +157,16 @@ class ThoughtGenerator:
         return ctx
 
 
-def _check_answer(ctx: RunContext) -> Status:
+async def _check_answer(ctx: RunContext) -> Status:
     """Structured output: validate the text answer against the run's ``output_type``. Valid:
     ``ctx.data`` holds it. Invalid: the model reads what is wrong and is asked again (the
     invalid turn and the feedback stay out of the session), at most ``max_retries`` times; then the
     run fails with 422."""
     spec = ctx.output_spec
     assert spec is not None
-    data, problems = spec.check(ctx.completion.content)
+    # In a worker thread: the schema may be a caller's (its check has a step budget, and
+    # should not hold the loop everyone shares even for that long).
+    data, problems = await asyncio.to_thread(spec.check, ctx.completion.content)
     if not problems:
         ctx.data = data
         return Status.OK

@@ -21,6 +21,7 @@ counts it), so refused calls do not use the limit up. An approver approves with 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import reprlib
 from typing import Any
@@ -34,6 +35,7 @@ from hermes_agent.protocol.parser import decode_value
 from hermes_agent.stages import StageName
 from hermes_agent.tools.registry import Tool, find_tool
 from hermes_agent.tools.runtime import private_copy
+from hermes_agent.tools.validation import caller_argument_errors, non_finite_errors
 from hermes_agent.types import ToolCall, ToolResult
 
 
@@ -111,12 +113,14 @@ class ToolSelector:
                 return _unavailable(call.id, call.name, tool)
             fallback_for, tool = tool.name, substitute
 
-        arguments = call.arguments
-        if call.text_arguments:
-            arguments, problems = typed_arguments(arguments, tool.parameters)
-            if problems:
-                return _invalid(call.id, tool.name, problems)
-        arguments, errors = tool.validate(arguments)
+        if tool.name in ctx.client_tools:
+            # The caller's own schema: checked in a worker thread, within its step budget, so a
+            # hostile schema holds one thread for a moment, never the loop everyone shares.
+            arguments, errors = await asyncio.to_thread(
+                check_arguments, tool, call.arguments, text=call.text_arguments, client=True
+            )
+        else:
+            arguments, errors = check_arguments(tool, call.arguments, text=call.text_arguments)
         if errors:
             return _invalid(call.id, tool.name, errors)
 
@@ -156,7 +160,12 @@ async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
         return _invalid(
             call_id, tool.name, [f"arguments must be an object, got {_shown(plan.arguments)}"]
         )
-    arguments, errors = tool.validate(plan.arguments)
+    if tool.name in ctx.client_tools:
+        arguments, errors = await asyncio.to_thread(
+            check_arguments, tool, plan.arguments, client=True
+        )
+    else:
+        arguments, errors = tool.validate(plan.arguments)
     if errors:
         return _invalid(call_id, tool.name, errors)
     if tool.requires_approval:
@@ -168,6 +177,23 @@ async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
     plan.arguments = arguments
     ctx.mark_checked(plan)
     return None
+
+
+def check_arguments(
+    tool: Tool, arguments: dict[str, Any], *, text: bool = False, client: bool = False
+) -> tuple[dict[str, Any], list[str]]:
+    """(arguments to call with, problems): text values typed first (``text``: a Qwen3-style
+    XML call), then the schema check — the tool's own, or for a ``client`` tool the caller's
+    schema compiled as such (``tools.validation.caller_argument_errors``: RE2 patterns, a step
+    budget)."""
+    if text:
+        arguments, problems = typed_arguments(arguments, tool.parameters)
+        if problems:
+            return arguments, problems
+    if client:
+        errors = non_finite_errors(arguments) or caller_argument_errors(tool.parameters, arguments)
+        return arguments, errors
+    return tool.validate(arguments)
 
 
 def typed_arguments(
@@ -188,8 +214,9 @@ def typed_arguments(
         return dict(arguments), []
     typed: dict[str, Any] = {}
     problems: list[str] = []
+    lookups = [_MAX_TYPE_LOOKUPS]
     for key, value in arguments.items():
-        allowed = _types_of(properties.get(key), schema)
+        allowed = _types_of(properties.get(key), schema, lookups)
         typed[key] = value
         if not isinstance(value, str) or not allowed or "string" in allowed:
             continue
@@ -221,13 +248,22 @@ _EXAMPLES = {
 }
 
 
-def _types_of(schema: Any, root: dict[str, Any], depth: int = 0) -> frozenset[str]:
-    """The JSON types a (sub)schema allows; empty when it does not say (any value)."""
-    if not isinstance(schema, dict) or depth > 8:  # a $ref cycle ends here
+_MAX_TYPE_LOOKUPS = 2_000
+"""How many subschemas typing one call's text values may visit: unions of ``$ref``s to unions
+would otherwise multiply at each level (the schema may be a caller's)."""
+
+
+def _types_of(
+    schema: Any, root: dict[str, Any], lookups: list[int], depth: int = 0
+) -> frozenset[str]:
+    """The JSON types a (sub)schema allows; empty when it does not say (any value), or when
+    ``lookups`` is spent."""
+    lookups[0] -= 1
+    if not isinstance(schema, dict) or depth > 8 or lookups[0] < 0:  # a $ref cycle ends here
         return frozenset()
     ref = schema.get("$ref")
     if isinstance(ref, str):
-        return _types_of(_resolve(ref, root), root, depth + 1)
+        return _types_of(_resolve(ref, root), root, lookups, depth + 1)
     declared = schema.get("type")
     if isinstance(declared, str):
         return frozenset((declared,)) & _JSON_TYPES
@@ -236,7 +272,7 @@ def _types_of(schema: Any, root: dict[str, Any], depth: int = 0) -> frozenset[st
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if isinstance(branches, list):
-            found = [_types_of(branch, root, depth + 1) for branch in branches]
+            found = [_types_of(branch, root, lookups, depth + 1) for branch in branches]
             # One branch that allows anything makes the whole union allow anything.
             return frozenset().union(*found) if all(found) else frozenset()
     for key in ("enum", "const"):
@@ -246,7 +282,7 @@ def _types_of(schema: Any, root: dict[str, Any], depth: int = 0) -> frozenset[st
                 return frozenset().union(*(_type_of(v) for v in values))
     if isinstance(schema.get("allOf"), list):
         for branch in schema["allOf"]:
-            narrowed = _types_of(branch, root, depth + 1)
+            narrowed = _types_of(branch, root, lookups, depth + 1)
             if narrowed:
                 return narrowed
     if "properties" in schema:

@@ -1,69 +1,35 @@
-"""What the run layer refuses in a JSON Schema that came with a request (an ``output_schema``,
-a ``response_format``, a client tool's parameters), beyond the size budgets of
-``pipeline.structured.schema_budget_problem``: regular expressions.
+"""What the run layer makes of a JSON Schema that came with a request (an ``output_schema``, a
+``response_format`` or Responses ``text.format``, a client tool's parameters), after the size
+budgets of ``pipeline.structured.schema_budget_problem`` (which count every ``$ref`` where it
+points): it is compiled, as the engine will compile it (``tools.validation.caller_schema``), and
+refused with the reason when it cannot be.
 
-The validators (jsonschema, fastjsonschema) match ``pattern``, ``patternProperties`` and
-``format: regex`` with Python's ``re``, which backtracks: ``^(a+)+$`` against thirty ``a`` and
-a ``!`` takes minutes, on the event loop or a worker's run loop, where no timeout can interrupt
-it. A schema a developer writes in code (``Agent.run(output_type=...)``, a tool's annotations)
-is trusted and keeps its patterns; one a caller sends is not."""
+Compiled, not walked for keywords: a ``$ref`` must point at a subschema of the same document
+(a member that is no keyword, another document, ``$dynamicRef`` are refused; nothing is ever
+fetched, no file read); every ``pattern`` must compile on RE2, the linear-time engine it will run
+on (backreferences and lookaround do not); the schema must be valid JSON Schema. Checking a value
+against it then runs off the event loop, within a budget of keyword evaluations, in either
+engine (``pipeline.tool_selector``, ``pipeline.thought_generator``).
+
+A schema a developer writes in code (``Agent.run(output_type=...)`` with a pydantic type, a
+tool's annotations) is trusted and keeps Python's ``re``; one a caller sends is not."""
 
 from __future__ import annotations
 
 from typing import Any
 
-_SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
-"""Keywords whose value maps names to subschemas (the names are not keywords)."""
-_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
-_SCHEMAS = (
-    "items",
-    "additionalProperties",
-    "additionalItems",
-    "contains",
-    "propertyNames",
-    "not",
-    "if",
-    "then",
-    "else",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-)
+from hermes_agent.tools.validation import SchemaRefused, caller_schema
 
 
-def regex_problem(schema: Any, what: str = "output_schema") -> str | None:
-    """Why a caller's ``schema`` is refused for holding a regular expression, or ``None``.
-    Walks the schema's subschemas (not property names), iteratively; call it after the size
-    budgets so the walk is bounded."""
-    pending: list[Any] = [schema]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, list):
-            pending.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        for keyword in ("pattern", "patternProperties"):
-            if keyword in node:
-                return _refusal(what, f"'{keyword}'")
-        if node.get("format") == "regex":
-            return _refusal(what, "'format: regex'")
-        for keyword in _SCHEMA_MAPS:
-            value = node.get(keyword)
-            if isinstance(value, dict):
-                pending.extend(value.values())
-        for keyword in _SCHEMA_LISTS:
-            value = node.get(keyword)
-            if isinstance(value, list):
-                pending.extend(value)
-        for keyword in _SCHEMAS:
-            if keyword in node:
-                pending.append(node[keyword])
+def compile_problem(
+    schema: Any, what: str = "output_schema", *, formats: bool = False
+) -> str | None:
+    """Why a caller's ``schema`` cannot be compiled, or ``None`` (it then is, and the engine
+    of this process finds it compiled). Call it after the size budgets."""
+    if not isinstance(schema, dict):
+        return f"{what} must be a JSON object"
+    try:
+        caller_schema(schema, formats=formats)
+    except SchemaRefused as exc:
+        return f"{what} cannot be used: {exc}"
     return None
-
-
-def _refusal(what: str, keyword: str) -> str:
-    return (
-        f"{what} uses {keyword}: regular expressions from a request are not accepted (matching "
-        "one can take exponential time); describe the format in 'description', or check it in "
-        "your own code"
-    )

@@ -15,7 +15,8 @@ In order, and the same refusal (status and message) from every door:
    results; ``max_conversation_chars``), the run's variables (413 over their size, 422 for a bad
    name, value or nesting) and the output schema (422 naming the budget: its nesting, its
    values, and what it would expand to once its ``$ref`` are inlined), checked before
-   anything is expanded;
+   anything is expanded, then compiled (422: a ``$ref`` that is no subschema of it, a pattern
+   RE2 cannot run; ``runs.caller_schemas``);
 5. **how many at once** — runs in flight, of the service and of the user (429), counted by the
    backend the same way in both modes (queued and running runs);
 6. **how much** — the user's daily quota (429; 503 when its store cannot be reached). A run
@@ -40,7 +41,7 @@ from hermes_agent.pipeline.client_tools import MAX_CLIENT_TOOLS
 from hermes_agent.pipeline.structured import schema_budget_problem
 from hermes_agent.pipeline.variables import MAX_VARIABLES_CHARS, VariablesTooLarge, check_variables
 from hermes_agent.protocol.chatml import to_json
-from hermes_agent.runs.caller_schemas import regex_problem
+from hermes_agent.runs.caller_schemas import compile_problem
 from hermes_agent.runs.events import StoredResultEvent, UnknownEvent, read_event
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import ClientTools, RunRequest
@@ -150,9 +151,9 @@ class Gate:
             if problem is not None:
                 self.counter.refused("output_schema_size")
                 raise RunRejected(422, problem)
-            problem = regex_problem(request.output_schema)
+            problem = compile_problem(request.output_schema)
             if problem is not None:
-                self.counter.refused("output_schema_regex")
+                self.counter.refused("output_schema")
                 raise RunRejected(422, problem)
         if request.client is not None:
             self.check_client(request.client, request, agent)
@@ -188,10 +189,21 @@ class Gate:
                 "or shorter turns, or keep the conversation in a session",
             )
 
+    async def check_apart(
+        self, principal: Principal, request: RunRequest, agent: Agent, max_id_length: int
+    ) -> None:
+        """``check``, in a worker thread when the request brings a schema: compiling one (the
+        metaschema, up to ``tools.validation.MAX_PATTERNS`` RE2 patterns) takes up to a few hundred
+        milliseconds, which the event loop every request shares should not wait out."""
+        if request.output_schema is None and request.client is None:
+            self.check(principal, request, agent, max_id_length)
+        else:
+            await asyncio.to_thread(self.check, principal, request, agent, max_id_length)
+
     def check_client(self, client: ClientTools, request: RunRequest, agent: Agent) -> None:
         """The tools a request brings (``RunRequest.client``), whichever door it came through:
         allowed by the operator, at most ``MAX_CLIENT_TOOLS``, each schema within the budgets
-        and free of regular expressions, named apart from the run's own tools; its results
+        and compiled (``runs.caller_schemas``), named apart from the run's own tools; its results
         (the caller's runs of the calls handed out) count against ``max_message_chars`` and
         each answers a tool the request declares; ``tool_choice`` names a mode, a client tool
         or a tool the run may use."""
@@ -217,8 +229,8 @@ class Gate:
             raise refuse(422, f"client tools {', '.join(clash)}: names of the agent's own tools")
         for tool in client.tools:
             if tool.parameters is not None:
-                problem = schema_budget_problem(tool.parameters) or regex_problem(
-                    tool.parameters, f"client tool {tool.name!r}'s schema"
+                problem = schema_budget_problem(tool.parameters) or compile_problem(
+                    tool.parameters, f"client tool {tool.name!r}'s schema", formats=True
                 )
                 if problem is not None:
                     raise refuse(422, problem)
@@ -356,7 +368,7 @@ async def admitted_here(
     ends; work that raises (it could not be done) is given back to the day's run count. A
     backend's ``admitted`` is this, with its own counts."""
     storage = agent.storage
-    gate.check(principal, request, agent, storage.max_id_length if storage else 10**6)
+    await gate.check_apart(principal, request, agent, storage.max_id_length if storage else 10**6)
     gate.check_room(*await counts())
     admission = await gate.take_quota(principal)
     tally = Tally()

@@ -174,7 +174,7 @@ class QueueService:
         if not self.manager.accepting or self.manager.agent is None:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         owner, gate = principal.user_id, self.manager.gate
-        gate.check(principal, body, self.manager.agent, self.storage.max_id_length)
+        await gate.check_apart(principal, body, self.manager.agent, self.storage.max_id_length)
         stored = stored_session_id(owner, body.session_id or uuid.uuid4().hex)
         gate.check_room(*await self._in_flight(owner))
         await self.settle_finished(owner)  # turns of runs nobody read back count too

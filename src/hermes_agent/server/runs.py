@@ -137,7 +137,9 @@ class RunManager:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         owner, gate = principal.user_id, self.gate
         storage = self.agent.storage
-        gate.check(principal, request, self.agent, storage.max_id_length if storage else 10**6)
+        await gate.check_apart(
+            principal, request, self.agent, storage.max_id_length if storage else 10**6
+        )
         gate.check_room(self.in_flight(), self.in_flight(owner))
         minted = not request.session_id
         run = Run(owner, request.session_id or uuid.uuid4().hex, new_session=minted)

@@ -23,7 +23,8 @@ or, for ``additionalProperties``, what the server declared — and says what it 
 
 Everything else is validated as given: a schema with no ``properties`` (any arguments), with
 ``additionalProperties: true`` or a schema for extra keys, composed with ``allOf``/``anyOf``...,
-or recursive ``$ref``s.
+or recursive ``$ref``s. A ``$ref`` to another document (a URL, a ``file://`` path) or a
+``$dynamicRef`` is refused (``ValueError``): nothing a server lists is ever fetched or read.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from hermes_agent.tools.validation import reference_problem
 
 _LEGACY_DRAFTS = ("draft-04", "draft-06", "draft-07")
 _OPEN_ENDED = (
@@ -60,6 +63,9 @@ def normalise(
         raise ValueError(f"the input schema is not JSON: {exc}") from None
     if not isinstance(copied, dict):
         raise ValueError("the input schema is not a JSON object")
+    problem = reference_problem(copied)
+    if problem is not None:
+        raise ValueError(f"its input schema is refused: {problem}")
     notes: list[str] = []
     declared = str(copied.pop("$schema", ""))
     if any(draft in declared for draft in _LEGACY_DRAFTS) or _has_array_items(copied):
