@@ -301,10 +301,10 @@ class CheckTooCostly(ValueError):
     """A check against a caller's schema went over its budget (``MAX_CHECK_STEPS``)."""
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=256)
 def linear_pattern(pattern: str) -> Any:
     """``pattern`` compiled by RE2 (linear-time matching); ``re2.error`` when RE2 cannot run it
-    (backreferences, lookaround)."""
+    (backreferences, lookaround). Kept for reuse, 256 at most: each may hold up to its 1 MB."""
     return re2.compile(pattern, _RE2_OPTIONS)
 
 
@@ -559,7 +559,7 @@ def caller_schema(schema: Mapping[str, Any], *, formats: bool = False) -> Caller
     return _compiled_caller_schema(key, formats)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)  # a few requests' worth: callers send their schema with every request
 def _compiled_caller_schema(key: str, formats: bool) -> CallerSchema:
     schema = json.loads(key)
     problem = untrusted_schema_problem(schema)
