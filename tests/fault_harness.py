@@ -307,6 +307,7 @@ import time
 import psycopg
 
 from hermes_agent import current_call, tool
+from hermes_agent.worker import FencedOut, fence
 
 DB = os.environ["EFFECTS_DB"]
 
@@ -332,25 +333,26 @@ def step(tag: str, n: int) -> str:
             (key.id, tag, n, os.getpid(), key.fencing_token, held[0] if held else None, entered),
         )
         time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))
-        # The fence on the effect: the run's row says which attempt holds it; an older
-        # token (a process that froze mid-call and woke after the takeover) changes nothing.
-        with conn.transaction():
-            held = conn.execute(
-                "SELECT lease_token, status FROM hermes_runs WHERE request_id = %s FOR SHARE",
-                (rid,),
-            ).fetchone()
-            if held is not None and held[0] == key.fencing_token and held[1] == "running":
+        # The fence on the effect (the shipped one): the run's row says which attempt holds
+        # it; an older token (a process that froze mid-call and woke after the takeover)
+        # changes nothing.
+        try:
+            with conn.transaction():
+                fence(conn)
                 conn.execute(
                     "INSERT INTO effects(call_key, tag, n, token) VALUES (%s, %s, %s, %s) "
                     "ON CONFLICT DO NOTHING",
                     (key.id, tag, n, key.fencing_token),
                 )
-            else:
-                conn.execute(
-                    "INSERT INTO refused(call_key, token, held) VALUES (%s, %s, %s)",
-                    (key.id, key.fencing_token, held[0] if held else None),
-                )
-                raise RuntimeError("fenced out: this attempt no longer holds the run")
+        except FencedOut:
+            held = conn.execute(
+                "SELECT lease_token FROM hermes_runs WHERE request_id = %s", (rid,)
+            ).fetchone()
+            conn.execute(
+                "INSERT INTO refused(call_key, token, held) VALUES (%s, %s, %s)",
+                (key.id, key.fencing_token, held[0] if held else None),
+            )
+            raise RuntimeError("fenced out: this attempt no longer holds the run") from None
     return f"step {n} of {tag} done"
 '''
 
