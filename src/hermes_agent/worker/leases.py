@@ -466,10 +466,12 @@ class LeasedRuns:
             if run.lease_owner is not None
             else r.request_id == run.request_id
         )
+        # The notes are written in one order, so that concurrent takeovers of the same
+        # worker's runs wait for each other instead of deadlocking.
         rows = conn.execute(
-            select(r.request_id, r.lease_token, in_call.label("in_call")).where(
-                r.status == "running", held
-            )
+            select(r.request_id, r.lease_token, in_call.label("in_call"))
+            .where(r.status == "running", held)
+            .order_by(r.request_id)
         ).all()
         calling = {row.request_id for row in rows if row.in_call}
         mine: dict[str, Any] = {"token": run.lease_token, "in_call": False, "at": now}
