@@ -51,6 +51,7 @@ class Reply:
     # or the first half of the JSON body
     done: bool = True  # stream: send [DONE] at the end (False: only the finish_reason says so)
     finish: bool = True  # stream: send the finish_reason (False: only [DONE] says so)
+    pace: float = 0.0  # stream: seconds between pieces of the content (a slow model)
 
 
 def text(content: str, **kwargs: Any) -> Reply:
@@ -178,6 +179,8 @@ async def _sse(reply: Reply, include_usage: bool) -> AsyncIterator[str]:
 
     yield event({"role": "assistant", "content": ""})
     for piece in _pieces(reply.content or ""):
+        if reply.pace:
+            await asyncio.sleep(reply.pace)
         yield event({"content": piece})
     for index, c in enumerate(reply.tool_calls):
         head = {"index": index, "id": c["id"], "type": "function"}

@@ -208,11 +208,15 @@ def test_queued_runs_over_http_and_websocket(tmp_path: Path, pg_url: str) -> Non
                     if frame["event"] == "tool_results" and answer is None:
                         answer = alice.post(f"/v1/runs/{cancelled}/cancel").json()
                         at_cancel = _executions(c, "c")
+                        # A step the worker had started runs on: the answer names it.
+                        running = answer.pop("still_running", [])
                         assert answer == {
                             "request_id": cancelled,
                             "cancelled": True,
                             "status": "cancelled",
                         }
+                        assert all(r["call_id"].startswith(f"{cancelled}/") for r in running)
+                        assert {r["name"] for r in running} <= {"step"}, running
             assert seen[-1]["event"] == "run_stopped", [f["event"] for f in seen]
             assert seen[-1]["data"]["status"] == "cancelled"
             assert alice.post(f"/v1/runs/{cancelled}/cancel").json()["cancelled"] is False

@@ -34,6 +34,7 @@ from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.context import RunContext, system_turn
 from hermes_agent.pipeline.context_window import fit_to_context
 from hermes_agent.pipeline.status import REFUSED, Status
+from hermes_agent.pipeline.watch import current_watch
 from hermes_agent.protocol.parser import (
     ScratchPadDelta,
     StreamEvent,
@@ -77,6 +78,11 @@ class ThoughtGenerator:
             forced = False
         ctx.turn_settings = settings
         fit_to_context(ctx)
+        watch = current_watch()
+        if watch is not None:  # an engine counts this turn from the moment it is asked
+            model = ctx.model
+            prompt = model.render_prompt(ctx.messages, ctx.tool_specs, settings)
+            watch.spend.sent(model.count_tokens(prompt), model.count_tokens)
         try:
             if ctx.stream() if callable(ctx.stream) else ctx.stream:
                 response = await _streamed(ctx, settings)
@@ -92,6 +98,8 @@ class ThoughtGenerator:
             ctx.emit(ThoughtEvent(status=int(Status.MODEL_ERROR), step=ctx.step, error=message))
             return ctx
 
+        if watch is not None:
+            watch.spend.ended(response.usage)
         completion = response.completion
         _unique_ids(completion.tool_calls)
         ctx.completion = completion
@@ -269,11 +277,14 @@ async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
     parser = StreamParser()
     pieces: list[str] = []
     usage = Usage()
+    watch = current_watch()
     async for chunk in ctx.model.stream(ctx.messages, ctx.tool_specs, settings):
         if chunk.usage is not None:
             usage = chunk.usage
         if chunk.text:
             pieces.append(chunk.text)
+            if watch is not None:
+                watch.spend.streamed(chunk.text)
             _forward(ctx, parser.feed(chunk.text))
     _forward(ctx, parser.flush())  # held-back text, an unclosed final block
     completion = parser.close()

@@ -80,6 +80,9 @@ class RunView:
     status_code: int | None = None
     output: str | None = None
     records: int | None = None
+    still_running: list[dict[str, Any]] = field(default_factory=list)
+    """Tool calls the run stopped waiting for that are still running (``name``, ``call_id``,
+    ``step``): a cancel cannot stop a sync in-process tool (see ``pipeline.watch``)."""
 
     @property
     def done(self) -> bool:

@@ -20,8 +20,10 @@ In order, and the same refusal (status and message) from every door:
 5. **how many at once** — runs in flight, of the service and of the user (429), counted by the
    backend the same way in both modes (queued and running runs);
 6. **how much** — the user's daily quota (429; 503 when its store cannot be reached). A run
-   counts when it is admitted; its tokens are added per model turn, however it ends
-   (``settle``: completed, failed, cancelled, timed out, stopped at shutdown), once.
+   counts when it is admitted, and reserves its tokens then (admitted only while the day's
+   spent and reserved tokens are under the limit); ``settle`` replaces the reservation with
+   what every model turn spent, however the run ended (completed, failed, cancelled, timed
+   out, stopped at shutdown), once.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from hermes_agent.events import ThoughtEvent
 from hermes_agent.pipeline.client_tools import MAX_CLIENT_TOOLS
 from hermes_agent.pipeline.structured import schema_budget_problem
 from hermes_agent.pipeline.variables import MAX_VARIABLES_CHARS, VariablesTooLarge, check_variables
+from hermes_agent.pipeline.watch import RunWatch, watching
 from hermes_agent.protocol.chatml import to_json
 from hermes_agent.runs.caller_schemas import compile_problem
 from hermes_agent.runs.events import StoredResultEvent, UnknownEvent, read_event
@@ -96,13 +99,17 @@ class QuotaBook(Protocol):
 
     def applies_to(self, user_id: str) -> bool: ...
 
+    def today(self) -> str: ...
+
+    def reservation(self, user_id: str) -> int: ...
+
     def admit(self, user_id: str) -> tuple[str, QuotaRefusal | None]: ...
 
-    def refund(self, user_id: str, day: str) -> None: ...
+    def refund(self, user_id: str, day: str, reserved: int) -> None: ...
 
-    def spend(self, user_id: str, tokens: int) -> None: ...
-
-    def spend_once(self, user_id: str, request_id: str, tokens: int) -> bool: ...
+    def settle(
+        self, user_id: str, day: str, reserved: int, tokens: int, request_id: str | None = None
+    ) -> bool: ...
 
 
 class RefusalCounter(Protocol):
@@ -118,11 +125,13 @@ class _NoCounter:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """A run the gate let in: who, and the quota day it was counted on (``None``: the user has
-    no quota), so a run that then never starts can be given back."""
+    """A run the gate let in: who, the quota day it was counted on (``None``: the user has
+    no quota) and the tokens it reserved, so a run that then never starts can be given back
+    and one that ends settled."""
 
     principal: Principal
     day: str | None
+    reserved: int = 0
 
 
 class Gate:
@@ -165,6 +174,17 @@ class Gate:
             )
         self.check_tools(request.toolsets, request.tool_choice, agent)
 
+    async def check_apart(
+        self, principal: Principal, request: RunRequest, agent: Agent, max_id_length: int
+    ) -> None:
+        """``check``, in a worker thread when the request brings a schema: compiling one (the
+        metaschema, up to ``tools.validation.MAX_PATTERNS`` RE2 patterns) takes up to a few hundred
+        milliseconds, which the event loop every request shares should not wait out."""
+        if request.output_schema is None and request.client is None:
+            self.check(principal, request, agent, max_id_length)
+        else:
+            await asyncio.to_thread(self.check, principal, request, agent, max_id_length)
+
     def check_size(self, request: RunRequest) -> None:
         """413 for a message over ``max_message_chars``, or a conversation (everything the
         request brings: ``conversation_chars``) over ``max_conversation_chars``. A door that
@@ -188,17 +208,6 @@ class Gate:
                 f"{self.limits.max_conversation_chars} (max_conversation_chars): send fewer "
                 "or shorter turns, or keep the conversation in a session",
             )
-
-    async def check_apart(
-        self, principal: Principal, request: RunRequest, agent: Agent, max_id_length: int
-    ) -> None:
-        """``check``, in a worker thread when the request brings a schema: compiling one (the
-        metaschema, up to ``tools.validation.MAX_PATTERNS`` RE2 patterns) takes up to a few hundred
-        milliseconds, which the event loop every request shares should not wait out."""
-        if request.output_schema is None and request.client is None:
-            self.check(principal, request, agent, max_id_length)
-        else:
-            await asyncio.to_thread(self.check, principal, request, agent, max_id_length)
 
     def check_client(self, client: ClientTools, request: RunRequest, agent: Agent) -> None:
         """The tools a request brings (``RunRequest.client``), whichever door it came through:
@@ -318,29 +327,39 @@ class Gate:
         if exceeded is not None:
             self.counter.refused(exceeded.quota, quota=True)
             raise RunRejected(429, exceeded.message, exceeded.retry_after)
-        return Admission(principal, day)
+        return Admission(principal, day, self.quotas.reservation(user))
 
     async def give_back(self, admission: Admission) -> None:
         """Uncount an admitted run that never started."""
         if admission.day is None:
             return
+        user = admission.principal.user_id
         try:
-            await asyncio.to_thread(self.quotas.refund, admission.principal.user_id, admission.day)
+            await asyncio.to_thread(self.quotas.refund, user, admission.day, admission.reserved)
         except Exception:
             logger.exception("cannot give back the run of %s", admission.principal.user_id)
 
-    async def settle(self, user_id: str, request_id: str, tokens: int, *, once: bool) -> None:
-        """Add what run ``request_id`` used to its owner's day however it ended; with
-        ``once``, only by whichever process sees its ending first (runs on the queue: every
-        instance of the service may read it). A store that fails is logged: the run's ending
-        is not lost for it."""
-        if tokens <= 0 or not self.quotas.applies_to(user_id):
+    async def settle(
+        self,
+        user_id: str,
+        request_id: str,
+        tokens: int,
+        *,
+        once: bool,
+        day: str | None = None,
+        reserved: int = 0,
+    ) -> None:
+        """Replace what run ``request_id`` reserved on ``day`` (today when ``None``) with the
+        tokens it used, however it ended; with ``once``, only by whichever process sees its
+        ending first (runs on the queue: every instance of the service may read it). A store
+        that fails is logged: the run's ending is not lost for it."""
+        if not self.quotas.applies_to(user_id) or (tokens <= 0 and not reserved):
             return
+        quotas = self.quotas
+        when = day or quotas.today()
+        rid = request_id if once else None
         try:
-            if once:
-                await asyncio.to_thread(self.quotas.spend_once, user_id, request_id, tokens)
-            else:
-                await asyncio.to_thread(self.quotas.spend, user_id, tokens)
+            await asyncio.to_thread(quotas.settle, user_id, when, reserved, max(tokens, 0), rid)
         except Exception:
             logger.exception("cannot add the tokens of run %s to its quota", request_id)
 
@@ -372,17 +391,20 @@ async def admitted_here(
     gate.check_room(*await counts())
     admission = await gate.take_quota(principal)
     tally = Tally()
+    reserved = admission.reserved
+    watch = RunWatch()  # model turns the work takes count too, however they end
     try:
-        with hold():
+        with hold(), watching(watch):
             yield tally
     except BaseException:
-        await asyncio.shield(gate.give_back(admission))
+        await asyncio.shield(gate.give_back(admission))  # its reservation with it
+        reserved = 0
         raise
     finally:
-        key = f"local-{uuid.uuid4().hex}"
-        await asyncio.shield(
-            gate.settle(admission.principal.user_id, key, tally.tokens, once=False)
-        )
+        key, user = f"local-{uuid.uuid4().hex}", admission.principal.user_id
+        tokens = max(tally.tokens, watch.spend.total)
+        settled = gate.settle(user, key, tokens, once=False, day=admission.day, reserved=reserved)
+        await asyncio.shield(settled)
 
 
 def conversation_chars(request: RunRequest) -> int:
@@ -432,6 +454,30 @@ def exposed_toolsets(agent: Agent) -> set[str]:
     if agent.toolsets is not None:
         return set(agent.toolsets)
     return set(agent.registry.toolsets())
+
+
+_ASKING = {"input": True, "tool_results": True, "thought": False, "selection": False}
+"""After which events of a run a model turn is asked and not yet answered (``True``): what
+``cut_mid_turn`` reads; the pieces of a streamed reply say so too, other events nothing."""
+_PIECES = frozenset(
+    {"text_delta", "scratch_pad_delta", "thought_delta", "tool_call_started", "tool_call_delta"}
+)
+
+
+def cut_mid_turn(events: Iterable[Mapping[str, Any]], *, started: bool = False) -> bool:
+    """Whether a run's events end inside a model turn: asked (its input taken, or its tools'
+    results in; from the start for a run ``started`` whose first events are not stored yet)
+    and not answered. Such a turn spent tokens that no event counts — for a run whose engine
+    cannot say how many (a queued run's worker, fenced out by the cancel), its reservation
+    stands for them."""
+    asking = started
+    for wire in events:
+        kind = wire.get("kind")
+        if kind in _PIECES:
+            asking = True
+        elif isinstance(kind, str) and kind in _ASKING:
+            asking = _ASKING[kind]
+    return asking
 
 
 def tokens_used(events: Iterable[Mapping[str, Any]]) -> int:

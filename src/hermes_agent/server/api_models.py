@@ -143,6 +143,9 @@ class CancelBody(_Open):
     """``False`` when the run was over already, or ended on its own while the cancel waited
     (it was saving its turn: ``status`` says how it ended)."""
     status: str
+    still_running: list[dict[str, Any]] | None = None
+    """Only when there are any: the calls the cancel could not stop (``name``, ``call_id``,
+    ``step``); each one's result is written to the trail as ``late_result`` when it ends."""
 
 
 class ApprovalAnsweredBody(_Open):

@@ -20,9 +20,10 @@ What the endpoints do with a queued run:
   ``GET /v1/runs/{id}/events``: its events from the store, polled every ``POLL_S`` seconds,
   with keep-alives and ``Last-Event-ID``, until ``result`` or ``run_stopped``.
 - ``POST /v1/runs/{id}/cancel``: the run is marked cancelled; its worker stops at its next
-  heartbeat. ``POST /v1/approvals/{id}`` and ``GET /v1/approvals``: a queued run that needs an
-  approval is set aside (its worker is freed) until its owner answers; the answer puts it back
-  on the queue.
+  heartbeat; the answer names the calls its journal shows started and not finished
+  (``still_running``: a sync tool on the worker runs to its end). ``POST /v1/approvals/{id}``
+  and ``GET /v1/approvals``: a queued run that needs an approval is set aside (its worker is
+  freed) until its owner answers; the answer puts it back on the queue.
 
 An approval of a queued run is named, on the API, by its run and its key in the store
 (``approval_ref``), so that the id alone finds it from any instance. Someone else's run or
@@ -57,7 +58,7 @@ from hermes_agent.runs.events import (
     read_known,
     result_wire,
 )
-from hermes_agent.runs.gate import RunRejected, Tally, admitted_here, tokens_used
+from hermes_agent.runs.gate import RunRejected, Tally, admitted_here, cut_mid_turn, tokens_used
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.runs import RunManager
@@ -284,18 +285,29 @@ class QueueService:
         return view
 
     async def settle(self, run: QueuedRun) -> None:
-        """Add a finished run's tokens — every model turn it took, however it ended — to its
-        owner's daily quota, once whichever instance sees its ending first."""
+        """Replace a finished run's reservation with its tokens — every model turn it took,
+        however it ended — in its owner's daily quota, once whichever instance sees its
+        ending first. A run cut short inside a model turn counts at least its reservation:
+        that turn is not in the store (a cancelled run's worker is fenced out)."""
         if not run.finished or run.request_id in self._settled:
             return
-        if not self.manager.quotas.applies_to(run.owner):
+        quotas = self.manager.quotas
+        if not quotas.applies_to(run.owner):
             return
+        reserved = quotas.reservation(run.owner)
         if run.status == "completed" and run.result:
             tokens = tokens_used([result_wire(run.result)])
         else:
-            events = await asyncio.to_thread(self.store.events, run.request_id)
-            tokens = tokens_used(wire for _, wire in events)
-        await self.manager.gate.settle(run.owner, run.request_id, tokens, once=True)
+            stored = await asyncio.to_thread(self.store.events, run.request_id)
+            events = [wire for _, wire in stored]
+            tokens = tokens_used(events)
+            # A worker took it up (``claims``): its first turn's events come with the turn.
+            if run.result is None and cut_mid_turn(events, started=run.claims > 0):
+                tokens = max(tokens, reserved)
+        day = datetime.fromtimestamp(run.created_ns / 1e9, UTC).date().isoformat()
+        await self.manager.gate.settle(
+            run.owner, run.request_id, tokens, once=True, day=day, reserved=reserved
+        )
         self._settled[run.request_id] = None
         while len(self._settled) > SETTLED_KEPT:
             self._settled.popitem(last=False)
@@ -378,7 +390,29 @@ class QueueService:
         reason = "cancelled by the client"
         cancelled = await asyncio.to_thread(self.store.cancel, run.request_id, reason)
         latest = await asyncio.to_thread(self.store.get, request_id)
-        return cancelled, await self.summary(latest or run)
+        view = await self.summary(latest or run)
+        if cancelled:
+            view.still_running = await asyncio.to_thread(self._started_calls, run.request_id)
+        return cancelled, view
+
+    def _started_calls(self, request_id: str) -> list[dict[str, Any]]:
+        """The calls the run's journal shows started and not finished (``call/<step>/<index>``
+        entries in state ``started``)."""
+        running = []
+        for key, (state, payload) in self.store.journal_entries(request_id).items():
+            kind, _, place = key.partition("/")
+            if kind != "call" or state != "started":
+                continue
+            step = place.partition("/")[0]
+            name = payload.get("tool") if isinstance(payload, dict) else None
+            running.append(
+                {
+                    "name": name,
+                    "call_id": f"{request_id}/{place}",
+                    "step": int(step) if step.isdigit() else None,
+                }
+            )
+        return running
 
     async def answer(
         self, approval_id: str, principal: Principal, approved: bool, reason: str

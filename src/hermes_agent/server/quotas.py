@@ -9,10 +9,16 @@
 
 A quota belongs to the stable user id an API key is bound to (``Principal.user_id``) — never
 to a session id or a request id, so a client that makes up a new session for every message
-still spends one user's quota. Days are UTC days. ``RunManager`` asks ``Quotas.admit`` before
-every run, whichever endpoint started it, and ``Quotas.spend`` adds the run's tokens when it
-ends; a refused run gets ``429`` with ``Retry-After`` set to the seconds left until the day
-resets.
+still spends one user's quota. Days are UTC days. The run layer's gate asks ``Quotas.admit``
+before every run, whichever endpoint started it; a refused run gets ``429`` with
+``Retry-After`` set to the seconds left until the day resets.
+
+Tokens are reserved, then settled: a run admitted under ``tokens_per_day`` adds
+``tokens_reserved_per_run`` to the day at once, and ``Quotas.settle`` replaces that
+reservation with what the run's model turns spent when it ends, however it ends. A run is
+admitted only while the day's tokens — spent, plus reserved by the runs in flight — are under
+the limit, so runs started together cannot each spend the day's last tokens: the day overshoots
+by at most one run's spend beyond what was left (one reservation, for runs that stay within it).
 
 The counts live in the key store's database (a table ``hermes_quota_usage``, one row per user
 and day), so they survive a restart and are shared by every process on that database; with keys
@@ -56,23 +62,25 @@ class QuotaStore(Protocol):
     """Where the daily counts are kept. Every method is safe to call from several threads
     (and, for a database, several processes) at once."""
 
-    def admit(self, user_id: str, day: str, limits: QuotaLimits) -> tuple[bool, DailyUsage]:
-        """Count one run of ``user_id`` on ``day`` if the user is under both limits, in one
-        step (two runs at once cannot both take the last one); returns whether it was counted
-        and the usage after it."""
+    def admit(
+        self, user_id: str, day: str, limits: QuotaLimits, reserve: int = 0
+    ) -> tuple[bool, DailyUsage]:
+        """Count one run of ``user_id`` on ``day`` and add ``reserve`` tokens if the user is
+        under both limits, in one step (two runs at once cannot both take the last one);
+        returns whether it was counted and the usage after it."""
         ...
 
-    def refund(self, user_id: str, day: str) -> None:
-        """Uncount one run (it was refused before it started)."""
+    def refund(self, user_id: str, day: str, reserve: int = 0) -> None:
+        """Uncount one run and its reservation (it was refused before it started)."""
         ...
 
     def add_tokens(self, user_id: str, day: str, tokens: int) -> None:
-        """Add the tokens a run used."""
+        """Add ``tokens`` (negative: a reservation given back; the day never goes below 0)."""
         ...
 
     def add_run_tokens(self, user_id: str, day: str, request_id: str, tokens: int) -> bool:
-        """Add the tokens of run ``request_id`` unless they were added already (by any
-        process on this store); returns whether they were added now."""
+        """``add_tokens`` for run ``request_id`` unless it was done already (by any process on
+        this store); returns whether it was done now."""
         ...
 
     def usage(self, user_id: str, day: str) -> DailyUsage:
@@ -99,22 +107,27 @@ class MemoryQuotaStore:
             self._day = day
         return self._counts.setdefault(user_id, [0, 0])
 
-    def admit(self, user_id: str, day: str, limits: QuotaLimits) -> tuple[bool, DailyUsage]:
+    def admit(
+        self, user_id: str, day: str, limits: QuotaLimits, reserve: int = 0
+    ) -> tuple[bool, DailyUsage]:
         with self._lock:
             entry = self._entry(user_id, day)
             admitted = _under(limits, entry[0], entry[1])
             if admitted:
                 entry[0] += 1
+                entry[1] += reserve
             return admitted, DailyUsage(entry[0], entry[1])
 
-    def refund(self, user_id: str, day: str) -> None:
+    def refund(self, user_id: str, day: str, reserve: int = 0) -> None:
         with self._lock:
             entry = self._entry(user_id, day)
             entry[0] = max(0, entry[0] - 1)
+            entry[1] = max(0, entry[1] - reserve)
 
     def add_tokens(self, user_id: str, day: str, tokens: int) -> None:
         with self._lock:
-            self._entry(user_id, day)[1] += tokens
+            entry = self._entry(user_id, day)
+            entry[1] = max(0, entry[1] + tokens)
 
     def add_run_tokens(self, user_id: str, day: str, request_id: str, tokens: int) -> bool:
         with self._lock:
@@ -123,7 +136,8 @@ class MemoryQuotaStore:
             self._counted_runs[request_id] = None
             while len(self._counted_runs) > _MAX_COUNTED_RUNS:
                 self._counted_runs.popitem(last=False)
-            self._entry(user_id, day)[1] += tokens
+            entry = self._entry(user_id, day)
+            entry[1] = max(0, entry[1] + tokens)
             return True
 
     def usage(self, user_id: str, day: str) -> DailyUsage:
@@ -152,10 +166,14 @@ class SqlQuotaStore:
         # cannot fail on a lock another writer took meanwhile.
         return self.engine.connect().execution_options(**WRITE)
 
-    def admit(self, user_id: str, day: str, limits: QuotaLimits) -> tuple[bool, DailyUsage]:
+    def admit(
+        self, user_id: str, day: str, limits: QuotaLimits, reserve: int = 0
+    ) -> tuple[bool, DailyUsage]:
         q = quota_usage.c
         counted = (
-            sa.update(quota_usage).where(q.user_id == user_id, q.day == day).values(runs=q.runs + 1)
+            sa.update(quota_usage)
+            .where(q.user_id == user_id, q.day == day)
+            .values(runs=q.runs + 1, tokens=q.tokens + reserve)
         )
         if limits.runs_per_day is not None:
             counted = counted.where(q.runs < limits.runs_per_day)
@@ -169,13 +187,13 @@ class SqlQuotaStore:
             ).one()
         return admitted, DailyUsage(row.runs, row.tokens)
 
-    def refund(self, user_id: str, day: str) -> None:
+    def refund(self, user_id: str, day: str, reserve: int = 0) -> None:
         q = quota_usage.c
         with self._begin() as conn, conn.begin():
             conn.execute(
                 sa.update(quota_usage)
                 .where(q.user_id == user_id, q.day == day, q.runs > 0)
-                .values(runs=q.runs - 1)
+                .values(runs=q.runs - 1, tokens=_added(q.tokens, -reserve))
             )
 
     def add_tokens(self, user_id: str, day: str, tokens: int) -> None:
@@ -185,7 +203,7 @@ class SqlQuotaStore:
             conn.execute(
                 sa.update(quota_usage)
                 .where(q.user_id == user_id, q.day == day)
-                .values(tokens=q.tokens + tokens)
+                .values(tokens=_added(q.tokens, tokens))
             )
 
     def add_run_tokens(self, user_id: str, day: str, request_id: str, tokens: int) -> bool:
@@ -198,7 +216,7 @@ class SqlQuotaStore:
             conn.execute(
                 sa.update(quota_usage)
                 .where(q.user_id == user_id, q.day == day)
-                .values(tokens=q.tokens + tokens)
+                .values(tokens=_added(q.tokens, tokens))
             )
         return True
 
@@ -241,6 +259,13 @@ def _insert_if_missing_row(
     return conn.execute(sa.insert(table).values(values)).rowcount
 
 
+def _added(column: sa.ColumnElement[int], tokens: int) -> sa.ColumnElement[int]:
+    """``column + tokens``, never below 0 (a reservation given back on a day that was reset)."""
+    if tokens >= 0:
+        return column + tokens
+    return sa.case((column + tokens < 0, 0), else_=column + tokens)
+
+
 def _under(limits: QuotaLimits, runs: int, tokens: int) -> bool:
     return (limits.runs_per_day is None or runs < limits.runs_per_day) and (
         limits.tokens_per_day is None or tokens < limits.tokens_per_day
@@ -260,7 +285,11 @@ class QuotaExceeded:
     @property
     def message(self) -> str:
         hours, minutes = divmod(math.ceil(self.retry_after / 60), 60)
-        what = "runs started" if self.quota == "runs_per_day" else "tokens used by your runs"
+        what = (
+            "runs started"
+            if self.quota == "runs_per_day"
+            else "tokens used by your runs or reserved by those in flight"
+        )
         return (
             f"daily quota reached: {self.used:,} of {self.limit:,} {what} today "
             f"(quota {self.quota}); it resets at 00:00 UTC, in {hours} h {minutes} min "
@@ -300,12 +329,19 @@ class Quotas:
         midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
         return max(1, math.ceil((midnight - now).total_seconds()))
 
+    def reservation(self, user_id: str) -> int:
+        """The tokens a run of ``user_id`` reserves when it is admitted (``0`` for a user
+        without ``tokens_per_day``: nothing to hold back)."""
+        if self.settings.limits_for(user_id).tokens_per_day is None:
+            return 0
+        return self.settings.tokens_reserved_per_run
+
     def admit(self, user_id: str) -> tuple[str, QuotaExceeded | None]:
-        """Count one run of ``user_id`` today; returns the day it was counted on, and why it
-        was refused (``None`` when it was counted)."""
+        """Count one run of ``user_id`` today and reserve its tokens; returns the day it was
+        counted on, and why it was refused (``None`` when it was counted)."""
         day = self.today()
         limits = self.settings.limits_for(user_id)
-        admitted, usage = self.store.admit(user_id, day, limits)
+        admitted, usage = self.store.admit(user_id, day, limits, self.reservation(user_id))
         if admitted:
             return day, None
         retry = self.seconds_to_reset()
@@ -314,19 +350,29 @@ class Quotas:
         assert limits.tokens_per_day is not None
         return day, QuotaExceeded("tokens_per_day", usage.tokens, limits.tokens_per_day, retry)
 
-    def refund(self, user_id: str, day: str) -> None:
-        """Uncount a run ``admit`` counted on ``day`` that never started."""
-        self.store.refund(user_id, day)
+    def refund(self, user_id: str, day: str, reserved: int) -> None:
+        """Uncount a run ``admit`` counted on ``day`` that never started, and its
+        reservation."""
+        self.store.refund(user_id, day, reserved)
 
-    def spend(self, user_id: str, tokens: int) -> None:
-        """Add the tokens of a run that ended today."""
-        if tokens > 0:
-            self.store.add_tokens(user_id, self.today(), tokens)
-
-    def spend_once(self, user_id: str, request_id: str, tokens: int) -> bool:
-        """Add the tokens of run ``request_id`` to today, unless they were added already;
-        returns whether they were added now."""
-        return self.store.add_run_tokens(user_id, self.today(), request_id, tokens)
+    def settle(
+        self, user_id: str, day: str, reserved: int, tokens: int, request_id: str | None = None
+    ) -> bool:
+        """Replace the ``reserved`` tokens a run took on ``day`` by the ``tokens`` it spent
+        (counted today); with ``request_id``, only once for that run, whichever process
+        settles it first. Returns whether it was settled now."""
+        today = self.today()
+        # One update when the run ends on the day it began: the day never shows the
+        # reservation gone and the spend not yet there.
+        delta = tokens - reserved if day == today else tokens
+        if request_id is not None:
+            if not self.store.add_run_tokens(user_id, today, request_id, delta):
+                return False
+        elif delta:
+            self.store.add_tokens(user_id, today, delta)
+        if day != today and reserved:
+            self.store.add_tokens(user_id, day, -reserved)
+        return True
 
     def usage(self, user_id: str) -> DailyUsage:
         """What ``user_id`` used today."""

@@ -274,10 +274,15 @@ async def run_events_stream(
     responses=errors(404, 413, *AUTHENTICATED),
 )
 async def cancel_run(request_id: str, request: Request, user: CurrentUser) -> Response:
-    """Cancel a run in flight, its tools with it; answers once it has stopped (a queued run:
-    once it is marked cancelled; its worker stops at its next heartbeat)."""
+    """Cancel a run in flight: its model request, its async and subprocess tools; answers
+    once it has stopped (a queued run: once it is marked cancelled; its worker stops at its
+    next heartbeat). ``still_running`` names the calls a cancel cannot stop (a sync
+    in-process tool runs to its end; its result goes to the trail as ``late_result``)."""
     cancelled, view = await _backend(request).cancel(request_id, user)
-    return json_response({"request_id": request_id, "cancelled": cancelled, "status": view.status})
+    body = {"request_id": request_id, "cancelled": cancelled, "status": view.status}
+    if view.still_running:
+        body["still_running"] = view.still_running
+    return json_response(body)
 
 
 @router.post(

@@ -10,8 +10,13 @@ session id can never name another user's conversation, and ownership survives a 
 
 Every run passes the run layer's gate (``runs.gate``) in ``start``, whichever door asked for
 it: the service is accepting, the request (size, session id, toolsets that only narrow), the
-global and per-user limits on runs in flight, then the user's daily quota; its tokens are added
-per model turn however it ends.
+global and per-user limits on runs in flight, then the user's daily quota; its tokens are
+counted per model turn however it ends (``pipeline.watch``: a turn cut short counts its prompt
+and what it streamed).
+
+A cancel stops the run's model request and its async and subprocess tools; a sync in-process
+tool cannot be stopped: it runs on on its thread, the run's ending names it as still running,
+and its result, when it comes, is written to the trail as a ``late_result`` record.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ import dataclasses
 import logging
 import time
 import uuid
+import weakref
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, Awaitable, Iterator
+from concurrent.futures import Future
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -34,9 +41,11 @@ from hermes_agent.audit.records import Role
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.late_cancels import finish_despite_cancels
+from hermes_agent.pipeline.watch import AbandonedCall, RunWatch, watching
+from hermes_agent.protocol.chatml import to_json
 from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
-from hermes_agent.runs.gate import Gate, Tally, admitted_here, tokens_used
+from hermes_agent.runs.gate import Admission, Gate, Tally, admitted_here, tokens_used
 from hermes_agent.runs.gate import RunRejected as RunRejected
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.principal import client_session_id as client_session_id
@@ -111,6 +120,8 @@ class RunManager:
         self._live: set[Run] = set()
         self._finished: deque[Run] = deque()
         """Finished runs in the order they finished: what ``_evict`` forgets first."""
+        self._watches: weakref.WeakKeyDictionary[Run, RunWatch] = weakref.WeakKeyDictionary()
+        """What each run spent so far and the calls it abandoned (``pipeline.watch``)."""
 
     # -- starting and following ----------------------------------------------------------
 
@@ -183,7 +194,7 @@ class RunManager:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         self._register(run, run.id)
         run.listeners = int(listening)
-        run.task = asyncio.create_task(self._drive(run, agent, request))
+        run.task = asyncio.create_task(self._drive(run, agent, request, admission))
         await run.ready.wait()
         if run.start_error is not None:
             if self.runs.get(run.id) is run:  # refused: its id was never given out
@@ -204,12 +215,21 @@ class RunManager:
         return [p.to_dict() for p in self.approvals.pending_for(run.id)]
 
     def cancel(self, run: Run, reason: str = "cancelled by the client") -> bool:
-        """Cancel a run in flight (its tools with it); ``False`` when it was over already."""
+        """Cancel a run in flight: its model request, its async and subprocess tools; a sync
+        in-process tool runs on (``still_running``). ``False`` when it was over already."""
         if run.done or run.task is None:
             return False
         run.cancel_reason = reason
         run.task.cancel()
         return True
+
+    def still_running(self, run: Run) -> list[dict[str, Any]]:
+        """The calls ``run`` abandoned when it stopped that are still running (a sync
+        in-process tool cannot be stopped), as ``{"name", "call_id", "step"}``."""
+        watch = self._watches.get(run)
+        if watch is None:
+            return []
+        return [_call_view(call) for call in watch.still_running()]
 
     @contextlib.contextmanager
     def holding(self, owner: str, what: str) -> Iterator[None]:
@@ -228,8 +248,11 @@ class RunManager:
 
     # -- the run itself -------------------------------------------------------------------
 
-    async def _drive(self, run: Run, agent: Agent, request: RunRequest) -> None:
+    async def _drive(
+        self, run: Run, agent: Agent, request: RunRequest, admission: Admission
+    ) -> None:
         _current_run.set(run)
+        watch = self._watches[run] = RunWatch()
         self.metrics.in_flight.inc()
         since = time.perf_counter()
 
@@ -246,7 +269,9 @@ class RunManager:
         try:
             async with asyncio.timeout(self.settings.run_timeout_s):
                 try:
-                    with declared_client(request):  # the caller's own tools, if it brought any
+                    # ``watch``: every model turn's spend, however it ends, and the calls
+                    # a cancel had to leave running.
+                    with declared_client(request), watching(watch):
                         result = await agent.arun(
                             request.message,
                             session_id=stored_session_id(run.owner, run.session_id),
@@ -274,10 +299,11 @@ class RunManager:
             ending = self._stopped(
                 "timed_out",
                 f"the run took longer than run_timeout_s ({self.settings.run_timeout_s:g} s) "
-                "and was stopped",
+                "and was stopped" + _running_note(watch.still_running()),
             )
         except asyncio.CancelledError:
-            ending = self._stopped("cancelled", run.cancel_reason or "cancelled")
+            reason = run.cancel_reason or "cancelled"
+            ending = self._stopped("cancelled", reason + _running_note(watch.still_running()))
         except HermesAgentError as exc:
             if run.started:
                 ending = self._stopped("failed", str(exc))
@@ -296,9 +322,18 @@ class RunManager:
             try:
                 if given_out:  # every model turn counts, however the run ended...
                     wires = [wire for _, wire in run.events]
-                    tokens = tokens_used([*wires, ending.wire] if ending is not None else wires)
+                    told = tokens_used([*wires, ending.wire] if ending is not None else wires)
+                    tokens = max(told, watch.spend.total)  # a turn cut short: its estimate
+                    settled = self.gate.settle(
+                        run.owner,
+                        run.id,
+                        tokens,
+                        once=False,
+                        day=admission.day,
+                        reserved=admission.reserved,
+                    )
                     # A cancel now (a client's, the shutdown's) is too late: the run is ending.
-                    await _beyond_cancel(self.gate.settle(run.owner, run.id, tokens, once=False))
+                    await _beyond_cancel(settled)
             finally:  # ...before anyone hears of the ending: the owner's next run is admitted
                 if ending is not None:  # against a day that counts this one
                     self._publish(run, ending)
@@ -313,6 +348,58 @@ class RunManager:
             if run.result is None and run.error is not None and not request.dry_run:
                 # Stopped without an output record (or refused after its first record).
                 await self._record_stop(run, agent, 422 if not given_out else None)
+            for call in watch.abandoned:  # after the ending: their results come too late
+                self._record_late(run, agent, call)
+
+    def _record_late(self, run: Run, agent: Agent, call: AbandonedCall) -> None:
+        """Write a ``late_result`` record to the trail of ``run`` when a call it abandoned
+        finishes (on the tool's own thread, which the store may block: never on the loop)."""
+        sink, storage = agent.audit_sink, agent.storage
+        if sink is None or storage is None:
+            return
+        since = time.time()
+
+        def write(future: Future[Any]) -> None:
+            if future.cancelled():  # it never started: nothing ran, nothing to record
+                return
+            problem = future.exception()
+            content: dict[str, Any] = {
+                **_call_view(call),
+                "status": "error" if problem is not None else "success",
+            }
+            if problem is not None:
+                content["error"] = f"{type(problem).__name__}: {problem}"[:LATE_RESULT_CHARS]
+            else:
+                value = future.result()
+                text = to_json(value)
+                fits = len(text) <= LATE_RESULT_CHARS
+                content["result"] = value if fits else text[:LATE_RESULT_CHARS] + "…"
+            try:
+                left = storage.records(run.id)
+                session = (
+                    left[-1].session_id if left else stored_session_id(run.owner, run.session_id)
+                )
+                record = lifecycle_record(
+                    left,
+                    request_id=run.id,
+                    session_id=session,
+                    stage="RunManager",
+                    role=Role.LATE_RESULT,
+                    content=content,
+                    status_code=500 if problem is not None else 200,
+                    model_name=agent.model.name,
+                    redactor=agent.redactor,
+                    latency_ms=(time.time() - since) * 1000,
+                    step=call.step,
+                )
+                sink.write([record])
+            except Exception:
+                logger.exception("cannot record the late result of a call of run %s", run.id)
+
+        if call.future.done():  # it ended meanwhile: not on the loop either
+            asyncio.get_running_loop().run_in_executor(None, write, call.future)
+        else:
+            call.future.add_done_callback(write)
 
     def _answered(self, run: Run, result: RunResult) -> _Ending:
         """The ending of a run that went through (``_publish`` makes it known)."""
@@ -466,6 +553,25 @@ class RunManager:
 _STOPPED_STATUS = {409: "cancelled", 504: "timed_out", 503: "interrupted"}
 
 
+LATE_RESULT_CHARS = 4000
+"""How much of a late result its trail record keeps (nothing reads it but a person)."""
+
+
+def _call_view(call: AbandonedCall) -> dict[str, Any]:
+    return {"name": call.name, "call_id": call.call_id, "step": call.step}
+
+
+def _running_note(calls: list[AbandonedCall]) -> str:
+    """What an ending says of the calls it could not stop (none: nothing)."""
+    if not calls:
+        return ""
+    named = ", ".join(f"{call.name} ({call.call_id})" for call in calls)
+    return (
+        f"; still running: {named} — a sync in-process tool cannot be stopped; its result "
+        "will be written to the trail (late_result) and used by nothing"
+    )
+
+
 def stored_status(status: str, status_code: int) -> str:
     """A run's status from the store's summary of its trail: the output record's
     ``ok``/``error``, a ``stopped`` record (its code says why), or ``incomplete`` (the trail was
@@ -506,6 +612,7 @@ class InProcessBackend:
             error=run.error,
             pending_approvals=self.manager.pending(run),
             events=len(run.events),
+            still_running=self.manager.still_running(run),
         )
 
     async def start(
@@ -532,7 +639,10 @@ class InProcessBackend:
         session = client_session_id(principal.user_id, records[0].session_id)
         if session is None and not principal.admin:
             return None
-        last = records[-1]
+        # A late result of an abandoned call comes after the ending: the ending is the last
+        # record of the run's own.
+        own = [record for record in records if record.role != Role.LATE_RESULT]
+        last = own[-1] if own else records[-1]
         output = last.stage == StageName.OUTPUT_RENDERER
         stopped = last.role == Role.STOPPED
         status = stored_status(

@@ -48,6 +48,9 @@ class QuotaSettings(QuotaLimits):
     keeps the default. Quotas apply to admin keys' users too (give them an override)."""
 
     users: dict[str, QuotaLimits] = Field(default_factory=dict)
+    tokens_reserved_per_run: int = Field(default=4000, ge=0)
+    """Tokens a run of a user with ``tokens_per_day`` holds back from the day while it is in
+    flight; what it spent replaces them when it ends."""
 
     def limits_for(self, user_id: str) -> QuotaLimits:
         """The limits that apply to ``user_id``."""
