@@ -4,12 +4,13 @@ streamed; the model's usage replaces the estimate), the quota's reservations (th
 overshoots by at most one run's reservation, as a property over any interleaving of runs), the
 stores' atomic admission with reservations, and through a real uvicorn service with a real
 OpenAI-compatible model that streams slowly: runs cancelled or timed out mid-answer, and a
-burst of parallel runs."""
+burst of parallel runs, in process and on the queue's workers."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,13 +22,15 @@ from hermes_agent import Agent
 from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.pipeline.watch import SpendMeter
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
-from hermes_agent.server.auth import MemoryKeyStore
+from hermes_agent.server.auth import MemoryKeyStore, SqlKeyStore
 from hermes_agent.server.quotas import MemoryQuotaStore, Quotas, QuotaStore, quota_store_for
 from hermes_agent.server.settings import QuotaLimits, QuotaSettings
 from hermes_agent.types import Usage
 from openai_server import ScriptedServer, running_server, text
-from server_harness import serve, sse_events
-from storage_backends import database_url, sql_database_url  # noqa: F401  (fixtures)
+from server_harness import serve, sse_events, wait_for
+from step_model import running_step_model
+from storage_backends import _url, database_url, sql_database_url  # noqa: F401  (fixtures)
+from worker_harness import REDIS, cluster, free_port
 
 DAY = "2030-01-01"
 
@@ -285,3 +288,61 @@ def test_the_cancel_answer_keeps_its_shape_for_a_run_with_nothing_left_running(
         request_id, _, _ = _stream_until(client, 10)
         cancel = client.post(f"/v1/runs/{request_id}/cancel").json()
     assert cancel == {"request_id": request_id, "cancelled": True, "status": "cancelled"}
+
+
+# -- queued: the same reservations, taken by every instance in the store ---------------------
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    yield from _url("postgresql", tmp_path)
+
+
+@pytest.mark.timeout(240)
+def test_parallel_queued_runs_overshoot_the_day_by_at_most_one_reservation(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """With ``execution: queue``: twelve runs sent at once (each four model turns of 30
+    tokens) against a day of 500 tokens and reservations of 400: two are queued, the rest
+    refused, and once they end the day holds what the two spent."""
+    keys = SqlKeyStore(pg_url)
+    try:
+        alice = keys.create("alice")
+    finally:
+        keys.close()
+    quotas = {"tokens_per_day": 500, "tokens_reserved_per_run": 400}
+    settings = ServiceSettings(execution="queue", auth="keys", keepalive_s=0.2, quotas=quotas)
+    with (
+        running_step_model(free_port(), latency=0.05) as model_url,
+        cluster(tmp_path, pg_url, REDIS, model_url, step_sleep=0.05) as c,
+    ):
+        c.start_worker(concurrency=4)
+        c.wait_ready()
+        app = create_app(tmp_path / "config.yaml", settings=settings)
+        with serve(app) as base:
+            answers: list[httpx.Response] = []
+            start = threading.Barrier(12)
+
+            def one(i: int) -> None:
+                with httpx.Client(base_url=base, timeout=60, headers=_bearer(alice)) as client:
+                    start.wait()
+                    answers.append(client.post("/v1/runs", json={"message": f"job p{i}"}))
+
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            queued = [a.json()["request_id"] for a in answers if a.status_code == 202]
+            assert sorted(a.status_code for a in answers) == [202] * 2 + [429] * 10
+            with httpx.Client(base_url=base, timeout=60, headers=_bearer(alice)) as client:
+                for rid in queued:  # read back: each settles its reservation
+                    wait_for(
+                        lambda rid=rid: (
+                            client.get(f"/v1/runs/{rid}").json()["status"] == "completed"
+                        ),
+                        timeout=60,
+                    )
+            spent = app.state.manager.quotas.usage("alice").tokens
+    print(f"\n12 parallel queued runs: {len(queued)} queued, {spent} of 500 tokens spent")
+    assert spent == 2 * 4 * 30
