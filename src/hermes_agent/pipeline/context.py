@@ -57,7 +57,8 @@ class LoopLimits:
     max_iterations: int = 5
     max_retries: int = 2
     """How many turns in a row may bring nothing usable (malformed output, only invalid calls)
-    before the run stops with status 502."""
+    before the run stops with status 502 (403 when the approver refused calls of those
+    turns)."""
     default_timeout: float = 30.0
     max_concurrency: int = 8
     max_calls_per_turn: int = 32
@@ -162,8 +163,15 @@ class RunContext:
     last_results: list[ToolResult] = field(default_factory=list)
     """The results of the latest ToolExecutor step, in call order (post_execution hooks)."""
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    approved_calls: dict[str, str] = field(default_factory=dict)
+    """Approvals granted in this run, by ``tool_selector.approval_key``, with the approver's
+    reason: an identical call is not asked again."""
     rendered: RenderedMessage | None = None
     unusable_turns: int = 0
+    denied_turns: int = 0
+    """Of the ``unusable_turns`` in a row, those in which the approver refused a call."""
+    last_denial: str | None = None
+    """What the latest refused approval says (denied with its reason, or expired)."""
     answering: bool = False
     """The answer model has the turn (routing): the tool model made its last call."""
     asks_again: bool = False

@@ -113,13 +113,29 @@ async def _steps(ctx: RunContext, hooks: Hooks) -> None:
             break
         await _run_stage(ctx, hooks, HookStage.EXECUTION, _tool_executor)
         if ctx.unusable_turns > ctx.limits.max_retries:
-            ctx.fail(
-                Status.MODEL_ERROR,
-                f"the model produced no usable tool call in {ctx.unusable_turns} turns in a row "
-                "(malformed output or invalid calls); see the steps for what it wrote",
-            )
-            ctx.output = f"I could not complete the request: {ctx.error}."
+            stop_unusable(ctx)
         ctx.step += 1
+
+
+def stop_unusable(ctx: RunContext) -> None:
+    """End a run whose last turns ran no call. When the approver refused calls in them (denied,
+    or the approval expired), the run ends with 403 and the denial, not as the model's fault."""
+    turns = ctx.unusable_turns
+    if ctx.denied_turns and ctx.last_denial is not None:
+        others = turns - ctx.denied_turns
+        rest = f"; in {others} of them the model's calls were unusable too" if others else ""
+        ctx.fail(
+            Status.DENIED,
+            f"{ctx.last_denial}: no call could run in {turns} turns in a row, and the approver "
+            f"refused calls in {ctx.denied_turns} of them{rest}",
+        )
+    else:
+        ctx.fail(
+            Status.MODEL_ERROR,
+            f"the model produced no usable tool call in {turns} turns in a row "
+            "(malformed output or invalid calls); see the steps for what it wrote",
+        )
+    ctx.output = f"I could not complete the request: {ctx.error}."
 
 
 async def _run_stage(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import reprlib
 from typing import Any
 
@@ -67,9 +68,13 @@ class ToolSelector:
             ctx.rejected.append((position, refused))
 
         if ctx.planned:
-            ctx.unusable_turns = 0
+            ctx.unusable_turns = ctx.denied_turns = 0
         elif ctx.rejected:
             ctx.unusable_turns += 1
+            # The approver's refusal, not the model, kept this turn from running anything:
+            # a run that stops on such turns says so (``loop.stop_unusable``), never 502.
+            if any(r.status_code == Status.DENIED for _, r in ctx.rejected):
+                ctx.denied_turns += 1
         status = _stage_status(len(ctx.planned), len(ctx.rejected))
         ctx.log_stage(
             self.name,
@@ -169,7 +174,9 @@ async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
     if errors:
         return _invalid(call_id, tool.name, errors)
     if tool.requires_approval:
-        refusal = await _approve(ctx, call_id, tool, arguments)
+        # Always asked: a hook's change is for the approver to see, even where the checked
+        # arguments come out as a call approved before.
+        refusal = await _approve(ctx, call_id, tool, arguments, reuse=False)
         if refusal is not None:
             return refusal
     if tool is not ctx.checked_tool(plan):
@@ -350,22 +357,55 @@ def _invalid(call_id: str, name: str, errors: list[str]) -> ToolResult:
 
 
 async def _approve(
-    ctx: RunContext, call_id: str, tool: Tool, arguments: dict[str, Any]
+    ctx: RunContext, call_id: str, tool: Tool, arguments: dict[str, Any], *, reuse: bool = True
 ) -> ToolResult | None:
     """Ask the approver about exactly this tool and these arguments; record the decision with
-    what the approver saw. ``None`` when approved, else the 403 result."""
+    what the approver saw. ``None`` when approved, else the 403 result.
+
+    An identical call (the same tool, the same arguments, types included) the approver approved
+    earlier in this run is not asked again (``reuse``): the record says ``reused``. A denial is not kept,
+    so a call denied once is asked again if the model repeats it."""
     seen = private_copy(arguments)  # the record keeps what was asked, whatever the approver does
+    key = approval_key(tool.name, arguments)
+    granted = ctx.approved_calls.get(key) if key is not None and reuse else None
+    if granted is not None:
+        ctx.approvals.append(
+            {"tool": tool.name, "arguments": seen, "approved": True, "reason": granted,
+             "reused": True}
+        )  # fmt: skip
+        return None
     approved, reason = await _ask(ctx, ToolCall(tool.name, private_copy(arguments), call_id), tool)
     ctx.approvals.append(
         {"tool": tool.name, "arguments": seen, "approved": approved, "reason": reason}
     )
     if approved:
+        if key is not None:
+            ctx.approved_calls[key] = reason
         return None
-    message = (
-        f"the call to '{tool.name}' needs approval and was denied ({reason}); "
-        "tell the user it was not done"
-    )
+    ctx.last_denial = denial_text(tool.name, reason)
+    message = f"{ctx.last_denial}; tell the user it was not done"
     return error_result(call_id, tool.name, Status.DENIED, message)
+
+
+APPROVAL_EXPIRED = "expired"
+"""The reason an approver gives for an approval nobody answered in time (the service's)."""
+
+
+def denial_text(tool: str, reason: str) -> str:
+    """What a denied call says: an approval that expired unanswered is told as such."""
+    if reason == APPROVAL_EXPIRED:
+        return f"the call to '{tool}' needs approval, and its approval expired with no answer"
+    return f"the call to '{tool}' needs approval and was denied ({reason})"
+
+
+def approval_key(tool: str, arguments: dict[str, Any]) -> str | None:
+    """The identity of a call for the run's remembered approvals: the tool and its arguments as
+    canonical JSON (``1`` and ``true`` differ, key order does not); ``None`` for arguments that
+    are not plain JSON (never remembered)."""
+    try:
+        return json.dumps([tool, arguments], sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 async def _ask(ctx: RunContext, proposed: ToolCall, tool: Tool) -> tuple[bool, str]:
