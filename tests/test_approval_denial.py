@@ -126,7 +126,9 @@ def test_an_identical_call_just_approved_is_not_asked_again_in_the_run() -> None
     assert result.status == 200, result.error
     assert asked == [{"path": "/tmp/a"}, {"path": "/tmp/b"}]
     assert [c.status_code for c in result.tool_calls] == [200] * 5
-    trail = [(a["arguments"]["path"], a["reason"], a.get("reused", False)) for a in result.approvals]
+    trail = [
+        (a["arguments"]["path"], a["reason"], a.get("reused", False)) for a in result.approvals
+    ]
     assert trail == [
         ("/tmp/a", "ok 1", False),
         ("/tmp/a", "ok 1", True),

@@ -363,8 +363,8 @@ async def _approve(
     what the approver saw. ``None`` when approved, else the 403 result.
 
     An identical call (the same tool, the same arguments, types included) the approver approved
-    earlier in this run is not asked again (``reuse``): the record says ``reused``. A denial is not kept,
-    so a call denied once is asked again if the model repeats it."""
+    earlier in this run is not asked again (``reuse``): the record says ``reused``. A denial is
+    not kept, so a call denied once is asked again if the model repeats it."""
     seen = private_copy(arguments)  # the record keeps what was asked, whatever the approver does
     key = approval_key(tool.name, arguments)
     granted = ctx.approved_calls.get(key) if key is not None and reuse else None
