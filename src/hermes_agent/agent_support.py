@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.memory.session import AcquiresAsync, SessionLock
 from hermes_agent.models.base import ClosesConnections
 from hermes_agent.pipeline.variables import check_variables
 from hermes_agent.pricing import cost
@@ -42,12 +43,15 @@ def checked_variables(variables: Mapping[str, Any] | None) -> dict[str, Any]:
         raise HermesAgentError(str(exc)) from None
 
 
-async def acquire_elsewhere(lock: threading.Lock) -> None:
+async def acquire_elsewhere(lock: SessionLock) -> None:
     """Wait for a session lock another run holds, without blocking the event loop.
 
     If this run is cancelled while it waits, the lock is released as soon as the waiting thread
     gets it — otherwise the session would stay locked for good.
     """
+    if isinstance(lock, AcquiresAsync):  # it may wait on other processes: not from a thread
+        await lock.acquire_async()
+        return
     waiter = asyncio.get_running_loop().run_in_executor(None, lock.acquire)
     try:
         await asyncio.shield(waiter)

@@ -39,7 +39,24 @@ class SessionStore(Protocol):
 
     def append(self, session_id: str, messages: Sequence[Message]) -> None: ...
 
-    def lock(self, session_id: str) -> threading.Lock: ...
+    def lock(self, session_id: str) -> SessionLock: ...
+
+
+class SessionLock(Protocol):
+    """What ``SessionStore.lock`` returns: a ``threading.Lock``, or a lock that also holds
+    the session in other processes (``storage.session_lease``)."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class AcquiresAsync(Protocol):
+    """A session lock that a run on an event loop waits for there (``acquire_async``),
+    rather than from a thread of the loop's shared pool."""
+
+    async def acquire_async(self) -> None: ...
 
 
 @runtime_checkable

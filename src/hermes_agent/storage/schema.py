@@ -7,7 +7,8 @@ brings any database up to it, on SQLite and PostgreSQL.
 The tables:
 
 - ``sessions``, ``messages``, ``audit_records`` — conversations and the audit trail
-  (``storage.sql``);
+  (``storage.sql``); ``hermes_session_locks`` — which process runs a turn of a session now
+  (``storage.session_lease``);
 - ``hermes_api_keys``, ``hermes_quota_usage``, ``hermes_quota_runs``, ``hermes_stream_tokens`` —
   the service's keys, quota counts and stream tokens (``server.auth``, ``server.quotas``,
   ``server.stream_tokens``);
@@ -206,6 +207,16 @@ seen_signatures = Table(
     Column("expires", Float, nullable=False, index=True),
 )
 
+# -- who runs a turn of a session now (storage.session_lease) ---------------------------
+
+session_locks = Table(
+    "hermes_session_locks",
+    metadata,
+    Column("session_id", String(MAX_ID_LENGTH), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("expires_ns", BigInteger, nullable=False),
+)
+
 # -- queued runs (worker.store) ---------------------------------------------------------
 
 runs_table = Table(
@@ -307,12 +318,17 @@ def _v5_queued_runs(conn: Connection) -> None:
     _create_missing(conn, runs_table, journal_table, events_table, approvals_table)
 
 
+def _v6_session_locks(conn: Connection) -> None:
+    _create_missing(conn, session_locks)
+
+
 MIGRATIONS: dict[int, Migration] = {
     1: _v1_initial,
     2: _v2_sanitized_note,
     3: _v3_keys_quotas_stream_tokens,
     4: _v4_channels,
     5: _v5_queued_runs,
+    6: _v6_session_locks,
 }
 """Schema version → the step that brings a database from the version before up to it. A schema
 change is a new entry that looks at what is there (as version 2 does); released entries never

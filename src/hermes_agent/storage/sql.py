@@ -73,6 +73,7 @@ from hermes_agent.storage.schema import (
     sessions_table,
     upgrade,
 )
+from hermes_agent.storage.session_lease import SessionLease, SessionLeases
 from hermes_agent.storage.single_statements import append_turn
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message, ToolCall, ToolResult
@@ -128,6 +129,7 @@ class SqlStorage:
         # An in-memory SQLite database is one connection shared by every thread: transactions
         # must take turns on it. A file or a server gives each thread its own connection.
         self._memory = self.engine.dialect.name == "sqlite" and is_memory_url(url)
+        self.in_memory = self._memory
         self._tx_guard: threading.RLock | None = threading.RLock() if self._memory else None
         self._autocommits = self.engine.dialect.name == "postgresql"
         # The statements a queued run sends on every run go past SQLAlchemy's execution
@@ -312,6 +314,8 @@ class SqlStorage:
             return
         self._closed = True
         self.audit.close()
+        if self.sessions.leases is not None:
+            self.sessions.leases.close()
         self.engine.dispose()
 
     def __enter__(self) -> SqlStorage:
@@ -340,16 +344,25 @@ class SqlSessionStore:
     deleting).
 
     ``append`` adds one turn's messages in one transaction; ``lock`` serialises runs on one
-    session inside this process (across processes, the transaction keeps positions apart).
-    Messages are stored as given: the agent redacts them before they get here.
+    session in every process that shares the database (``storage.session_lease``; an
+    in-memory database has one process). Messages are stored as given: the agent redacts them
+    before they get here.
     """
 
     def __init__(self, storage: SqlStorage) -> None:
         self._storage = storage
-        self._locks: weakref.WeakValueDictionary[str, threading.Lock] = (
+        self._locks: weakref.WeakValueDictionary[str, SessionLease] = (
             weakref.WeakValueDictionary()
         )
         self._guard = threading.Lock()
+        sqlite = storage.engine.dialect.name == "sqlite"
+        self.leases: SessionLeases | None = (
+            None
+            if storage.in_memory
+            else SessionLeases(
+                storage.engine, lambda: storage.one_statement(write=True), on_loop=sqlite
+            )
+        )
 
     def answers_at_once(self, session_id: str, *, append: bool) -> bool:
         """SQLite answers on the agent's event loop (``memory.session.AnswersAtOnce``): a read
@@ -391,13 +404,13 @@ class SqlSessionStore:
         ):
             append_messages(conn, session_id, messages)
 
-    def lock(self, session_id: str) -> threading.Lock:
+    def lock(self, session_id: str) -> SessionLease:
         # Weak values: a session's lock lives while a run holds it, so a process that serves
         # millions of sessions keeps no lock per session forever.
         with self._guard:
             found = self._locks.get(session_id)
             if found is None:
-                found = threading.Lock()
+                found = SessionLease(self.leases, session_id)
                 self._locks[session_id] = found
             return found
 

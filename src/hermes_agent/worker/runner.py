@@ -127,7 +127,10 @@ class _StoreSessions:
     that the run's own load, on the event loop every run of the worker shares, finds it read
     instead of waiting for the store there. Nothing else writes the session meanwhile: the
     claim lets one run of a session at a time go (a later one is parked), and a queued run
-    saves its turn with its ending."""
+    saves its turn with its ending. That claim is the session's lock for queued runs, in every
+    worker: ``lock`` gives the agent a lock of its own (the store's lease row, which serialises
+    runs of services that run agents themselves, would cost a queued run two more round
+    trips and end before its ending writes the turn)."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -175,6 +178,9 @@ class _StoreSessions:
             if is_store_error(exc):
                 raise StoreUnavailable(f"session {session_id[:80]!r}: the store failed") from exc
             raise
+
+    def lock(self, session_id: str) -> threading.Lock:
+        return threading.Lock()  # held already: the claim lets one run of the session go
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
