@@ -26,6 +26,7 @@ from hermes_agent import (
     Status,
     build_agent,
 )
+from hermes_agent.agent_context import cost_of
 from hermes_agent.config import parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.runs.status import ending_status
@@ -548,7 +549,7 @@ def test_the_gate_bounds_variables_for_every_door() -> None:
 
 def test_usage_counts_toward_the_cost_budget_per_model() -> None:
     agent = agent_with("ok", price_per_1k_prompt=1.0, price_per_1k_completion=2.0)
-    assert agent._cost_of({"scripted": Usage(1000, 1000)}) == 3.0
+    assert cost_of(agent, {"scripted": Usage(1000, 1000)}) == 3.0
 
 
 def test_a_queued_run_keeps_its_variables_for_its_worker() -> None:

@@ -1,19 +1,17 @@
-"""Renamed public names keep working for one release, each with a warning naming the new name:
-``Agent(channels=...)`` / ``agent.channels`` / ``output.channels`` / ``DEFAULT_CHANNELS`` (now
-``channel_formats``) and ``Status.TOOL_ERROR`` (now ``Status.INTERNAL_ERROR``, the same 500,
-whose trace label stays ``tool_error``)."""
+"""Channel formats pick a run's renderer (the old ``channels`` names are gone: refused, not
+read), and ``Status.TOOL_ERROR`` keeps working with a warning (now ``Status.INTERNAL_ERROR``, the
+same 500, whose trace label stays ``tool_error``)."""
 
 from __future__ import annotations
 
 import json
 import pickle
 import warnings
-from pathlib import Path
 
 import pytest
 
 from hermes_agent import Agent, ConfigError, ScriptedModel, Status
-from hermes_agent.config import OutputConfig, parse_config
+from hermes_agent.config import parse_config
 from hermes_agent.pipeline import renderers
 from hermes_agent.tracing import error_type
 
@@ -27,66 +25,18 @@ def test_channel_formats_pick_the_renderer_of_a_runs_channel() -> None:
     assert shown.format == "json" and json.loads(shown.content)["output"] == "Done."
 
 
-def test_the_old_channels_argument_and_attribute_warn_and_mean_the_same() -> None:
-    with pytest.warns(DeprecationWarning, match=r"channel_formats"):
-        agent = Agent(ScriptedModel(["Done."]), channels={"wecom": "json"})
-    assert agent.channel_formats["wecom"] == "json"
-    with pytest.warns(DeprecationWarning, match=r"Agent\.channel_formats"):
-        agent.channels["slack"] = "text"
-    assert agent.channel_formats["slack"] == "text"
-    with pytest.warns(DeprecationWarning, match=r"Agent\.channel_formats"):
-        agent.channels = {"only": "json"}
-    assert agent.channel_formats == {"only": "json"}
-    assert agent.run("status?", channel="only").rendered.format == "json"
-
-
-def test_both_names_at_once_are_refused() -> None:
-    with pytest.raises(Exception, match=r"channel_formats only"):
-        Agent(ScriptedModel(["x"]), channels={"a": "json"}, channel_formats={"b": "json"})
+def test_the_old_channels_names_are_refused() -> None:
+    with pytest.raises(TypeError, match=r"channels"):
+        Agent(ScriptedModel(["x"]), channels={"a": "json"})  # type: ignore[call-arg]
+    assert not hasattr(renderers, "DEFAULT_CHANNELS")
+    with pytest.raises(ConfigError, match=r"channels"):
+        parse_config({"output": {"channels": {"a": "json"}}}, source="old.yaml")
 
 
 def test_an_unknown_channel_names_the_new_config_key() -> None:
     agent = Agent(ScriptedModel(["x"]))
     with pytest.raises(Exception, match=r"output\.channel_formats"):
         agent.run("hi", channel="pager")
-
-
-def test_the_old_module_constant_warns() -> None:
-    with pytest.warns(DeprecationWarning, match=r"DEFAULT_CHANNEL_FORMATS"):
-        old = renderers.DEFAULT_CHANNELS
-    assert old is renderers.DEFAULT_CHANNEL_FORMATS
-    with pytest.raises(AttributeError):
-        renderers.NO_SUCH_NAME  # noqa: B018
-
-
-def test_the_old_config_key_loads_with_a_warning_naming_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "agent.yaml"
-    path.write_text(
-        "model: {provider: scripted, responses: [Done.]}\noutput:\n  channels: {wecom: json}\n",
-        encoding="utf-8",
-    )
-    with pytest.warns(FutureWarning, match=r"agent\.yaml: output\.channels .*channel_formats"):
-        agent = Agent.from_config(path)
-    assert agent.channel_formats["wecom"] == "json"
-    assert agent.run("hi", channel="wecom").rendered.format == "json"
-    with pytest.warns(FutureWarning, match=r"output\.channel_formats"):
-        assert OutputConfig.model_validate({"channels": {"a": "b"}}).channel_formats == {"a": "b"}
-    with pytest.warns(DeprecationWarning, match="channel_formats"):
-        assert OutputConfig(channel_formats={"a": "b"}).channels == {"a": "b"}
-
-
-def test_the_new_config_key_loads_silently_and_both_are_one_error() -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        config = parse_config({"output": {"channel_formats": {"wecom": "card"}}})
-    assert config.output.channel_formats == {"wecom": "card"}
-    with pytest.raises(ConfigError) as raised:
-        parse_config(
-            {"output": {"channels": {"a": "json"}, "channel_formats": {"b": "json"}}},
-            source="both.yaml",
-        )
-    assert str(raised.value).count("channel_formats only") == 1
-    assert str(raised.value).startswith("both.yaml: output:")
 
 
 def test_500_is_internal_error_and_the_old_member_name_warns() -> None:

@@ -25,14 +25,13 @@ import logging
 import os
 import time
 import uuid
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel
 
-from hermes_agent.agent_context import build_context, checked_options, cost_of, pricing
+from hermes_agent.agent_context import build_context, checked_options, pricing
 from hermes_agent.agent_support import (
     acquire_elsewhere,
     close_connections_of,
@@ -61,7 +60,7 @@ from hermes_agent.storage.base import Storage, check_session_id
 from hermes_agent.storage.opening import open_storage
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
 from hermes_agent.tools.runtime import DEFAULT_MAX_RESULT_CHARS, ToolRuntime
-from hermes_agent.types import Message, RunResult, ToolChoice, Usage
+from hermes_agent.types import Message, RunResult, ToolChoice
 
 if TYPE_CHECKING:
     from hermes_agent.replay import ReplayReport
@@ -108,7 +107,7 @@ class Agent:
     before it is stored or sent (``pipeline.tool_executor``).
     ``output_format`` is the renderer of an answer; ``channel_formats`` maps the name of a
     channel a run names (``run(..., channel="web")``) to the renderer of its answers, over
-    ``DEFAULT_CHANNEL_FORMATS`` (``channels=`` is its deprecated old name).
+    ``DEFAULT_CHANNEL_FORMATS``.
     """
 
     def __init__(
@@ -134,7 +133,6 @@ class Agent:
         approver: Approver | None = None,
         output_format: str = "text",
         channel_formats: Mapping[str, str] | None = None,
-        channels: Mapping[str, str] | None = None,
         tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
         storage: Storage | str | None = None,
         audit: bool = True,
@@ -153,17 +151,6 @@ class Agent:
     ) -> None:
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
-        if channels is not None:
-            if channel_formats is not None:
-                raise HermesAgentError(
-                    "give channel_formats only (channels is its deprecated old name)"
-                )
-            warnings.warn(
-                "Agent(channels=...) is deprecated: use Agent(channel_formats=...)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            channel_formats = channels
         self.max_run_tokens = max_run_tokens
         self.max_run_cost = max_run_cost
         self.run_timeout_s = run_timeout_s
@@ -339,25 +326,6 @@ class Agent:
         self.audit_sink: AuditSink | None = (
             storage.audit if storage is not None and self._audit else None
         )
-
-    @property
-    def channels(self) -> dict[str, str]:
-        """Deprecated: ``channel_formats`` (the same mapping)."""
-        warnings.warn(
-            "Agent.channels is deprecated: use Agent.channel_formats",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.channel_formats
-
-    @channels.setter
-    def channels(self, value: dict[str, str]) -> None:
-        warnings.warn(
-            "Agent.channels is deprecated: use Agent.channel_formats",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        self.channel_formats = value
 
     @property
     def history_window(self) -> int:
@@ -697,10 +665,6 @@ class Agent:
                 problems=ctx.output_problems,
             )
         return result
-
-    def _cost_of(self, usage_by_model: Mapping[str, Usage]) -> float | None:
-        """What ``usage_by_model`` costs at each model's prices (``None``: no price set)."""
-        return cost_of(self, usage_by_model)
 
     async def astream(
         self,

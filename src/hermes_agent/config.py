@@ -29,7 +29,6 @@ import difflib
 import os
 import re
 import reprlib
-import warnings
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -242,40 +241,6 @@ class OutputConfig(_Strict):
     ones (``pipeline.renderers.DEFAULT_CHANNEL_FORMATS``). Delivery channels
     (``service.channels``) name their renderer themselves."""
     table: TableConfig = Field(default_factory=TableConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _old_channels_key(cls, data: Any) -> Any:
-        return _renamed_channels_key(data, "output")
-
-    @property
-    def channels(self) -> dict[str, str]:
-        """The old name of ``channel_formats``, read for one more release."""
-        warnings.warn(
-            "OutputConfig.channels is now OutputConfig.channel_formats",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.channel_formats
-
-
-def _renamed_channels_key(data: Any, where: str) -> Any:
-    """``output.channels``, the old name of ``output.channel_formats``, is read for one more
-    release, with a ``FutureWarning`` (the reader of a config file is its operator)."""
-    if not isinstance(data, dict) or "channels" not in data:
-        return data
-    if "channel_formats" in data:
-        raise ValueError(
-            "give output.channel_formats only (output.channels is its deprecated old name)"
-        )
-    warnings.warn(
-        f"{where}.channels is deprecated: name it output.channel_formats "
-        "(the old name is read until the next release)",
-        FutureWarning,
-        stacklevel=3,
-    )
-    rest = {key: value for key, value in data.items() if key != "channels"}
-    return {**rest, "channel_formats": data["channels"]}
 
 
 class StorageConfig(_Strict):
@@ -516,13 +481,6 @@ def parse_config(data: dict[str, Any], *, source: str = "<config>") -> HermesCon
         except ValidationError as exc:
             problems.extend(_explain_lines(exc, source, prefix=(key,), root=section_class))
     rest = {k: v for k, v in interpolated.items() if k not in separate}
-    try:  # here, so that the warning names the file
-        rest["output"] = _renamed_channels_key(rest.get("output"), f"{source}: output")
-    except ValueError as exc:
-        problems.append(f"{source}: output: {exc}")
-        rest["output"] = {k: v for k, v in rest["output"].items() if k != "channels"}
-    if rest["output"] is None:
-        del rest["output"]
     config: HermesConfig | None = None
     try:
         config = HermesConfig.model_validate(rest)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,18 +37,6 @@ __all__ = [
 DEFAULT_CHANNEL_FORMATS = {"cli": "text", "terminal": "text", "web": "markdown", "api": "json"}
 """A channel's name → the format (renderer name) of its answers, unless the agent maps it
 otherwise (``Agent(channel_formats=...)``)."""
-
-
-def __getattr__(name: str) -> Any:
-    # ``DEFAULT_CHANNELS``: the old name, read for one more release.
-    if name == "DEFAULT_CHANNELS":
-        warnings.warn(
-            "DEFAULT_CHANNELS is deprecated: use DEFAULT_CHANNEL_FORMATS",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return DEFAULT_CHANNEL_FORMATS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(slots=True)
