@@ -389,22 +389,27 @@ async def admitted_here(
     storage = agent.storage
     await gate.check_apart(principal, request, agent, storage.max_id_length if storage else 10**6)
     gate.check_room(*await counts())
-    admission = await gate.take_quota(principal)
-    tally = Tally()
-    reserved = admission.reserved
-    watch = RunWatch()  # model turns the work takes count too, however they end
-    try:
-        with hold(), watching(watch):
-            yield tally
-    except BaseException:
-        await asyncio.shield(gate.give_back(admission))  # its reservation with it
-        reserved = 0
-        raise
-    finally:
-        key, user = f"local-{uuid.uuid4().hex}", admission.principal.user_id
-        tokens = max(tally.tokens, watch.spend.total)
-        settled = gate.settle(user, key, tokens, once=False, day=admission.day, reserved=reserved)
-        await asyncio.shield(settled)
+    # Held from the count on, with no await between them (the quota store is asked after):
+    # work admitted at once counts each other, as an engine's runs do.
+    with hold():
+        admission = await gate.take_quota(principal)
+        tally = Tally()
+        reserved = admission.reserved
+        watch = RunWatch()  # model turns the work takes count too, however they end
+        try:
+            with watching(watch):
+                yield tally
+        except BaseException:
+            await asyncio.shield(gate.give_back(admission))  # its reservation with it
+            reserved = 0
+            raise
+        finally:
+            key, user = f"local-{uuid.uuid4().hex}", admission.principal.user_id
+            tokens = max(tally.tokens, watch.spend.total)
+            settled = gate.settle(
+                user, key, tokens, once=False, day=admission.day, reserved=reserved
+            )
+            await asyncio.shield(settled)
 
 
 def conversation_chars(request: RunRequest) -> int:

@@ -44,7 +44,7 @@ from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import Connection, case, func, select
 
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError
@@ -81,6 +81,29 @@ SETTLE_SCAN = 10_000
 (each is read once per instance; those settled already cost nothing more)."""
 IN_FLIGHT = ("queued", "running")
 """What counts against ``max_runs_in_flight``: a run waiting for an approval holds no worker."""
+
+
+ADMISSION_LOCK = 0x68_65_72_6D_65_73_49_46
+"""PostgreSQL's advisory lock that admissions to the queue take in turns (``lock_admissions``)."""
+
+
+def lock_admissions(conn: Connection) -> None:
+    """Make this transaction's admission wait for any other in progress, in every process on
+    the store, until that one commits: then its count of runs in flight sees the run that one
+    queued. SQLite's write lock, taken when the transaction began, does it already."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(ADMISSION_LOCK)))
+
+
+def count_in_flight(conn: Connection, owner: str) -> tuple[int, int]:
+    """Runs queued or running in the store, of every instance and of ``owner`` (what the
+    gate's limits count; a run waiting for an approval holds no worker)."""
+    r = runs_table.c
+    query = select(
+        func.count(), func.coalesce(func.sum(case((r.owner == owner, 1), else_=0)), 0)
+    ).where(r.status.in_(IN_FLIGHT))
+    row = conn.execute(query).one()
+    return int(row[0]), int(row[1])
 
 
 def check_queue_mode(config: HermesConfig | None, storage: Storage | None = None) -> None:
@@ -177,7 +200,7 @@ class QueueService:
         owner, gate = principal.user_id, self.manager.gate
         await gate.check_apart(principal, body, self.manager.agent, self.storage.max_id_length)
         stored = stored_session_id(owner, body.session_id or uuid.uuid4().hex)
-        gate.check_room(*await self._in_flight(owner))
+        gate.check_room(*await self._in_flight(owner))  # early, before the quota is asked
         await self.settle_finished(owner)  # turns of runs nobody read back count too
         admission = await gate.take_quota(principal)
         payload = request_payload(
@@ -192,6 +215,13 @@ class QueueService:
             variables=body.variables,
         )
         request_id: str | None = None
+
+        def room(conn: Connection) -> None:
+            # The check that holds: the count and the run's insert are one transaction,
+            # taken in turns by every instance (the early check above races other submits).
+            lock_admissions(conn)
+            gate.check_room(*count_in_flight(conn, owner))
+
         try:
             # run_timeout_s means here what it means in process: the run ends timed_out once
             # it has run that long (counted from its first start, across its attempts).
@@ -201,8 +231,12 @@ class QueueService:
                 payload,
                 owner=owner,
                 run_timeout_s=self.settings.run_timeout_s,
+                admit=room,
             )
             await asyncio.to_thread(self.client.send, request_id)
+        except RunRejected:
+            await gate.give_back(admission)  # no room after all: nothing was queued
+            raise
         except Exception as exc:
             where = "store" if request_id is None else "broker"
             logger.exception("a run of %s: the queue's %s did not take it", owner, where)
@@ -219,15 +253,10 @@ class QueueService:
     async def _in_flight(self, owner: str) -> tuple[int, int]:
         """Runs queued or running, of every instance and of ``owner`` (what the gate's limits
         count; a run waiting for an approval holds no worker)."""
-        r = runs_table.c
 
         def count() -> tuple[int, int]:
-            query = select(
-                func.count(), func.coalesce(func.sum(case((r.owner == owner, 1), else_=0)), 0)
-            ).where(r.status.in_(IN_FLIGHT))
             with self.store.storage.transaction(write=False) as conn:
-                row = conn.execute(query).one()
-            return int(row[0]), int(row[1])
+                return count_in_flight(conn, owner)
 
         return await asyncio.to_thread(count)
 
@@ -431,12 +460,18 @@ class QueueService:
         state = await asyncio.to_thread(self.store.approval, request_id, key)
         if state is None:
             raise RunNotFound(f"no approval {ref!r}")
+        gate = self.manager.gate
         if state[0] == "pending":
             # The answer puts the run back on the queue: it must have room, like a new run
             # (a parked run holds no worker, so parking many must not run many at once).
-            self.manager.gate.check_room(*await self._in_flight(found.owner))
+            gate.check_room(*await self._in_flight(found.owner))
+
+        def room(conn: Connection) -> None:  # the check that holds, as in submit
+            lock_admissions(conn)
+            gate.check_room(*count_in_flight(conn, found.owner))
+
         decided = state[0] == "pending" and await asyncio.to_thread(
-            self.client.decide, request_id, key, approved, reason
+            self.client.decide, request_id, key, approved, reason, room
         )
         if not decided:
             raise ApprovalConflict(f"approval {ref!r} was answered already")

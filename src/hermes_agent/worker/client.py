@@ -12,9 +12,11 @@ from __future__ import annotations
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import Connection
 
 from hermes_agent.agent import Agent
 from hermes_agent.config import QueueConfig
@@ -69,9 +71,17 @@ class QueueClient:
     def send(self, request_id: str) -> None:
         enqueue(self.app, self.queue, request_id)
 
-    def decide(self, request_id: str, approval_id: str, approved: bool, reason: str | None) -> bool:
-        """Answer a pending approval; the run goes back to the queue and resumes."""
-        if not self.store.decide(request_id, approval_id, approved, reason):
+    def decide(
+        self,
+        request_id: str,
+        approval_id: str,
+        approved: bool,
+        reason: str | None,
+        admit: Callable[[Connection], None] | None = None,
+    ) -> bool:
+        """Answer a pending approval; the run goes back to the queue and resumes (``admit``:
+        as in ``RunStore.add``)."""
+        if not self.store.decide(request_id, approval_id, approved, reason, admit):
             return False
         self.send(request_id)
         return True

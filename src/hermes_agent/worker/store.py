@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import Connection, and_, delete, func, insert, select, update
 
 from hermes_agent.runs.events import ApprovalResolvedEvent
 from hermes_agent.storage.base import StorageError, check_session_id
@@ -70,13 +71,18 @@ class RunStore(FencedWrites):
         owner: str = "",
         request_id: str | None = None,
         run_timeout_s: float | None = None,
+        admit: Callable[[Connection], None] | None = None,
     ) -> str:
         """Record a run to be queued; returns its request id. ``run_timeout_s``: the run
-        ends ``timed_out`` once that long has passed since a worker first started it."""
+        ends ``timed_out`` once that long has passed since a worker first started it.
+        ``admit`` runs first in the same transaction and may raise to refuse the run (nothing
+        is written): a check of what the store holds that the insert cannot race."""
         check_session_id(session_id, self.storage.max_id_length)  # refused before it queues
         request_id = request_id or str(uuid.uuid4())
         now = now_ns()
         with self._tx() as conn:
+            if admit is not None:
+                admit(conn)
             conn.execute(
                 insert(runs_table).values(
                     request_id=request_id,
@@ -311,12 +317,22 @@ class RunStore(FencedWrites):
                 for row in conn.execute(query)
             ]
 
-    def decide(self, request_id: str, key: str, approved: bool, reason: str | None) -> bool:
+    def decide(
+        self,
+        request_id: str,
+        key: str,
+        approved: bool,
+        reason: str | None,
+        admit: Callable[[Connection], None] | None = None,
+    ) -> bool:
         """Answer a pending approval and put its run back in the queue (``True`` when there
-        was such a pending approval). The caller enqueues the run."""
+        was such a pending approval). The caller enqueues the run. ``admit`` as in ``add``:
+        the run comes back in flight."""
         a = approvals_table.c
         r = runs_table.c
         with self._tx() as conn:
+            if admit is not None:
+                admit(conn)
             done = conn.execute(
                 update(approvals_table)
                 .where(a.request_id == request_id, a.key == key, a.status == "pending")
