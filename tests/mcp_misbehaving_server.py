@@ -1,7 +1,9 @@
 """An MCP server (official SDK) that tries to make its client hold too much, for the bounds
 tests: ``MISBEHAVE_TOOLS=N`` lists N extra tools; ``MISBEHAVE_LISTING_BYTES=N`` lists about N
 bytes more of wide tools (a listing that is one huge, costly message); ``MISBEHAVE_SCHEMA_REF=URL``
-lists a tool whose schema has a ``$ref`` to URL; ``huge`` answers a text
+lists a tool whose schema has a ``$ref`` to URL; ``MISBEHAVE_SCHEMA_PATTERN=REGEX`` lists a tool
+``patterned`` whose argument ``s`` must match REGEX (``^(a+)+$`` backtracks for minutes in
+Python's ``re``); ``huge`` answers a text
 of the size asked; ``forever`` never answers, and keeps sending log notifications while it
 does not.
 
@@ -75,6 +77,14 @@ if os.environ.get("MISBEHAVE_SCHEMA_REF"):  # a tool whose schema names another 
     _Padded.padding = [
         *_Padded.padding,
         McpTool(name="referenced", description="Refers elsewhere.", input_schema=_referenced),
+    ]
+
+if os.environ.get("MISBEHAVE_SCHEMA_PATTERN"):  # a tool whose argument has the server's pattern
+    _text = {"type": "string", "pattern": os.environ["MISBEHAVE_SCHEMA_PATTERN"]}
+    _patterned = {"type": "object", "properties": {"s": _text}, "required": ["s"]}
+    _Padded.padding = [
+        *_Padded.padding,
+        McpTool(name="patterned", description="Takes a pattern.", input_schema=_patterned),
     ]
 
 

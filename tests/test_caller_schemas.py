@@ -246,6 +246,68 @@ def test_an_mcp_servers_remote_ref_is_never_fetched(listener: Listener, tmp_path
     assert listener.requests == []
 
 
+def _mcp_config(tmp_path: Path, pattern: str, **server: Any) -> Any:
+    """An agent's config with the misbehaving MCP server, its tool ``patterned`` taking an
+    ``s`` that must match ``pattern``."""
+    return parse_config(
+        {
+            "model": {"provider": "scripted"},
+            "storage": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
+            "mcp_servers": {
+                "bad": {
+                    "command": sys.executable,
+                    "args": [str(SERVER)],
+                    "env": {"MISBEHAVE_SCHEMA_PATTERN": pattern},
+                    **server,
+                }
+            },
+        }
+    )
+
+
+def test_an_mcp_servers_catastrophic_pattern_runs_on_re2(tmp_path: Path) -> None:
+    """An MCP server (a real subprocess) declares ``^(a+)+$`` and the model writes 40 ``a``
+    and a ``!``: the call is refused to the model at once, a matching value passes, and 40
+    checks of up to 59 ``a`` take milliseconds (before: Python's ``re``, 0.98 s at 24 ``a``,
+    four times as long for every two more)."""
+    model = ScriptedModel([tool_call("patterned", s=TEXT), "refused"])
+    agent = build_agent(_mcp_config(tmp_path, HOSTILE), model=model)
+    try:
+        tool = agent.registry.get("patterned")
+        assert tool is not None and tool.outside_schema
+        started = time.perf_counter()
+        refused = agent.run("go")
+        took = time.perf_counter() - started
+        (record,) = refused.tool_calls
+        assert record.status_code == 400 and "does not match" in str(record.error), record
+        assert tool.validate({"s": "aaa"}) == ({"s": "aaa"}, [])
+        started = time.perf_counter()
+        for length in range(20, 60):
+            _, errors = tool.validate({"s": "a" * length + "!"})
+            assert errors and "does not match" in errors[0], errors
+        checks = time.perf_counter() - started
+    finally:
+        agent.close()
+    print(f"MCP pattern: run with the hostile call {took:.2f} s; 40 checks {checks:.4f} s")
+    assert checks < 0.5, checks
+
+
+def test_an_mcp_servers_pattern_re2_cannot_run_refuses_the_tool(tmp_path: Path) -> None:
+    """A lookahead or a backreference in an MCP server's schema: building the agent names the
+    tool, the reason and how to leave it out; left out, the agent builds."""
+    for pattern in ("(?=a)a", "(a)\\1"):
+        with pytest.raises(
+            ConfigError, match=r"'patterned'.*linear-time engine.*exclude_tools: \[patterned\]"
+        ):
+            build_agent(_mcp_config(tmp_path, pattern), model=ScriptedModel(["hi"]))
+    config = _mcp_config(tmp_path, "(?=a)a", exclude_tools=["patterned"])
+    agent = build_agent(config, model=ScriptedModel(["hi"]))
+    try:
+        assert "huge" in agent.registry.names() and "patterned" not in agent.registry.names()
+    finally:
+        agent.close()
+
+
 # -- references point at subschemas ------------------------------------------------------------
 
 
@@ -527,8 +589,7 @@ def test_every_door_refuses_the_member_reference_and_fetches_nothing(
         remote = {"type": "object", "properties": {"s": {"$ref": ref}}}
         with watching(listener.url, str(path)) as seen:
             for reply in _every_door(door, remote):
-                # The facade's own check of a tools list answers as OpenAI does (400).
-                assert reply.status_code in (400, 422), reply.text
+                assert reply.status_code == 422, reply.text  # the gate's word, every door
                 assert "names another document" in reply.text, reply.text
         assert seen == [] and listener.requests == []
 
@@ -713,3 +774,50 @@ def test_too_many_patterns_are_refused_and_a_costly_schema_holds_no_one_else(doo
     longest = max(waits, default=0.0)
     print(f"compiling a costly schema: {alone:.2f} s; another user waited at most {longest:.3f} s")
     assert longest < max(0.25, alone / 2), (longest, alone)
+
+
+# -- the facade reads a client tool's shape; the gate compiles it, off the loop ------------------
+
+
+def test_a_costly_client_tool_schema_through_the_facade_holds_no_one_else(door: Door) -> None:
+    """A client tool's schema as costly as the budgets allow, through /v1/chat/completions and
+    /v1/responses (distinct each time, so no cache helps): the facade only reads the
+    declaration, the gate compiles it in a worker thread, and another user's requests are
+    answered meanwhile (before: the facade compiled it on the event loop, ~0.5 s each)."""
+    started = time.perf_counter()
+    assert compile_problem(_costly(100), formats=True) is None
+    alone = time.perf_counter() - started
+    with others_wait(door) as waits:
+        for n in range(101, 104):
+            schema = _costly(n)
+            chat = door.chat("hi", tools=[_tool(schema)])
+            assert chat.status_code == 200, chat.text
+            tool = {"type": "function", "name": "probe", "parameters": _costly(n + 100)}
+            body = {"model": "hermes-agent", "input": "hi", "tools": [tool]}
+            responses = door.alice.post("/v1/responses", json=body, timeout=120)
+            assert responses.status_code == 200, responses.text
+    longest = max(waits, default=0.0)
+    print(f"facade client tool: compiling {alone:.2f} s; another user waited {longest:.3f} s")
+    assert len(waits) >= 1 and longest < max(0.25, alone / 2), (longest, alone)
+
+
+def test_a_client_tool_schema_is_judged_by_the_gate_through_every_door(door: Door) -> None:
+    """What is wrong with a caller's schema is said once, by the gate, with the same status
+    through every door (422): a remote reference, a pattern RE2 cannot run, a schema over the
+    budgets, one the metaschema refuses — as a client tool's parameters or an output schema.
+    The facade's own 400 is for a declaration's shape."""
+    too_deep: dict[str, Any] = {"type": "string"}
+    for _ in range(40):
+        too_deep = {"type": "object", "properties": {"p": too_deep}}
+    wrong = {
+        "names another document": {"type": "object", "properties": {"s": {"$ref": "https://x/s"}}},
+        "linear-time engine": {"type": "object", "properties": {"s": {"pattern": "(a)\\1"}}},
+        "nests more than": too_deep,
+        "not a valid JSON Schema": {"type": "object", "properties": {"s": {"type": 5}}},
+    }
+    for why, schema in wrong.items():
+        for reply in _every_door(door, schema):
+            assert reply.status_code == 422, (why, reply.request.url, reply.text)
+            assert why in reply.text, (why, reply.text)
+    shape = door.chat("hi", tools=[{"type": "function", "function": {"name": "no spaces"}}])
+    assert shape.status_code == 400 and "invalid tool name" in shape.text, shape.text

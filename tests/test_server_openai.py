@@ -410,11 +410,11 @@ def test_a_streamed_run_can_be_cancelled_by_its_id(tmp_path: Path) -> None:
         ({"messages": []}, 400, "messages", None),
         ({"n": 2}, 400, "n", "unsupported_parameter"),
         ({"model": "gpt-4o"}, 404, "model", "model_not_found"),
-        (
+        (  # what a schema says is the gate's to judge, as through every door
             {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
-            400,
-            "tools[0]",
-            "invalid_value",
+            422,
+            None,
+            None,
         ),
         ({"tools": [{"type": "web_search"}]}, 400, "tools[0].type", None),
         (

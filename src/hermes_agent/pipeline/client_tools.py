@@ -93,7 +93,8 @@ def _not_run_here(**_: Any) -> Any:
 def client_tool(name: str, description: str, parameters: Mapping[str, Any] | None) -> Tool:
     """A client tool from its OpenAI function declaration. The schema is the client's, so it is
     held to the same budgets as an output schema before anything compiles it; a schema that
-    is too big or not valid JSON Schema is a ``ToolDefinitionError`` saying which."""
+    is too big is a ``ToolDefinitionError`` saying which. Its arguments are checked as against
+    a caller's schema (``Tool.outside_schema``), which the gate compiles, and refuses, first."""
     schema = dict(parameters) if parameters is not None else {"type": "object", "properties": {}}
     problem = schema_budget_problem(schema)
     if problem is not None:
@@ -111,6 +112,7 @@ def client_tool(name: str, description: str, parameters: Mapping[str, Any] | Non
         parameters=schema,
         function=_not_run_here,
         toolset=CLIENT_TOOLSET,
+        outside_schema=True,  # compiled as a caller's schema, by the gate, off the event loop
     )
 
 

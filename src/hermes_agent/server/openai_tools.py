@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hermes_agent.errors import ToolDefinitionError
-from hermes_agent.pipeline.client_tools import client_tool
+from hermes_agent.errors import HermesAgentError, ToolDefinitionError
+from hermes_agent.pipeline.client_tools import CLIENT_TOOLSET
 from hermes_agent.server.openai_wire import OpenAIError, refuse
 from hermes_agent.server.sse import to_json
 from hermes_agent.tools.registry import Tool
@@ -35,8 +35,13 @@ JSON_OBJECT = {"type": "object"}
 def client_tools(
     declared: Iterable[tuple[str, str | None, dict[str, Any] | None]], param: str
 ) -> list[Tool]:
-    """The run's client tools from ``(name, description, parameters)`` declarations: a 400
-    naming the entry for a bad name or schema, or a name given twice."""
+    """The run's client tools from ``(name, description, parameters)`` declarations, read for
+    their shape only: a 400 naming the entry for a bad name or a name given twice.
+
+    The schema is carried as it came. Judging it (budgets, references, patterns, the
+    metaschema) is the gate's, once for every door (a 422 saying why), in a worker thread: a
+    schema as costly as the budgets allow takes a few hundred milliseconds to compile, which
+    here, on the event loop, every other request would wait out."""
     tools: list[Tool] = []
     seen: set[str] = set()
     for index, (name, description, parameters) in enumerate(declared):
@@ -45,10 +50,27 @@ def client_tools(
             raise refuse(f"{where}: the tool {name!r} is declared twice", where, "invalid_value")
         seen.add(name)
         try:
-            tools.append(client_tool(name, description or "", parameters))
-        except ToolDefinitionError as exc:
+            tools.append(
+                Tool(
+                    name=name,
+                    description=description or "",
+                    parameters=(
+                        dict(parameters)
+                        if parameters is not None
+                        else {"type": "object", "properties": {}}  # as client_tool has it
+                    ),
+                    function=_declared_only,
+                    toolset=CLIENT_TOOLSET,
+                    outside_schema=True,  # nothing compiled here
+                )
+            )
+        except ToolDefinitionError as exc:  # the name
             raise refuse(f"{where}: {exc}", where, "invalid_value") from None
     return tools
+
+
+def _declared_only(**_: Any) -> Any:
+    raise HermesAgentError("a declaration the facade carries to the gate; never called")
 
 
 def output_schema(response_format: Mapping[str, Any] | None, param: str) -> dict[str, Any] | None:

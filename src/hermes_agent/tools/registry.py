@@ -56,7 +56,11 @@ from hermes_agent.tools.schema import (
     schema_from_model,
 )
 from hermes_agent.tools.validation import (
+    CallerSchema,
+    SchemaRefused,
     argument_errors,
+    caller_schema,
+    compiled_argument_errors,
     make_fast_check,
     make_validator,
     non_finite_errors,
@@ -129,8 +133,15 @@ class Tool:
     idempotent: bool = False
     parameters_model: type[BaseModel] | None = field(default=None, repr=False)
     """The pydantic model ``parameters`` was made from, when it was (see the module doc)."""
-    _validator: Draft202012Validator = field(init=False, repr=False)
+    outside_schema: bool = False
+    """``parameters`` came from outside the program (a caller's client tool, an MCP server's
+    tool): arguments are checked as against a caller's schema (``validation.caller_schema``:
+    patterns on RE2, references within the schema, a step budget), compiled on first use, so
+    declaring such a tool costs nothing (whoever takes the schema in compiles it first, off
+    the event loop, and refuses what cannot be)."""
+    _validator: Draft202012Validator = field(init=False, repr=False)  # unset: outside_schema
     _fast_check: Callable[[Any], Any] | None = field(init=False, repr=False, default=None)
+    _outside: CallerSchema | None = field(init=False, repr=False, default=None)
     _coercer: type[BaseModel] | None = field(init=False, repr=False, default=None)
     _adapters: dict[str, TypeAdapter[Any]] | None = field(init=False, repr=False, default=None)
     _defaults: dict[str, FieldInfo] = field(init=False, repr=False, default_factory=dict)
@@ -145,7 +156,8 @@ class Tool:
                 "(at most 64 characters, not starting with a digit)"
             )
         try:
-            self._validator, self._fast_check = _compiled(self.parameters)
+            if not self.outside_schema:
+                self._validator, self._fast_check = _compiled(self.parameters)
         except SchemaError as exc:
             raise ToolDefinitionError(
                 f"tool {self.name!r} has an invalid parameters schema: {exc.message}"
@@ -295,6 +307,16 @@ class Tool:
         except (TypeError, ValueError) as exc:  # not JSON data (a hook put an object there)
             return arguments, [f"'{name}': {exc}"]
 
+    def _outside_errors(self, arguments: dict[str, Any]) -> list[str]:
+        # Kept by the tool once compiled: the shared cache of callers' schemas is small, and
+        # callers sending new schemas must not make an MCP tool compile again on every call.
+        if self._outside is None:
+            try:
+                self._outside = caller_schema(self.parameters, formats=True)
+            except SchemaRefused as exc:
+                return [f"the tool's schema cannot be used: {exc}"]
+        return compiled_argument_errors(self._outside, arguments)
+
     def _call_with_json(self, **arguments: Any) -> Any:
         converted, problems = self.convert(arguments)
         if problems:
@@ -315,6 +337,8 @@ class Tool:
         non_finite = non_finite_errors(arguments)
         if non_finite:
             return arguments, non_finite
+        if self.outside_schema:
+            return arguments, self._outside_errors(arguments)
         if self._fast_check is not None:
             try:
                 self._fast_check(arguments)

@@ -581,9 +581,16 @@ def caller_argument_errors(schema: Mapping[str, Any], arguments: Any) -> list[st
     worded for the model, within the check's budget; an empty list means valid."""
     try:
         compiled = caller_schema(schema, formats=True)
-        errors = compiled.errors(arguments)
     except SchemaRefused as exc:
         return [f"the tool's schema cannot be used: {exc}"]
+    return compiled_argument_errors(compiled, arguments)
+
+
+def compiled_argument_errors(compiled: CallerSchema, arguments: Any) -> list[str]:
+    """``caller_argument_errors`` for a schema compiled already (``caller_schema`` with
+    ``formats``): what a tool holding its compiled outside schema checks with."""
+    try:
+        errors = compiled.errors(arguments)
     except CheckTooCostly as exc:
         return [
             f"checking the arguments against the tool's schema took too long ({exc}); "

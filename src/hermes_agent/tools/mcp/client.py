@@ -517,6 +517,7 @@ class McpToolsets:
                     toolset=config.toolset or server,
                     timeout=config.timeout,
                     requires_approval=config.requires_approval,
+                    outside_schema=True,  # the server's schema: RE2 patterns, a step budget
                 )
             except (ToolDefinitionError, ValueError) as exc:
                 raise ConfigError(

@@ -25,6 +25,12 @@ Everything else is validated as given: a schema with no ``properties`` (any argu
 ``additionalProperties: true`` or a schema for extra keys, composed with ``allOf``/``anyOf``...,
 or recursive ``$ref``s. A ``$ref`` to another document (a URL, a ``file://`` path) or a
 ``$dynamicRef`` is refused (``ValueError``): nothing a server lists is ever fetched or read.
+
+A server is outside code, so its schema is then compiled as a caller's is
+(``tools.validation.caller_schema``): its patterns run on RE2, in time linear in the text (a
+server's ``^(a+)+$`` and a model's thirty ``a`` would hold Python's ``re`` for minutes), each
+check within a step budget. A schema that cannot be compiled so (a backreference, a lookahead,
+a ``$ref`` into a member that is no keyword) is refused with the reason.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from hermes_agent.tools.validation import reference_problem
+from hermes_agent.tools.validation import SchemaRefused, caller_schema, reference_problem
 
 _LEGACY_DRAFTS = ("draft-04", "draft-06", "draft-07")
 _OPEN_ENDED = (
@@ -56,7 +62,7 @@ def normalise(
 ) -> tuple[dict[str, Any], list[str]]:
     """The parameters schema for an MCP tool's ``inputSchema``, and a note per change that
     matters (dropped titles and ``$schema`` are not noted). Raises ``ValueError`` for a schema
-    JSON cannot carry."""
+    JSON cannot carry or that cannot be compiled as an outside schema (the reason said)."""
     try:
         copied: Any = json.loads(json.dumps(dict(schema or {})))
     except TypeError as exc:
@@ -88,6 +94,10 @@ def normalise(
         if strict and not any(key in copied for key in _OPEN_ENDED):
             copied["additionalProperties"] = False
             notes.append("added additionalProperties: false")
+    try:
+        caller_schema(copied, formats=True)  # the tool compiles it again, once, on first use
+    except SchemaRefused as exc:
+        raise ValueError(f"its input schema is refused: {exc}") from None
     return copied, notes
 
 
