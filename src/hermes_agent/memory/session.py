@@ -167,6 +167,17 @@ class InMemorySessionStore:
                 self._locks[session_id] = found
             return found
 
+    def create(self, session_id: str) -> None:
+        """Make ``session_id`` a session with no message, where it is none yet."""
+        now = time.time_ns()
+        with self._guard:
+            self._sessions.setdefault(session_id, [])
+            self._times.setdefault(session_id, (now, now))
+
+    def exists(self, session_id: str) -> bool:
+        with self._guard:
+            return session_id in self._sessions
+
     def delete(self, session_id: str) -> bool:
         """Forget a session; ``True`` when it existed."""
         with self._guard:

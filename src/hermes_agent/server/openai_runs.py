@@ -108,6 +108,12 @@ async def load_session(storage: Storage, user: Principal, session_id: str) -> li
     return await run_in_threadpool(storage.sessions.load, stored)
 
 
+async def session_exists(storage: Storage, user: Principal, session_id: str) -> bool:
+    """Whether one of the caller's sessions exists, with turns or none yet."""
+    stored = stored_session_id(user.user_id, session_id)
+    return await run_in_threadpool(storage.sessions.exists, stored)
+
+
 def _said(messages: Sequence[Message]) -> list[str]:
     """What the user said in ``messages`` (the assistant's turns are the service's own)."""
     return [m.content for m in messages if m.role == "user" and m.content]
@@ -138,8 +144,10 @@ async def set_aside_warning(
 async def start_run(
     request: Request, user: Principal, plan: FacadeRun, *, stream: bool, session_param: str
 ) -> tuple[RunView, str]:
-    """Start the run through the backend; the run and its session id. A session seeded for a
-    run that then never started is removed again."""
+    """Start the run through the backend; the run and its session id. A new session the
+    caller will be told of (a Responses id) is written before the run starts — seeded with the
+    request's earlier turns, or empty — so it can be continued whatever becomes of the run; one
+    made for a run that then never started is removed again."""
     state = request.app.state
     backend: RunBackend = state.backend
     storage: Storage = state.storage
@@ -166,6 +174,14 @@ async def start_run(
         state.manager.gate.check_size(run_request)
         try:
             await _seed(storage, stored, history, state.agent)
+        except SessionIdError as exc:
+            raise OpenAIError(
+                400, str(exc), param=session_param, code="invalid_session_id"
+            ) from None
+        seeded = True
+    elif plan.new_session is not None:
+        try:
+            await run_in_threadpool(storage.sessions.create, stored)
         except SessionIdError as exc:
             raise OpenAIError(
                 400, str(exc), param=session_param, code="invalid_session_id"

@@ -39,6 +39,7 @@ from hermes_agent.server.openai_runs import (
     ending_error,
     load_session,
     plan_tools,
+    session_exists,
     start_run,
     token_counts,
 )
@@ -221,9 +222,12 @@ async def plan_response(
     prior: list[Message] = []
     if body.previous_response_id is not None:
         previous = body.previous_response_id
-        if previous.startswith(RESPONSE_PREFIX):
+        known = previous.startswith(RESPONSE_PREFIX)
+        if known:
             prior = await load_session(storage, user, previous)
-        if not prior:
+        # A response whose run saved no turn (it failed, or its service was killed) exists
+        # with no message: it is continued from the turns before it.
+        if not prior and not (known and await session_exists(storage, user, previous)):
             raise OpenAIError(
                 404,
                 f"no response {previous!r} here (responses are kept per user)",

@@ -84,6 +84,15 @@ class StoredSessions(SessionStore, Protocol):
         audit trail is not the user's to edit)."""
         ...
 
+    def create(self, session_id: str) -> None:
+        """Make ``session_id`` a session with no message, where it is none yet: an id the
+        service gives out before its run has saved a turn (a Responses id) exists from then."""
+        ...
+
+    def exists(self, session_id: str) -> bool:
+        """Whether ``session_id`` is a session (made by ``create`` or a turn), empty or not."""
+        ...
+
 
 class AuditReader(Protocol):
     """What can be read back of the audit trail. Every read first waits for records written

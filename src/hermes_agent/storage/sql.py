@@ -444,6 +444,20 @@ class SqlSessionStore:
         with self._storage.transaction() as conn:
             return _ids_with_prefix(conn, sessions_table.c.id, prefix, limit)
 
+    def create(self, session_id: str) -> None:
+        """Make ``session_id`` a session with no message, where it is none yet."""
+        with (
+            _failing_as("create session", session_id),
+            self._storage.transaction(write=True) as conn,
+        ):
+            _insert_session_if_missing(conn, session_id, time.time_ns())
+
+    def exists(self, session_id: str) -> bool:
+        """Whether ``session_id`` is a session, empty or not."""
+        query = select(sessions_table.c.id).where(sessions_table.c.id == session_id)
+        with _failing_as("read session", session_id), self._storage.one_statement() as conn:
+            return conn.execute(query).first() is not None
+
     def delete(self, session_id: str) -> bool:
         """Forget a session's messages; ``True`` when it existed. Its audit records stay (an
         audit trail is not the user's to edit)."""
