@@ -141,14 +141,19 @@ class ModelResponse:
     text: str
     usage: Usage = field(default_factory=Usage)
     model_name: str = ""
+    finish_reason: str = ""
+    """How the model said the turn ended (``stop``, ``length``, ``tool_calls``...); empty when
+    the model does not say. A turn that ended on ``length`` was cut at ``max_tokens``."""
 
 
 @dataclass(slots=True)
 class StreamChunk:
-    """One piece of a streamed completion: raw Hermes-format text, and usage on the last piece."""
+    """One piece of a streamed completion: raw Hermes-format text, and usage (and the finish
+    reason, when the model gives one) on the last piece."""
 
     text: str
     usage: Usage | None = None
+    finish_reason: str = ""
 
 
 @dataclass(slots=True)

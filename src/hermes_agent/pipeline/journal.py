@@ -197,18 +197,22 @@ class JournaledModel:
         turn = self._next_turn()
         recorded = await self._journal.recorded_turn(turn)
         if recorded is not None:
-            yield StreamChunk(recorded.text, recorded.usage)
+            yield StreamChunk(recorded.text, recorded.usage, recorded.finish_reason)
             return
         from hermes_agent.protocol.parser import parse_completion
 
         parts: list[str] = []
         usage = None
+        finish = ""
         async for chunk in self.inner.stream(messages, tools, settings):
             parts.append(chunk.text)
             usage = chunk.usage or usage
+            finish = chunk.finish_reason or finish
             yield chunk
         text = "".join(parts)
-        response = ModelResponse(parse_completion(text), text, model_name=self.name)
+        response = ModelResponse(
+            parse_completion(text), text, model_name=self.name, finish_reason=finish
+        )
         if usage is not None:
             response.usage = usage
         await self._journal.record_turn(turn, response)

@@ -10,6 +10,9 @@ it is not sent back in later turns. The Qwen3 and QwQ chat templates drop the th
 turns before the last user message too (Qwen3's keeps those of the tool steps after it; a chat
 format that does the same is not built yet). A turn that did not parse is the exception: it is
 replayed verbatim (``Message.raw``), thought included, so the model sees exactly what it wrote.
+
+A turn the model says was cut off at ``max_tokens`` (finish reason ``length``) runs none of its
+calls: they become parse errors the model reads (``_cut_turn``).
 """
 
 from __future__ import annotations
@@ -48,7 +51,16 @@ from hermes_agent.protocol.parser import (
 )
 from hermes_agent.protocol.prompts import json_retry_prompt
 from hermes_agent.stages import StageName
-from hermes_agent.types import Message, ModelResponse, Step, ToolCall, Usage, new_call_id
+from hermes_agent.types import (
+    Completion,
+    Message,
+    ModelResponse,
+    ParseError,
+    Step,
+    ToolCall,
+    Usage,
+    new_call_id,
+)
 
 
 class ThoughtGenerator:
@@ -101,6 +113,8 @@ class ThoughtGenerator:
         if watch is not None:
             watch.spend.ended(response.usage)
         completion = response.completion
+        if response.finish_reason == CUT_SHORT and completion.tool_calls:
+            completion = _cut_turn(completion, settings.max_tokens)
         _unique_ids(completion.tool_calls)
         ctx.completion = completion
         ctx.completion_text = response.text
@@ -251,6 +265,26 @@ def _required_call_missing(ctx: RunContext, tool_choice: str) -> Status:
     return Status.INVALID
 
 
+CUT_SHORT = "length"
+"""The finish reason of a turn cut off at ``max_tokens`` (OpenAI's word, and llama.cpp's)."""
+
+
+def _cut_turn(completion: Completion, max_tokens: int | None) -> Completion:
+    """A turn cut off at the token limit runs none of its calls: the last one may hold a cut
+    value that still parses (an XML ``<parameter>`` has no closing quote to miss), and the ones
+    before it were written towards a turn that never ended. Each becomes a parse error the
+    model reads, so it is asked again like any malformed turn (bounded by ``max_retries``)."""
+    limit = f"max_tokens={max_tokens}" if max_tokens is not None else "the token limit"
+    message = (
+        f"the turn was cut off at {limit} before it ended, so none of its calls ran; "
+        "call again with shorter arguments (or fewer calls in one turn)"
+    )
+    cut = [
+        ParseError(call.name, f"call to '{call.name}': {message}") for call in completion.tool_calls
+    ]
+    return dataclasses.replace(completion, tool_calls=[], errors=[*completion.errors, *cut])
+
+
 def _unique_ids(calls: list[ToolCall]) -> None:
     """Models copy example ids; two calls with one id would be confused with each other."""
     seen: set[str] = set()
@@ -277,10 +311,12 @@ async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
     parser = StreamParser()
     pieces: list[str] = []
     usage = Usage()
+    finish = ""
     watch = current_watch()
     async for chunk in ctx.model.stream(ctx.messages, ctx.tool_specs, settings):
         if chunk.usage is not None:
             usage = chunk.usage
+        finish = chunk.finish_reason or finish
         if chunk.text:
             pieces.append(chunk.text)
             if watch is not None:
@@ -288,7 +324,7 @@ async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
             _forward(ctx, parser.feed(chunk.text))
     _forward(ctx, parser.flush())  # held-back text, an unclosed final block
     completion = parser.close()
-    return ModelResponse(completion, "".join(pieces), usage, ctx.model.name)
+    return ModelResponse(completion, "".join(pieces), usage, ctx.model.name, finish)
 
 
 def _forward(ctx: RunContext, events: list[StreamEvent]) -> None:

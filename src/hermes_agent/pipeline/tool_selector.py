@@ -15,8 +15,11 @@ it holds and how to write it.
 
 A call counts against its tool's rate limit only when it is about to run (the ToolExecutor
 counts it), so refused calls do not use the limit up. An approver approves with ``True`` or
-``(True, reason)`` only; any other answer is a denial that names the answer. A call that a
-``pre_execution`` hook changes after this stage is checked again by ``recheck``.
+``(True, reason)`` only; any other answer is a denial that names the answer; an identical call
+approved earlier in the run is not asked again. A call that a ``pre_execution`` hook changes
+after this stage is checked again by ``recheck``. Turns whose calls the approver refused are
+counted (``RunContext.denied_turns``), so a run they stop ends with 403, not as the model's
+fault.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ How a completion is split:
   scan is JSON-aware: tags inside a quoted string (double or single quotes) do not end a block.
   A quote opens a string only where a JSON value or key can start (after ``{ [ , : (`` or at the
   start of the block), so an apostrophe in prose inside a broken block does not.
+- A bare ``<function=NAME>...</function>`` (Qwen3-Coder's call with no ``<tool_call>`` around
+  it) is not content and never a call: it runs to its ``</function>`` (or to whatever would end
+  a block) and is one ``ParseError`` (``BARE_FUNCTION``), streamed as a block of its own.
 - Recovery, at most once per completion: a block that yields no call although a tag sits inside
   one of its strings most likely holds a string that never closed and swallowed what followed.
   It is cut at that tag, reported as an error, and the text after the cut is read again. An
@@ -93,17 +96,28 @@ _THINK_CLOSE: Final = "</think>"
 _BLOCK_OPENERS: Final = (_TOOL_OPEN, _TOOLS_OPEN)
 _BLOCK_CLOSERS: Final = (_TOOL_CLOSE, _TOOLS_CLOSE)
 
+_FUNCTION_CLOSE: Final = "</function>"
+
 # Outside any element: tags that switch mode, plus stray closers and special tokens (dropped).
-# A bare </think> is not always dropped: see StreamParser._reveal.
+# A bare </think> is not always dropped: see StreamParser._reveal. A bare <function= opens a
+# call written outside <tool_call>: reported, never content (see _scan_bare).
 _TEXT_TAGS: Final = (
     *_BLOCK_OPENERS, _PAD_OPEN, _THINK_OPEN, *_BLOCK_CLOSERS, _PAD_CLOSE, _THINK_CLOSE,
-    *SPECIAL_TOKENS,
+    *SPECIAL_TOKENS, _FUNCTION_OPEN,
 )  # fmt: skip
 # Inside a block, outside strings: what ends the block. Only a closing tag belongs to the
 # block; an opening tag (or a thought's tag) starts what follows, a special token is dropped.
 _BLOCK_END_TAGS: Final = (
     *_BLOCK_CLOSERS, *_BLOCK_OPENERS, _THINK_OPEN, _THINK_CLOSE, *SPECIAL_TOKENS,
 )  # fmt: skip
+# What ends a bare <function=...>: its closing tag (or a block's, kept with it), or whatever
+# would end a block (not kept: read next).
+_BARE_CLOSERS: Final = (_FUNCTION_CLOSE, *_BLOCK_CLOSERS)
+_BARE_END_TAGS: Final = (*_BARE_CLOSERS, *_BLOCK_END_TAGS)
+BARE_FUNCTION: Final = (
+    "a <function=...> call outside <tool_call>...</tool_call> is not run; write the call "
+    "inside <tool_call>...</tool_call>"
+)
 # Where an unclosed scratch pad is cut: the model evidently moved on to calling or stopped.
 _PAD_CUT_TAGS: Final = (*_BLOCK_OPENERS, *SPECIAL_TOKENS)
 # Inside a thought: its end, a repeated opening tag (dropped), and the call tags that are
@@ -116,7 +130,7 @@ _TAG_SECOND_CHARS: Final = frozenset(tag[1] for tag in _TEXT_TAGS)  # every tag 
 # Returned by _tag_at when the buffer ends inside what may still become a tag.
 _PARTIAL: Final = "<partial>"
 
-_TEXT, _BLOCK, _PAD, _THINK = 0, 1, 2, 3
+_TEXT, _BLOCK, _PAD, _THINK, _BARE = 0, 1, 2, 3, 4
 
 # A quote opens a string only where JSON (or a Python literal) can have one: at the start of
 # the block or after one of these. "" stands for the start of the block.
@@ -440,6 +454,8 @@ class StreamParser:
                 pos, stalled = self._scan_block(self._buf, pos, events, final)
             elif self._mode == _THINK:
                 pos, stalled = self._scan_think(self._buf, pos, events, final)
+            elif self._mode == _BARE:
+                pos, stalled = self._scan_bare(self._buf, pos, events, final)
             else:
                 pos, stalled = self._scan_pad(self._buf, pos, events, final)
             if stalled:
@@ -465,6 +481,11 @@ class StreamParser:
             after = i + len(tag)
             if tag in _BLOCK_OPENERS:
                 self._open_block(tag, events)
+                return after, False
+            if tag == _FUNCTION_OPEN:
+                self._open_block(tag, events)
+                self._mode = _BARE
+                self._emit_block_text(tag, events)
                 return after, False
             if tag == _PAD_OPEN:
                 self._mode = _PAD
@@ -543,6 +564,36 @@ class StreamParser:
             return (j + len(tag) if tag in _BLOCK_CLOSERS else j), False
         self._emit_block_text(buf[start:pos], events)
         return pos, False
+
+    def _scan_bare(
+        self, buf: str, pos: int, events: list[StreamEvent], final: bool
+    ) -> tuple[int, bool]:
+        # A call outside <tool_call> (Qwen3-Coder's form): never parsed, never content. It is
+        # numbered and streamed as a block so that clients see it end as the error it is.
+        start = search = pos
+        while True:
+            i = buf.find("<", search)
+            if i < 0:
+                self._emit_block_text(buf[start:], events)
+                return len(buf), False
+            tag = _tag_at(buf, i, _BARE_END_TAGS, final)
+            if tag is None:
+                search = i + 1
+                continue
+            if tag == _PARTIAL:
+                self._emit_block_text(buf[start:i], events)
+                return i, True
+            kept = i + len(tag) if tag in _BARE_CLOSERS else i
+            self._emit_block_text(buf[start:kept], events)
+            self._finish_bare(events)
+            return kept, False
+
+    def _finish_bare(self, events: list[StreamEvent]) -> None:
+        error = ParseError("".join(self._parts), BARE_FUNCTION)
+        self._parts = []
+        self._mode = _TEXT
+        self._errors.append(error)
+        events.append(ToolCallFinished(self._blocks - 1, error=error))
 
     def _scan_think(
         self, buf: str, pos: int, events: list[StreamEvent], final: bool
@@ -683,6 +734,9 @@ class StreamParser:
             rest = self._finish_block(text, events)
             if rest is not None:
                 self._reread(rest)
+            return
+        if self._mode == _BARE:
+            self._finish_bare(events)
             return
         self._parts = []
         if self._mode == _THINK:

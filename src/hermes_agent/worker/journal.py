@@ -318,6 +318,7 @@ def response_to_json(response: ModelResponse) -> dict[str, Any]:
     return {
         "text": response.text,
         "model_name": response.model_name,
+        "finish_reason": response.finish_reason,
         "usage": {
             "prompt_tokens": response.usage.prompt_tokens,
             "completion_tokens": response.usage.completion_tokens,
@@ -349,4 +350,10 @@ def response_from_json(data: dict[str, Any]) -> ModelResponse:
         errors=[ParseError(e["block"], e["message"]) for e in data["errors"]],
     )
     usage = Usage(**data.get("usage", {}))
-    return ModelResponse(completion, data["text"], usage, data.get("model_name", ""))
+    return ModelResponse(
+        completion,
+        data["text"],
+        usage,
+        data.get("model_name", ""),
+        str(data.get("finish_reason") or ""),
+    )

@@ -371,7 +371,8 @@ class LlamaCpp(ModelBase):
             except Exception as exc:
                 raise ModelError(f"the embedded model failed: {exc}") from exc
         check_guide(guide)
-        _check_ended(response["choices"][0].get("finish_reason"))
+        finish_reason = response["choices"][0].get("finish_reason")
+        _check_ended(finish_reason)
         text: str = response["choices"][0]["text"]
         raw_usage = response.get("usage") or {}
         usage = Usage(
@@ -380,7 +381,11 @@ class LlamaCpp(ModelBase):
             requests=1,
         )
         return ModelResponse(
-            completion=parse_completion(text), text=text, usage=usage, model_name=self.name
+            completion=parse_completion(text),
+            text=text,
+            usage=usage,
+            model_name=self.name,
+            finish_reason=str(finish_reason),
         )
 
     def _stream_sync(self, request: _Request, cancelled: threading.Event) -> Iterator[StreamChunk]:
@@ -419,6 +424,7 @@ class LlamaCpp(ModelBase):
                 completion_tokens=max(completion_tokens, 0),
                 requests=1,
             ),
+            finish_reason=str(finish_reason),
         )
 
 
