@@ -6,6 +6,7 @@ approvals record the reuse."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,28 @@ def test_the_service_ends_a_run_whose_approvals_expire_with_403_and_says_they_ex
     assert "its approval expired with no answer" in result["error"]
     assert BLAMED_ON_MODEL not in result["error"]
     assert [a["reason"] for a in result["approvals"]] == ["expired"] * 3
+
+
+def test_the_openai_facade_streams_the_denial_of_a_run_its_approver_stopped(
+    tmp_path: Path,
+) -> None:
+    agent = agent_with(insisting, storage=f"sqlite:///{tmp_path / 'state.db'}")
+    settings = ServiceSettings(auth="none", approval_policy="wait", approval_timeout_s=0.2)
+    body = {
+        "model": "hermes-agent",
+        "messages": [{"role": "user", "content": "clean up"}],
+        "stream": True,
+    }
+    with (
+        serve(create_app(agent=agent, settings=settings)) as url,
+        httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as r,
+    ):
+        frames = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    chunks = [json.loads(f) for f in frames if f != "[DONE]"]
+    errors = [c["error"] for c in chunks if "error" in c]
+    assert len(errors) == 1, frames
+    assert "its approval expired with no answer" in errors[0]["message"]
+    assert BLAMED_ON_MODEL not in errors[0]["message"]
 
 
 # -- the queued engine -------------------------------------------------------------------------
