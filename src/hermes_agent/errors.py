@@ -19,6 +19,10 @@
     │                            (``worker.store``): it stops and writes nothing more
     ├── StoreUnavailable         a durable run's store stayed away past its retries: the
     │                            attempt ends without an ending and the run resumes later
+    ├── StoreRefused             the store refused a durable run's write for good (out of
+    │                            memory or disk, bad data): the run ends failed (``worker.attempt``)
+    ├── FencedOut                a tool's effect written by an attempt that no longer holds
+    │                            its run (``worker.fence``)
     ├── RunRejected              the run gate refuses a run: 413, 422, 429 or 503 and what to
     │                            do (``runs.gate``)
     ├── RunNotFound              no run or approval the caller may see: 404 (``runs.backend``;
@@ -26,6 +30,12 @@
     ├── ApprovalConflict         the approval has its answer already: 409 (``runs.backend``)
     │   └── ApprovalAnswered     the same, from the in-process approval registry
     │                            (``server.approvals``)
+    ├── NonFiniteNumber          NaN or Infinity in a call's arguments (``protocol.decoding``;
+    │                            also a ``ValueError``)
+    ├── SchemaRefused            a caller's JSON Schema that cannot be compiled
+    │                            (``tools.validation``; also a ``ValueError``)
+    ├── CheckTooCostly           a check against a caller's schema went over its step budget
+    │                            (``tools.validation``; also a ``ValueError``)
     ├── UnknownEvent             a wire dict that is no event of this version (``runs.events``;
     │                            also a ``ValueError``)
     ├── ToolProcessError         a tool failed inside its worker process (``tools.sandbox``)

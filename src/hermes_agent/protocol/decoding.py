@@ -49,6 +49,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.types import ParseError, ToolCall
 
 __all__ = [
@@ -80,7 +81,7 @@ WHITESPACE: Final = " \t\r\n"
 IN_STRING_STOP: Final = {'"': re.compile(r'[\\"]'), "'": re.compile(r"[\\']")}
 
 
-class NonFiniteNumber(ValueError):
+class NonFiniteNumber(HermesAgentError, ValueError):
     """A ``NaN``, ``Infinity`` or a number too large for a float (``1e999``): Python's readers
     take them, JSON has no such numbers, and every bound compares false with NaN."""
 

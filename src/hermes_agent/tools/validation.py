@@ -30,6 +30,8 @@ import referencing.exceptions
 from jsonschema import Draft202012Validator, FormatChecker, validators
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 
+from hermes_agent.errors import HermesAgentError
+
 _TYPE_WORDS = {
     "string": "a string",
     "integer": "an integer",
@@ -293,11 +295,11 @@ _RE2_OPTIONS.log_errors = False  # a refused pattern is our answer, not a line o
 _RE2_OPTIONS.max_mem = 1 << 20
 
 
-class SchemaRefused(ValueError):
+class SchemaRefused(HermesAgentError, ValueError):
     """A caller's schema that cannot be compiled: the message says why and what to do."""
 
 
-class CheckTooCostly(ValueError):
+class CheckTooCostly(HermesAgentError, ValueError):
     """A check against a caller's schema went over its budget (``MAX_CHECK_STEPS``)."""
 
 
