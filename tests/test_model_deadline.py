@@ -174,9 +174,7 @@ def test_a_service_run_against_a_trickling_endpoint_ends_failed(
     tmp_path: Path, transport: Transport
 ) -> None:
     with dripping() as server:
-        agent = Agent(
-            model=model(server, transport), storage=f"sqlite:///{tmp_path / 'state.db'}"
-        )
+        agent = Agent(model=model(server, transport), storage=f"sqlite:///{tmp_path / 'state.db'}")
         with serve(create_app(agent=agent, settings=ServiceSettings(auth="none"))) as url:
             client = httpx.Client(base_url=url, timeout=30)
             started = time.monotonic()

@@ -158,7 +158,7 @@ def test_the_worker_process_and_hermes_agent_serve_resolve_auto_to_aiohttp(
     config.write_text(
         f"""
 model: {{provider: openai, model_name: m, base_url: "http://127.0.0.1:9/v1"}}
-storage: {{url: "sqlite:///{tmp_path / 'state.db'}"}}
+storage: {{url: "sqlite:///{tmp_path / "state.db"}"}}
 queue: {{broker: "{REDIS}", queue_name: hermes-test-transport}}
 """,
         encoding="utf-8",

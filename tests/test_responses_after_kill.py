@@ -61,9 +61,7 @@ def _announce_then_kill(url: str, process: object) -> list[str]:
     return asyncio.run(scenario())
 
 
-def test_a_response_announced_before_a_kill_can_be_continued(
-    tmp_path: Path, sql_url: str
-) -> None:
+def test_a_response_announced_before_a_kill_can_be_continued(tmp_path: Path, sql_url: str) -> None:
     released = threading.Event()
     with model_endpoint(released) as model_url:
         port = free_port()

@@ -45,7 +45,13 @@ from hermes_agent.config import HermesConfig, QueueConfig, load_config
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
 from hermes_agent.memory.history import HistoryLoader
-from hermes_agent.memory.session import InMemorySessionStore, SessionStore, off_the_loop, save_turn
+from hermes_agent.memory.session import (
+    AcquiresAsync,
+    InMemorySessionStore,
+    SessionStore,
+    off_the_loop,
+    save_turn,
+)
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
 from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, StreamChoice
@@ -655,6 +661,8 @@ class Agent:
                 )
                 if problem is not None:  # the tools have run: a turn not saved is a warning
                     result.warnings.append(problem)
+            if isinstance(lock, AcquiresAsync) and lock.unheld is not None:
+                result.warnings.append(lock.unheld)
             pricing(self).fill(result)
         finally:
             lock.release()

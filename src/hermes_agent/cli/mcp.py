@@ -162,9 +162,9 @@ def _engine_for(config: Any, agent: Any, *, http_keys: bool) -> tuple[Any, Any, 
     from hermes_agent.cli.keys import key_store_url
     from hermes_agent.config import load_config
     from hermes_agent.server.auth import MemoryKeyStore, open_key_store
+    from hermes_agent.server.in_process import serve_in_process
     from hermes_agent.server.queued import QueueService
     from hermes_agent.server.quotas import Quotas, quota_store_for
-    from hermes_agent.server.runs import serve_in_process
     from hermes_agent.server.settings import service_settings
 
     try:

@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from hermes_agent.server.auth import KeyStore
-    from hermes_agent.server.runs import InProcessService
+    from hermes_agent.server.in_process import InProcessService
     from hermes_agent.server.settings import ServiceSettings
 
 CALL_PREFIX = "MCP tools/call "
@@ -193,7 +193,7 @@ class AgentMcpServer:
         self.local_user = local_user or mcp_local_user()
         self._own: InProcessService | None = None
         if backend is None:
-            from hermes_agent.server.runs import serve_in_process
+            from hermes_agent.server.in_process import serve_in_process
             from hermes_agent.server.settings import ServiceSettings
 
             self._own = serve_in_process(agent, settings or ServiceSettings(), quotas=quotas)

@@ -54,7 +54,11 @@ class SessionLock(Protocol):
 @runtime_checkable
 class AcquiresAsync(Protocol):
     """A session lock that a run on an event loop waits for there (``acquire_async``),
-    rather than from a thread of the loop's shared pool."""
+    rather than from a thread of the loop's shared pool. ``unheld`` says why the acquisition
+    holds the session in this process only (the store had no room for its lease), else
+    ``None``: the run reports it among its warnings."""
+
+    unheld: str | None
 
     async def acquire_async(self) -> None: ...
 

@@ -163,9 +163,10 @@ class RunContext:
     last_results: list[ToolResult] = field(default_factory=list)
     """The results of the latest ToolExecutor step, in call order (post_execution hooks)."""
     approvals: list[dict[str, Any]] = field(default_factory=list)
-    approved_calls: dict[str, str] = field(default_factory=dict)
-    """Approvals granted in this run, by ``tool_selector.approval_key``, with the approver's
-    reason: an identical call is not asked again."""
+    approved_calls: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Approvals granted in this run, by ``tool_selector.approval_key``, with the step that
+    granted them and the approver's reason: an identical call of a later turn is not asked
+    again."""
     rendered: RenderedMessage | None = None
     unusable_turns: int = 0
     denied_turns: int = 0

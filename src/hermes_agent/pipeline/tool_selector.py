@@ -366,11 +366,13 @@ async def _approve(
     what the approver saw. ``None`` when approved, else the 403 result.
 
     An identical call (the same tool, the same arguments, types included) the approver approved
-    earlier in this run is not asked again (``reuse``): the record says ``reused``. A denial is
-    not kept, so a call denied once is asked again if the model repeats it."""
+    in an earlier turn of this run is not asked again (``reuse``): the record says ``reused``.
+    Two identical calls of one turn are two effects, so each is asked. A denial is not kept, so
+    a call denied once is asked again if the model repeats it."""
     seen = private_copy(arguments)  # the record keeps what was asked, whatever the approver does
     key = approval_key(tool.name, arguments)
-    granted = ctx.approved_calls.get(key) if key is not None and reuse else None
+    earlier = ctx.approved_calls.get(key) if key is not None and reuse else None
+    granted = earlier[1] if earlier is not None and earlier[0] < ctx.step else None
     if granted is not None:
         ctx.approvals.append(
             {"tool": tool.name, "arguments": seen, "approved": True, "reason": granted,
@@ -383,7 +385,7 @@ async def _approve(
     )
     if approved:
         if key is not None:
-            ctx.approved_calls[key] = reason
+            ctx.approved_calls.setdefault(key, (ctx.step, reason))
         return None
     ctx.last_denial = denial_text(tool.name, reason)
     message = f"{ctx.last_denial}; tell the user it was not done"

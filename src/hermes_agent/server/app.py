@@ -50,12 +50,13 @@ from hermes_agent.server import (
     ws,
 )
 from hermes_agent.server.auth import KeyStore, LiveCheck, open_key_store
+from hermes_agent.server.in_process import serve_in_process
 from hermes_agent.server.metrics import ServiceMetrics
 from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware
 from hermes_agent.server.queued import QueueService, check_queue_mode
 from hermes_agent.server.quotas import Quotas, quota_store_for
 from hermes_agent.server.run_records import StoreProbe, recover_interrupted
-from hermes_agent.server.runs import RunRejected, serve_in_process
+from hermes_agent.server.runs import RunRejected
 from hermes_agent.server.settings import ServiceSettings, service_settings
 from hermes_agent.server.sse import OpenStreams
 

@@ -36,6 +36,11 @@ logger = logging.getLogger("hermes_agent")
 LEASE_TTL_S = 30.0
 """How long a session's row holds without renewal: the longest a killed holder blocks it."""
 
+_NO_ROOM = ("disk is full", "no space left on device", "could not extend file")
+"""What a driver says when the store has no room for the lease row (SQLite's full disk,
+PostgreSQL's 53100): the turn could not be saved either, so the run goes on held in this
+process only, and says so."""
+
 _FIRST_POLL_S = 0.005
 _LAST_POLL_S = 0.2
 
@@ -184,6 +189,13 @@ def _failing(what: str, session_id: str) -> Iterator[None]:
         raise StorageError(f"cannot {what} {session_id[:80]!r}: {exc}") from exc
 
 
+def _no_room(exc: StorageError) -> bool:
+    cause = exc.__cause__
+    driver = getattr(cause, "orig", cause)
+    code = getattr(driver, "sqlstate", None) or getattr(driver, "pgcode", None)
+    return code == "53100" or any(words in str(driver).lower() for words in _NO_ROOM)
+
+
 async def _in_thread_until_held(take: Callable[[], bool], undo: Callable[[], object]) -> bool:
     """``take()`` in a thread; when the waiting run is cancelled meanwhile, what ``take``
     then got is undone as soon as it returns (else the session would stay held for good)."""
@@ -209,6 +221,9 @@ class SessionLease:
         self._session_id = session_id
         self._local = threading.Lock()
         self._owner: str | None = None  # this acquisition's row
+        self.unheld: str | None = None
+        """Why this acquisition holds the session in this process only (a full store), for the
+        run's warnings; ``None`` while the row holds it everywhere."""
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if not self._local.acquire(blocking, timeout):
@@ -223,10 +238,10 @@ class SessionLease:
         deadline = None if timeout < 0 else time.monotonic() + timeout
         owner = uuid.uuid4().hex
         delay = _FIRST_POLL_S
+        self.unheld = None
         try:
             while True:
-                if self._leases.take(self._session_id, owner):
-                    self._owner = owner
+                if self._take(self._leases, owner):
                     return True
                 if not blocking or (deadline is not None and time.monotonic() + delay > deadline):
                     break
@@ -249,23 +264,41 @@ class SessionLease:
         leases = self._leases
         owner = uuid.uuid4().hex
         delay = _FIRST_POLL_S
+        self.unheld = None
         try:
             while True:
                 if leases.on_loop:
-                    taken = leases.take(self._session_id, owner)
+                    taken = self._take(leases, owner)
                 else:
                     taken = await _in_thread_until_held(
-                        lambda: leases.take(self._session_id, owner),
+                        lambda: self._take(leases, owner),
                         lambda: leases.give_up(self._session_id, owner, None),
                     )
                 if taken:
-                    self._owner = owner
                     return
                 await asyncio.sleep(delay)  # another process runs a turn of this session
                 delay = min(delay * 2, _LAST_POLL_S)
         except BaseException:
             self._local.release()
             raise
+
+    def _take(self, leases: SessionLeases, owner: str) -> bool:
+        """Take the row for ``owner``; a store with no room for it leaves the session held in
+        this process only (``unheld`` says so), as a turn it cannot save is only a warning."""
+        try:
+            taken = leases.take(self._session_id, owner)
+        except StorageError as exc:
+            if not _no_room(exc):
+                raise
+            self.unheld = (
+                f"storage: session {self._session_id[:80]!r} was held in this process only: "
+                f"the store has no room for its lease ({exc})"
+            )
+            logger.error("%s", self.unheld)
+            return True
+        if taken:
+            self._owner = owner
+        return taken
 
     def release(self) -> None:
         owner, self._owner = self._owner, None

@@ -351,9 +351,7 @@ class SqlSessionStore:
 
     def __init__(self, storage: SqlStorage) -> None:
         self._storage = storage
-        self._locks: weakref.WeakValueDictionary[str, SessionLease] = (
-            weakref.WeakValueDictionary()
-        )
+        self._locks: weakref.WeakValueDictionary[str, SessionLease] = weakref.WeakValueDictionary()
         self._guard = threading.Lock()
         sqlite = storage.engine.dialect.name == "sqlite"
         self.leases: SessionLeases | None = (

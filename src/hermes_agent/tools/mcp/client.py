@@ -386,24 +386,28 @@ class McpConnection:
     def _client_context(self) -> AbstractAsyncContextManager[Client]:
         from mcp import Client
 
-        from hermes_agent.tools.mcp import _transport as bounded
+        from hermes_agent.tools.mcp._transport import (
+            ReadProblem,
+            bounded_http_client,
+            bounded_stdio_client,
+        )
 
         config = self.config
         # Every message is bounded while it is read (``_transport``): a server cannot make
         # the agent read, hold and parse more than that before max_tools or
         # max_result_bytes could be applied.
-        noted = self._noted = bounded.ReadProblem(config.max_result_bytes)
+        noted = self._noted = ReadProblem(config.max_result_bytes)
         if config.command is not None:
             from mcp import StdioServerParameters
 
             parameters = StdioServerParameters(
                 command=config.command, args=config.args, env=config.env or None, cwd=config.cwd
             )
-            transport: Any = bounded.bounded_stdio_client(parameters, _errlog(), noted)
+            transport: Any = bounded_stdio_client(parameters, _errlog(), noted)
         else:
             from mcp.client.streamable_http import streamable_http_client
 
-            http = bounded.bounded_http_client(config.headers, config.timeout, noted)
+            http = bounded_http_client(config.headers, config.timeout, noted)
             session = streamable_http_client(
                 str(config.url), http_client=http, max_sse_event_size=noted.limit
             )
