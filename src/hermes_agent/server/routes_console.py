@@ -214,6 +214,12 @@ async def root() -> Response:
     return RedirectResponse("/console/")
 
 
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response:
+    """The console's icon, for a browser that asks at the root (the page names it too)."""
+    return _asset_response("favicon.svg")
+
+
 @router.get("/console", include_in_schema=False)
 async def console_redirect() -> Response:
     return RedirectResponse("/console/")

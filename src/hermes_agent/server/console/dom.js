@@ -115,8 +115,10 @@ export function badge(text, cls, label) {
 
 /** A run's status as a badge. ``code`` is the run's status code when known: a run that ended
  * with a 4xx or 5xx is shown as failed whatever its status word says, never as a green
- * "completed". */
+ * "completed"; one that ended with a partial answer (206) is the amber "partial" that the
+ * chat shows for the same run (resultBadge). */
 export function statusBadge(status, code) {
+  if (status === "completed" && code === 206) return badge("partial", "warn", `status: ${status}, 206: a partial answer`);
   const failed = status === "completed" && typeof code === "number" && code >= 400;
   const shown = failed ? "failed" : String(status);
   const label = failed ? `status: ${status}, ${code}` : `status: ${status}`;

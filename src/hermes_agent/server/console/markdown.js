@@ -3,8 +3,10 @@
 // links are shown as their text and address, not followed (the console links only to itself).
 //
 // What is understood is what chat answers use: paragraphs, headings (#), bullet and numbered
-// lists, fenced code (```), block quotes (>), and inline **bold**, *italic* or _italic_,
-// `code` and [text](address). Anything else stays as the text it is.
+// lists, fenced code (```), block quotes (>), pipe tables (what the ``table`` and ``markdown``
+// output formats draw: a header row, a |---|:--:| row, then rows; "\|" is a pipe in a cell),
+// and inline **bold**, *italic* or _italic_, `code` and [text](address). Anything else stays
+// as the text it is.
 
 import { h } from "./dom.js";
 
@@ -18,6 +20,66 @@ const MAX_INLINE_LINE = 4_000; // a longer line is shown as its text
 // the quote's lines again and is one more call on the stack, so without a bound a line of
 // many ">" would take time quadratic in its length and overflow the stack.
 export const MAX_QUOTE_DEPTH = 32;
+// A table wider than this is not one: its lines stay a paragraph. Cells are read in one pass
+// over each line, so a table costs time linear in its text.
+export const MAX_TABLE_COLUMNS = 64;
+const DELIMITER_CELL = /^\s*(:?)-+(:?)\s*$/;
+
+/** The cells of one table line: split at each "|" that no "\\" escapes, the outer pipes
+ * dropped, "\\|" and "\\\\" read as the characters they stand for; ``null`` past the bound. */
+function cells(line) {
+  let text = line.trim();
+  if (text.startsWith("|")) text = text.slice(1);
+  const found = [];
+  let current = "";
+  let closed = false;
+  for (let i = 0; i < text.length; i += 1) {
+    const char = text[i];
+    if (char === "\\" && (text[i + 1] === "|" || text[i + 1] === "\\")) {
+      current += text[i + 1];
+      i += 1;
+    } else if (char === "|") {
+      found.push(current.trim());
+      if (found.length > MAX_TABLE_COLUMNS) return null;
+      current = "";
+      closed = true;
+    } else {
+      current += char;
+      closed = false;
+    }
+  }
+  if (!closed || current.trim()) found.push(current.trim());
+  return found.length > MAX_TABLE_COLUMNS ? null : found;
+}
+
+/** The alignments of a delimiter row (``|---|:--:|--:|``), or ``null`` when ``line`` is not one
+ * for ``count`` columns. */
+function alignments(line, count) {
+  if (!line || !line.includes("-") || !/^[\s|:-]+$/.test(line)) return null;
+  const parts = cells(line);
+  if (!parts || parts.length !== count) return null;
+  const found = [];
+  for (const part of parts) {
+    const match = DELIMITER_CELL.exec(part);
+    if (!match) return null;
+    found.push(match[1] && match[2] ? "center" : match[2] ? "right" : match[1] ? "left" : null);
+  }
+  return found;
+}
+
+/** A table starting at ``lines[i]``: its header cells and alignments, or ``null``. */
+function tableAt(lines, i) {
+  const line = lines[i];
+  if (!line.includes("|") || i + 1 >= lines.length || !lines[i + 1].includes("-")) return null;
+  const header = cells(line);
+  if (!header || !header.length) return null;
+  const align = alignments(lines[i + 1], header.length);
+  return align ? { header, align } : null;
+}
+
+function tableCell(tag, text, align) {
+  return h(tag, { scope: tag === "th" ? "col" : null, class: align ? `align-${align}` : null }, inline(text));
+}
 
 /** The inline pieces of one line of text, as nodes. */
 function inline(text) {
@@ -73,6 +135,21 @@ function blocks(lines, depth) {
       i += 1;
       continue;
     }
+    const table = tableAt(lines, i);
+    if (table) {
+      const { header, align } = table;
+      const rows = [];
+      i += 2;
+      while (i < lines.length && lines[i].trim() && lines[i].includes("|")) {
+        const row = cells(lines[i++]) || [];
+        rows.push(h("tr", {}, header.map((_, n) => tableCell("td", row[n] ?? "", align[n]))));
+      }
+      found.push(h("div", { class: "md-table-wrap" },
+        h("table", { class: "md-table" },
+          h("thead", {}, h("tr", {}, header.map((text, n) => tableCell("th", text, align[n])))),
+          h("tbody", {}, rows))));
+      continue;
+    }
     const item = /^\s*([-*+]|\d{1,9}[.)])\s+(.*)$/.exec(line);
     if (item) {
       const ordered = /\d/.test(item[1]);
@@ -98,7 +175,7 @@ function blocks(lines, depth) {
       continue;
     }
     const paragraph = [];
-    while (i < lines.length && lines[i].trim() && !/^\s*(```|~~~|#{1,6}\s|>|[-*+]\s|\d{1,9}[.)]\s)/.test(lines[i])) paragraph.push(lines[i++]);
+    while (i < lines.length && lines[i].trim() && !/^\s*(```|~~~|#{1,6}\s|>|[-*+]\s|\d{1,9}[.)]\s)/.test(lines[i]) && !(paragraph.length && tableAt(lines, i))) paragraph.push(lines[i++]);
     if (!paragraph.length) paragraph.push(lines[i++]); // a line no other rule took
     found.push(h("p", {}, paragraph.flatMap((part, n) => (n ? [h("br"), ...inline(part)] : inline(part)))));
   }

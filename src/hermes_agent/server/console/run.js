@@ -76,7 +76,7 @@ function header(view, requestId, replayBox, signal) {
   const usage = view.usage;
   const facts = [
     ["Session", h("a", { href: `#/chat/${encodeURIComponent(view.session_id)}`, title: "open this session in the chat" }, view.session_id)],
-    ["Status", h("span", {}, statusBadge(view.status, view.status_code), view.error ? ` ${view.error}` : "")],
+    ["Status", h("span", {}, statusBadge(view.status, view.status_code), typeof view.status_code === "number" ? ` ${view.status_code}` : "")],
     ["Started", fmtTime(view.created)],
     ["Duration", fmtMs(view.duration_ms)],
     ["Model", view.model ?? "—"],
@@ -118,6 +118,9 @@ function header(view, requestId, replayBox, signal) {
   return [
     h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, "Run ", h("span", { class: "mono", title: requestId }, requestId))),
     h("dl", { class: "facts" }, facts.map(([name, value]) => h("div", {}, h("dt", {}, name), h("dd", {}, value)))),
+    // The error gets the page's width below the facts: a long one (a traceback, a model's
+    // reply quoted) would not fit the Status cell.
+    view.error ? h("section", { class: "card run-error", "aria-label": "error" }, h("h2", {}, "Error"), h("pre", { class: "code error", tabindex: "0" }, view.error)) : "",
     h("div", { class: "buttons actions" }, actions, exportStatus),
     h("p", { class: "muted small" }, "A replay runs the recorded model answers through the agent as it is now: its tools run for real, calls that need approval are refused."),
     view.user_message !== null ? h("section", { class: "card" }, h("h2", {}, "User message"), h("pre", { class: "code", tabindex: "0" }, view.user_message)) : "",

@@ -7,6 +7,19 @@ import { alertBox, append, badge, field, fmtMs, fmtTime, h, replace, shortId, st
 const STATUSES = ["running", "waiting_approval", "completed", "failed", "cancelled", "timed_out", "incomplete"];
 const LIVE = new Set(["running", "waiting_approval"]);
 
+// The columns, in the order a wide screen shows them; a phone stacks each row as a card with
+// the status beside the run's id (console.css), each cell named by its data-label.
+const COLUMNS = [
+  ["started", "Started"], ["run", "Run"], ["session", "Session"], ["status", "Status"],
+  ["steps", "Steps"], ["duration", "Duration"], ["tools", "Tools"], ["approvals", "Approvals"],
+];
+const LABELS = Object.fromEntries(COLUMNS);
+const NUMERIC = new Set(["steps", "duration"]);
+
+function cell(name, ...content) {
+  return h("td", { class: `col-${name}${NUMERIC.has(name) ? " num" : ""}`, "data-label": LABELS[name] }, content);
+}
+
 function localInput(seconds) {
   if (!seconds) return "";
   const date = new Date(Number(seconds) * 1000);
@@ -57,6 +70,10 @@ export async function renderRuns(main, query, signal) {
   });
 
   const updated = h("span", { class: "muted", role: "status" });
+  // Shown only while the table is wider than its box (a tablet, a narrow window): the columns
+  // past the edge are there, a swipe or a scroll away. On a phone the rows are stacked as
+  // cards instead (console.css), so nothing is past the edge.
+  const hint = h("p", { class: "scroll-hint muted small", hidden: true }, "The table is wider than the screen: scroll it sideways for more columns.");
   const problem = h("div");
   const body = h("tbody");
   const table = h(
@@ -66,17 +83,25 @@ export async function renderRuns(main, query, signal) {
     h(
       "thead",
       {},
-      h("tr", {}, ["Started", "Run", "Session", "Status", "Steps", "Duration", "Tools", "Approvals"].map((t) => h("th", { scope: "col" }, t))),
+      h("tr", {}, COLUMNS.map(([name, t]) => h("th", { scope: "col", class: `col-${name}` }, t))),
     ),
     body,
   );
+  const wrap = h("div", { class: "table-wrap", tabindex: "0", "aria-label": "runs table" }, table);
   append(
     main,
     h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, "Runs"), updated),
     form,
     problem,
-    h("div", { class: "table-wrap" }, table),
+    hint,
+    wrap,
   );
+  const showHint = () => {
+    hint.hidden = wrap.scrollWidth <= wrap.clientWidth + 1;
+  };
+  const resized = new ResizeObserver(showHint);
+  resized.observe(wrap);
+  signal.addEventListener("abort", () => resized.disconnect());
 
   let lastShown = "";
   let timer = null;
@@ -113,19 +138,20 @@ export async function renderRuns(main, query, signal) {
             h(
               "tr",
               { class: `run-row status-${run.status}`, "data-request-id": run.request_id },
-              h("td", {}, fmtTime(run.created)),
-              h("td", {}, h("a", { href: `#/runs/${encodeURIComponent(run.request_id)}`, class: "mono", title: run.request_id }, shortId(run.request_id))),
-              h("td", {}, h("a", { href: `#/runs?session_id=${encodeURIComponent(run.session_id)}`, title: `runs of session ${run.session_id}` }, run.session_id)),
-              h("td", {}, statusBadge(run.status, run.status_code), run.status_code ? ` ${run.status_code}` : ""),
-              h("td", { class: "num" }, run.steps ?? "—"),
-              h("td", { class: "num" }, fmtMs(run.duration_ms)),
-              h("td", {}, run.tools.length ? run.tools.map((t) => h("code", { class: "chip" }, t)) : h("span", { class: "muted" }, "none")),
-              h("td", {}, run.pending_approvals ? h("a", { href: "#/approvals" }, badge(`${run.pending_approvals} waiting`, "wait")) : ""),
+              cell("started", fmtTime(run.created)),
+              cell("run", h("a", { href: `#/runs/${encodeURIComponent(run.request_id)}`, class: "mono", title: run.request_id }, shortId(run.request_id))),
+              cell("session", h("a", { href: `#/runs?session_id=${encodeURIComponent(run.session_id)}`, title: `runs of session ${run.session_id}` }, run.session_id)),
+              cell("status", statusBadge(run.status, run.status_code), run.status_code ? ` ${run.status_code}` : ""),
+              cell("steps", run.steps ?? "—"),
+              cell("duration", fmtMs(run.duration_ms)),
+              cell("tools", run.tools.length ? run.tools.map((t) => h("code", { class: "chip" }, t)) : h("span", { class: "muted" }, "none")),
+              cell("approvals", run.pending_approvals ? h("a", { href: "#/approvals" }, badge(`${run.pending_approvals} waiting`, "wait")) : ""),
             ),
           )
-        : h("tr", {}, h("td", { colspan: "8", class: "muted empty" }, "No runs match.")),
+        : h("tr", {}, h("td", { colspan: String(COLUMNS.length), class: "muted empty" }, "No runs match.")),
     );
     if (focused) body.querySelector(`a[href="${CSS.escape(focused)}"]`)?.focus();
+    showHint();
   }
 
   await refresh();
