@@ -26,7 +26,7 @@ from hermes_agent.memory.session import summarize
 from hermes_agent.models.llamacpp import LlamaCpp
 from hermes_agent.models.llamacpp import context as llama_context
 from hermes_agent.models.llamacpp.context import tokenize_prompt, unescaped_controls
-from hermes_agent.models.openai_wire import WireCache
+from hermes_agent.models.openai_request import WireCache
 from hermes_agent.pipeline.thought_generator import render_template
 from hermes_agent.protocol.chatml import escape_content, render_conversation, to_chatml
 from hermes_agent.protocol.prompts import openai_tool

@@ -543,7 +543,7 @@ def _runs_the_fixture(process: Path, calls_file: Path) -> bool:
 
 def test_reconnecting_backs_off(tmp_path: Path) -> None:
     from hermes_agent.config import McpServerConfig
-    from hermes_agent.mcp.client import McpError, McpToolsets
+    from hermes_agent.tools.mcp.client import McpError, McpToolsets
 
     toolsets = McpToolsets({"gone": McpServerConfig(command=str(tmp_path / "no-such-server"))})
 

@@ -128,18 +128,28 @@ def test_the_check_sees_an_import_of_a_private_module_or_name() -> None:
     ]
 
 
-def test_the_old_storage_module_paths_still_import_the_same_objects() -> None:
-    import hermes_agent.storage.memory as old_memory
-    import hermes_agent.storage.replay  # noqa: F401  (the old module, loaded before the name is read)
+@pytest.mark.parametrize(
+    "old",
+    [
+        "hermes_agent.storage.memory",
+        "hermes_agent.storage.replay",
+        "hermes_agent.server.events",
+        "hermes_agent.mcp.client",
+        "hermes_agent.mcp.schemas",
+    ],
+)
+def test_modules_that_moved_before_the_first_release_left_no_old_path(old: str) -> None:
+    # 0.1.0 is the first release: nobody imports the old paths, so none is kept.
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
+
+
+def test_replay_is_offered_by_its_own_module_only() -> None:
     from hermes_agent import replay as replay_module
     from hermes_agent import storage
-    from hermes_agent.storage.in_memory import InMemoryStorage
 
-    assert old_memory.InMemoryStorage is InMemoryStorage is storage.InMemoryStorage
-    # ``storage.replay`` stays the function (not the old module of that name) for one release.
-    assert storage.replay is replay_module.replay and callable(storage.replay)
-    assert storage.ReplayReport is replay_module.ReplayReport
-    assert "replay" not in storage.__all__ and "replay" in replay_module.__all__
+    assert callable(replay_module.replay) and "replay" in replay_module.__all__
+    assert not hasattr(storage, "replay") and not hasattr(storage, "ReplayReport")
 
 
 def test_no_module_of_the_package_is_over_800_lines() -> None:

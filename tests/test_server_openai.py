@@ -24,7 +24,8 @@ from hermes_agent import Agent, ScriptedModel
 from hermes_agent.errors import ModelError
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.server.auth import MemoryKeyStore
-from hermes_agent.server.routes_openai import AnswerText
+from hermes_agent.server.openai_answer import AnswerText
+from hermes_agent.server.openai_schema import ContentPart, OpenAIError, content_text
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from server_harness import call, delete_file, poll_run, serve, wait, wait_for
@@ -514,6 +515,22 @@ def test_answer_text_streams_the_answer_and_keeps_tool_turns_out() -> None:
     assert quiet.finish("I stopped after 8 steps.") == "I stopped after 8 steps."
     partial = AnswerText()
     assert partial.delta("Hel") + partial.finish("Hello!") == "Hello!"
+
+
+def test_both_apis_read_message_content_the_same_way() -> None:
+    # Chat sends parts as validated models, Responses as plain items: one reader for both.
+    chat = [
+        ContentPart(type="text", text="Hello, "),
+        ContentPart.model_validate({"type": "refusal", "refusal": "no"}),
+    ]
+    responses = [{"type": "input_text", "text": "Hello, "}, {"type": "output_text", "text": "you"}]
+    assert content_text(chat, "messages[0].content") == "Hello, "
+    assert content_text(responses, "input[0].content") == "Hello, you"
+    assert content_text(None, "x") == "" and content_text("plain", "x") == "plain"
+    for parts in ([ContentPart(type="image_url")], [{"type": "input_image"}]):
+        with pytest.raises(OpenAIError) as refused:
+            content_text(parts, "m.content")
+        assert refused.value.param == "m.content[0]" and refused.value.code == "unsupported_content"
 
 
 # -- the docs ------------------------------------------------------------------------------------

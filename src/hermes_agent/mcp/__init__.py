@@ -3,9 +3,7 @@
 
 - ``hermes_agent.mcp.server``: an agent's tools, and optionally the agent, as an MCP server
   (``hermes-agent mcp serve``): a front door, through the run layer like the others;
-- MCP servers' tools as ordinary ``Tool``s are a tool source: ``hermes_agent.tools.mcp``
-  (``hermes_agent.mcp.client`` and ``hermes_agent.mcp.schemas`` are its old names, kept for one
-  release).
+- MCP servers' tools as ordinary ``Tool``s are a tool source: ``hermes_agent.tools.mcp``.
 
 Importing this package imports nothing of the SDK; its modules import it where they use it.
 """

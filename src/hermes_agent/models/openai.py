@@ -16,7 +16,7 @@ llama.cpp's server) returns a thinking model's thought in ``reasoning_content`` 
 that text, so it is the step's thought, in the trail and the stream, and never a call (a
 ``</think>`` inside it is defused so that nothing in it can end the thought early).
 
-Requests go through the SDK's lower-level ``post`` with a JSON body built in ``openai_wire``
+Requests go through the SDK's lower-level ``post`` with a JSON body built in ``openai_request``
 (the same JSON ``chat.completions.create`` would send, without its per-request walk over the
 whole conversation; the wire form of earlier turns is reused), so a step costs about what the
 HTTP round trip costs, however long the conversation. Auth headers, timeouts, retries with
@@ -74,7 +74,7 @@ from hermes_agent.models.base import (
 )
 from hermes_agent.models.openai_render import StreamedCalls, StreamedThought, merge_native
 from hermes_agent.models.openai_reply import JSON
-from hermes_agent.models.openai_wire import WireCache, native_tool_choice
+from hermes_agent.models.openai_request import WireCache, native_tool_choice
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
     to_json,
@@ -424,7 +424,7 @@ class OpenAICompatible(ModelBase):
         stream: bool,
     ) -> dict[str, Any]:
         """The JSON body of one request: what ``chat.completions.create`` would send for the
-        same arguments, built without the SDK's per-request transform (see ``openai_wire``)."""
+        same arguments, built without the SDK's per-request transform (see ``openai_request``)."""
         body: dict[str, Any] = {"model": self.name}
         choice = settings.tool_choice
         if self.mode == "hermes":

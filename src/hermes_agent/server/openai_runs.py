@@ -32,8 +32,8 @@ from hermes_agent.pipeline.client_tools import ClientTurn
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import ClientTools, RunRequest
+from hermes_agent.server.openai_schema import NO_RETRY, OpenAIError, refuse
 from hermes_agent.server.openai_tools import Conversation
-from hermes_agent.server.openai_wire import NO_RETRY, OpenAIError, refuse
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.storage.base import SessionIdError, Storage
 from hermes_agent.tools.registry import Tool
@@ -232,9 +232,3 @@ def ending_error(run: RunView) -> OpenAIError | None:
         f"down); read it with GET /v1/runs/{run.request_id}",
         code="run_unfinished",
     )
-
-
-def token_counts(result: dict[str, Any] | None) -> tuple[int, int]:
-    """(prompt, completion) tokens of a run's result."""
-    usage = (result or {}).get("usage") or {}
-    return int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))

@@ -23,7 +23,7 @@ from typing import Any
 
 from hermes_agent.errors import HermesAgentError, ToolDefinitionError
 from hermes_agent.pipeline.client_tools import CLIENT_TOOLSET
-from hermes_agent.server.openai_wire import OpenAIError, refuse
+from hermes_agent.server.openai_schema import OpenAIError, refuse
 from hermes_agent.server.sse import to_json
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message, ToolCall, ToolResult
@@ -98,6 +98,30 @@ def output_schema(response_format: Mapping[str, Any] | None, param: str) -> dict
         param,
         "invalid_value",
     )
+
+
+def tool_choice_name(choice: str | dict[str, Any] | None, *, nested: bool = True) -> str | None:
+    """``tool_choice`` as the run takes it: a mode, or the name of the tool it forces. Chat
+    nests the name (``{"type": "function", "function": {"name": ...}}``); Responses does not
+    (``nested=False``: ``{"type": "function", "name": ...}``)."""
+    if choice is None or isinstance(choice, str):
+        if choice not in (None, "auto", "none", "required"):
+            raise refuse(
+                "tool_choice must be 'auto', 'none', 'required' or an object naming one tool",
+                "tool_choice",
+                "invalid_value",
+            )
+        return choice
+    function = choice.get("function") if nested else choice
+    name = function.get("name") if isinstance(function, dict) else None
+    if choice.get("type") != "function" or not isinstance(name, str) or not name:
+        shape = "{'function': {'name': ...}}" if nested else "'name': ..."
+        raise refuse(
+            f"tool_choice as an object must be {{'type': 'function', {shape}}}",
+            "tool_choice",
+            "invalid_value",
+        )
+    return name
 
 
 def arguments_of(text: str, param: str) -> dict[str, Any]:

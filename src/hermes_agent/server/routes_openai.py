@@ -65,9 +65,7 @@ client that drops its connection does not.
 
 from __future__ import annotations
 
-import json
 import re
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Annotated, Any
@@ -75,18 +73,38 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Path, Request
 from starlette.responses import JSONResponse, Response
 
-from hermes_agent.events import OutputEvent, TextDeltaEvent, ThoughtEvent, ToolCallStartedEvent
 from hermes_agent.runs.backend import RunBackend, RunView
-from hermes_agent.runs.events import ApprovalRequiredEvent, RunEvent, read_known
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
+from hermes_agent.server.openai_answer import (
+    AnswerText,
+    answer_pieces,
+    approval_notice,
+    extension,
+    usage,
+)
 from hermes_agent.server.openai_runs import (
     FacadeRun,
     ending_error,
     plan_tools,
     set_aside_warning,
     start_run,
-    token_counts,
+)
+from hermes_agent.server.openai_schema import (
+    MODEL_ID,
+    SESSION_HEADER,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ModelCard,
+    ModelList,
+    OpenAIError,
+    OpenAIRoute,
+    check_model,
+    check_supported,
+    content_text,
+    documented_errors,
+    refuse,
+    served_models,
 )
 from hermes_agent.server.openai_tools import (
     ConversationBuilder,
@@ -95,26 +113,11 @@ from hermes_agent.server.openai_tools import (
     client_tools,
     handed_out,
     output_schema,
-    ran_here,
-)
-from hermes_agent.server.openai_wire import (
-    MODEL_ID,
-    SESSION_HEADER,
-    ChatCompletion,
-    ChatCompletionRequest,
-    ChatMessage,
-    ModelCard,
-    ModelList,
-    OpenAIError,
-    OpenAIRoute,
-    documented_errors,
-    refuse,
+    tool_choice_name,
 )
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, to_json
 from hermes_agent.types import Message
-
-_CREATED = int(time.time())
 
 router = APIRouter(prefix="/v1", route_class=OpenAIRoute, tags=["OpenAI-compatible"])
 
@@ -122,62 +125,23 @@ router = APIRouter(prefix="/v1", route_class=OpenAIRoute, tags=["OpenAI-compatib
 # -- the request ------------------------------------------------------------------------------
 
 
-def _text(message: ChatMessage, index: int) -> str:
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    pieces = []
-    for number, part in enumerate(content):
-        if part.type != "text" or part.text is None:
-            raise refuse(
-                f"messages[{index}] has a {part.type!r} content part; this agent reads text only",
-                f"messages[{index}].content[{number}]",
-                "unsupported_content",
-            )
-        pieces.append(part.text)
-    return "".join(pieces)
+_REFUSED = {
+    "functions": "'functions' is not supported by this agent: use tools",
+    "function_call": "'function_call' is not supported by this agent: use tool_choice",
+    "audio": "'audio' is not supported by this agent: it answers in text",
+    "prediction": "'prediction' is not supported by this agent",
+    "web_search_options": "'web_search_options' is not supported by this agent",
+    "logprobs": "logprobs are not available from an agent's answer",
+    "top_logprobs": "logprobs are not available from an agent's answer",
+}
 
 
-def _check_supported(body: ChatCompletionRequest) -> None:
+def _check_request(body: ChatCompletionRequest) -> None:
     if body.n is not None and body.n > 1:
         raise refuse("n must be 1: the agent gives one answer per run", "n")
-    for name in ("functions", "function_call", "audio", "prediction", "web_search_options"):
-        if getattr(body, name) is not None:
-            raise refuse(f"{name!r} is not supported by this agent", name)
-    if body.logprobs or body.top_logprobs:
-        raise refuse("logprobs are not available from an agent's answer", "logprobs")
     if body.modalities is not None and body.modalities != ["text"]:
         raise refuse("this agent answers in text only (modalities: ['text'])", "modalities")
-    if body.stream_options is not None and not body.stream:
-        raise refuse(
-            "stream_options is only allowed when stream is true", "stream_options", "invalid_value"
-        )
-
-
-def tool_choice_name(choice: str | dict[str, Any] | None, *, nested: bool = True) -> str | None:
-    """``tool_choice`` as the run takes it: a mode, or the name of the tool it forces. Chat
-    nests the name (``{"type": "function", "function": {"name": ...}}``); Responses does not
-    (``nested=False``: ``{"type": "function", "name": ...}``)."""
-    if choice is None or isinstance(choice, str):
-        if choice not in (None, "auto", "none", "required"):
-            raise refuse(
-                "tool_choice must be 'auto', 'none', 'required' or an object naming one tool",
-                "tool_choice",
-                "invalid_value",
-            )
-        return choice
-    function = choice.get("function") if nested else choice
-    name = function.get("name") if isinstance(function, dict) else None
-    if choice.get("type") != "function" or not isinstance(name, str) or not name:
-        shape = "{'function': {'name': ...}}" if nested else "'name': ..."
-        raise refuse(
-            f"tool_choice as an object must be {{'type': 'function', {shape}}}",
-            "tool_choice",
-            "invalid_value",
-        )
-    return name
+    check_supported(body, _REFUSED)
 
 
 def _conversation(body: ChatCompletionRequest) -> ConversationBuilder:
@@ -188,7 +152,7 @@ def _conversation(body: ChatCompletionRequest) -> ConversationBuilder:
             raise refuse(f"{where}: functions are replaced by tools; use tools", where)
         if message.audio is not None:
             raise refuse(f"{where} carries audio", f"{where}.audio")
-        text = _text(message, index)
+        text = content_text(message.content, f"{where}.content")
         if message.role in ("system", "developer"):
             continue  # the agent's instructions come from its config
         if message.role == "user":
@@ -214,7 +178,7 @@ def plan_run(
     body: ChatCompletionRequest, session_header: str | None, settings: ServiceSettings
 ) -> FacadeRun:
     """Check the request and map it onto a run (``OpenAIError`` for what cannot be served)."""
-    _check_supported(body)
+    _check_request(body)
     conversation = _conversation(body).finish("messages")
     declared = [
         (t.function.name, t.function.description, t.function.parameters) for t in body.tools or []
@@ -250,61 +214,11 @@ def plan_run(
 # -- the answer -------------------------------------------------------------------------------
 
 
-def _usage(result: dict[str, Any] | None) -> dict[str, int]:
-    prompt, completion = token_counts(result)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-
-
 def _finish_reason(result: dict[str, Any]) -> str:
     status = result.get("loop_status")
     if status == "client_tool_calls":
         return "tool_calls"
     return "length" if status in ("max_iterations", "budget_exceeded") else "stop"
-
-
-def extension(run: RunView, notes: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``hermes`` field: the run, and what ran server-side; ``notes`` are the facade's
-    own warnings, after the run's."""
-    result = run.result or {}
-    return {
-        "request_id": run.request_id,
-        "session_id": run.session_id,
-        "status": run.status,
-        "tool_calls": [
-            {
-                "id": call.get("id", ""),
-                "name": call["name"],
-                "arguments": call["arguments"],
-                "result": call.get("result"),
-                "status_code": call.get("status_code"),
-                "error": call.get("error"),
-            }
-            for call in ran_here(result)
-        ],
-        "approvals": result.get("approvals", []),
-        "pending_approvals": run.pending_approvals,
-        "warnings": [*result.get("warnings", []), *notes],
-    }
-
-
-def approval_notice(pending: dict[str, Any], *, streaming: bool) -> str:
-    """What the answer says about a tool call that waits for approval."""
-    after = (
-        "This answer goes on once it is answered."
-        if streaming
-        else "The run goes on once it is answered; its answer: "
-        f"GET /v1/runs/{pending['request_id']}."
-    )
-    return (
-        f"The agent wants to run the tool {pending['tool']!r} with "
-        f"{json.dumps(pending['arguments'], ensure_ascii=False)} and needs your approval. "
-        f"Answer with POST /v1/approvals/{pending['approval_id']} "
-        f'{{"approved": true}} (or false) before {pending["expires"]}. {after}'
-    )
 
 
 def completion_body(run: RunView, model: str, notes: Sequence[str] = ()) -> dict[str, Any]:
@@ -328,88 +242,9 @@ def completion_body(run: RunView, model: str, notes: Sequence[str] = ()) -> dict
         "model": model,
         "system_fingerprint": None,
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
-        "usage": _usage(run.result),
+        "usage": usage(run.result, "chat"),
         "hermes": extension(run, notes),
     }
-
-
-class AnswerText:
-    """Turns a run's text deltas into the answer's content as it streams.
-
-    A turn that calls a tool is not the answer: its text is held back while it is only
-    whitespace (the common case: a call on its own), and nothing after its first call is sent.
-    Leading and trailing whitespace is held back (the answer is stripped); turns that both
-    said something are separated by a blank line. ``finish`` sends whatever the final answer
-    has that was not streamed (an answer from a model that did not stream, the note about an
-    iteration limit), so that for a run whose tool turns say nothing but their calls, the
-    streamed content is exactly the plain answer's."""
-
-    def __init__(self) -> None:
-        self.sent = ""
-        self._started = False
-        self._calling = False
-        self._pending = ""
-
-    def _emit(self, text: str) -> str:
-        if not self._started:
-            self._started = True
-            if self.sent:
-                text = "\n\n" + text
-        self.sent += text
-        return text
-
-    def delta(self, text: str) -> str:
-        """The content to send for one text delta ('' for none)."""
-        if self._calling:
-            return ""
-        if not self._started:
-            text = text.lstrip()
-            if not text:
-                return ""
-        body = self._pending + text
-        kept = body.rstrip()
-        self._pending = body[len(kept) :]
-        return self._emit(kept) if kept else ""
-
-    def tool_call(self) -> None:
-        """The turn calls a tool: the rest of its text is not the answer."""
-        self._calling = True
-
-    def end_turn(self) -> None:
-        """The model's turn is over (a ``thought`` event)."""
-        self._started = self._calling = False
-        self._pending = ""
-
-    def note(self, text: str) -> str:
-        """A note of the service's own (an approval waiting), as a turn of its own."""
-        self.end_turn()
-        sent = self._emit(text)
-        self.end_turn()
-        return sent
-
-    def follow(self, event: RunEvent | None) -> str:
-        """The content to send for one event of the run's ('' for none): its text deltas,
-        its calls and turns (which end what a turn says), its final answer."""
-        if isinstance(event, TextDeltaEvent):
-            return self.delta(event.text)
-        if isinstance(event, ToolCallStartedEvent):
-            self.tool_call()
-        elif isinstance(event, ThoughtEvent):
-            self.end_turn()
-        elif isinstance(event, OutputEvent):
-            return self.finish(event.output)
-        return ""
-
-    def finish(self, output: str) -> str:
-        """What is left to send of the final answer ``output``."""
-        if self.sent.endswith(output):
-            return ""
-        if output.startswith(self.sent):
-            rest = output[len(self.sent) :]
-            self.sent = output
-            return rest
-        self.end_turn()
-        return self._emit(output)
 
 
 def _frame(data: dict[str, Any] | str) -> str:
@@ -445,49 +280,38 @@ async def completion_chunks(
     answer = AnswerText()
     first = {"request_id": run.request_id, "session_id": run.session_id, "status": "running"}
     yield chunk({"role": "assistant", "content": ""}, hermes=first)
-    following = await backend.events(run.request_id, principal, 0, keepalive, started=True)
-    async with aclosing(following) as items:
-        async for item in items:
-            if item is None:
+    pieces = answer_pieces(backend, principal, run, keepalive, answer)
+    async with aclosing(pieces):
+        async for piece in pieces:
+            if piece is None:
                 yield KEEPALIVE_COMMENT
-                continue
-            _, wire = item
-            event = read_known(wire)
-            if isinstance(event, ApprovalRequiredEvent):
-                pending = {k: v for k, v in wire.items() if k != "kind"}
-                note = answer.note(approval_notice(pending, streaming=True))
-                yield chunk({"content": note}, hermes={"approval_required": pending})
-                continue
-            text = answer.follow(event)
-            if text:
-                yield chunk({"content": text})
-        run = await backend.view(run.request_id, principal)
-        error = ending_error(run)
-        if error is not None:
-            yield _frame(error.body())
-        else:
-            # The client's calls go out once they are checked: a call the model has to redo
-            # is never streamed to a client that would run it.
-            calls = chat_tool_calls(handed_out(run.result))
-            if calls:
-                yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
-            yield chunk({}, _finish_reason(run.result or {}), hermes=extension(run, notes))
-            if include_usage:
-                yield _frame({**base, "choices": [], "usage": _usage(run.result)})
-        yield _frame("[DONE]")
+            elif piece.approval is not None:
+                yield chunk({"content": piece.text}, hermes={"approval_required": piece.approval})
+            else:
+                yield chunk({"content": piece.text})
+    run = await backend.view(run.request_id, principal)
+    error = ending_error(run)
+    if error is not None:
+        yield _frame(error.body())
+    else:
+        # The client's calls go out once they are checked: a call the model has to redo
+        # is never streamed to a client that would run it.
+        calls = chat_tool_calls(handed_out(run.result))
+        if calls:
+            yield chunk({"tool_calls": [{"index": i, **c} for i, c in enumerate(calls)]})
+        yield chunk({}, _finish_reason(run.result or {}), hermes=extension(run, notes))
+        if include_usage:
+            yield _frame({**base, "choices": [], "usage": usage(run.result, "chat")})
+    yield _frame("[DONE]")
 
 
 # -- the endpoints ----------------------------------------------------------------------------
 
 
-def _models(request: Request) -> list[dict[str, Any]]:
-    return [{"id": MODEL_ID, "object": "model", "created": _CREATED, "owned_by": "hermes-agent"}]
-
-
 @router.get("/models", response_model=ModelList, responses=documented_errors(401))
 async def list_models(request: Request, user: CurrentUser) -> Response:
     """The models this service answers as: one, the agent."""
-    return JSONResponse({"object": "list", "data": _models(request)})
+    return JSONResponse({"object": "list", "data": served_models()})
 
 
 @router.get("/models/{model_id}", response_model=ModelCard, responses=documented_errors(401, 404))
@@ -495,20 +319,7 @@ async def get_model(
     model_id: Annotated[str, Path(examples=[MODEL_ID])], request: Request, user: CurrentUser
 ) -> Response:
     """One model, if the service answers as it."""
-    return JSONResponse(check_model(request, model_id, "model_id"))
-
-
-def check_model(request: Request, model_id: str, param: str) -> dict[str, Any]:
-    for card in _models(request):
-        if card["id"] == model_id:
-            return card
-    raise OpenAIError(
-        404,
-        f"The model {model_id!r} does not exist here; this service answers as {MODEL_ID!r} "
-        "(GET /v1/models)",
-        param=param,
-        code="model_not_found",
-    )
+    return JSONResponse(check_model(model_id, "model_id"))
 
 
 @router.post(
@@ -540,7 +351,7 @@ async def chat_completions(
     """An OpenAI chat completion answered by the agent (see ``routes_openai``)."""
     settings: ServiceSettings = request.app.state.settings
     backend: RunBackend = request.app.state.backend
-    check_model(request, body.model, "model")
+    check_model(body.model, "model")
     plan = plan_run(body, session_header, settings)
     session_param = SESSION_HEADER if session_header is not None else "user"
     warning = await set_aside_warning(request.app.state.storage, user, plan, session_param)

@@ -23,17 +23,21 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from hermes_agent.pipeline.client_tools import MAX_CLIENT_TOOLS
 from hermes_agent.runs.backend import RunBackend, RunView
-from hermes_agent.runs.events import ApprovalRequiredEvent, read_known
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.auth import CurrentUser
+from hermes_agent.server.openai_answer import (
+    AnswerText,
+    answer_pieces,
+    approval_notice,
+    extension,
+    usage,
+)
 from hermes_agent.server.openai_runs import (
     FacadeRun,
     ending_error,
@@ -41,7 +45,16 @@ from hermes_agent.server.openai_runs import (
     plan_tools,
     session_exists,
     start_run,
-    token_counts,
+)
+from hermes_agent.server.openai_schema import (
+    OpenAIError,
+    OpenAIRoute,
+    ResponsesRequest,
+    check_model,
+    check_supported,
+    content_text,
+    documented_errors,
+    refuse,
 )
 from hermes_agent.server.openai_tools import (
     ConversationBuilder,
@@ -49,19 +62,6 @@ from hermes_agent.server.openai_tools import (
     client_tools,
     handed_out,
     output_schema,
-)
-from hermes_agent.server.openai_wire import (
-    MODEL_ID,
-    OpenAIError,
-    OpenAIRoute,
-    documented_errors,
-    refuse,
-)
-from hermes_agent.server.routes_openai import (
-    AnswerText,
-    approval_notice,
-    check_model,
-    extension,
     tool_choice_name,
 )
 from hermes_agent.server.settings import ServiceSettings
@@ -74,78 +74,7 @@ router = APIRouter(prefix="/v1", route_class=OpenAIRoute, tags=["OpenAI-compatib
 RESPONSE_PREFIX = "resp_"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class TextOptions(_Strict):
-    format: dict[str, Any] | None = None
-    verbosity: str | None = None
-
-
-class ResponsesRequest(_Strict):
-    """The body of ``POST /v1/responses`` (see the module docstring for what is served)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"model": MODEL_ID, "input": "Hello"}]},
-    )
-
-    model: str = Field(examples=[MODEL_ID])
-    input: str | list[dict[str, Any]]
-    instructions: str | None = None
-    tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_CLIENT_TOOLS)
-    tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool | None = None
-    previous_response_id: str | None = Field(default=None, max_length=100)
-    stream: bool | None = False
-    stream_options: dict[str, Any] | None = None
-    text: TextOptions | None = None
-    include: list[str] | None = None
-    store: bool | None = None
-    background: bool | None = None
-    conversation: str | dict[str, Any] | None = None
-    prompt: dict[str, Any] | None = None
-    # Checked, then ignored: the agent's model settings come from its config.
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    max_tool_calls: int | None = Field(default=None, ge=1)
-    truncation: Literal["auto", "disabled"] | None = None
-    metadata: dict[str, str] | None = None
-    reasoning: dict[str, Any] | None = None
-    service_tier: str | None = None
-    user: str | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
-    safety_identifier: str | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-
-
 # -- the request ------------------------------------------------------------------------------
-
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
-
-
-def _text(content: Any, where: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise refuse(f"{where} must be text or a list of text parts", where, "invalid_value")
-    pieces = []
-    for number, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        text = part.get("text") if isinstance(part, dict) else None
-        if kind == "refusal":
-            continue
-        if kind not in _TEXT_PARTS or not isinstance(text, str):
-            raise refuse(
-                f"{where}[{number}] is a {kind!r} part; this agent reads text only",
-                f"{where}[{number}]",
-                "unsupported_content",
-            )
-        pieces.append(text)
-    return "".join(pieces)
 
 
 def _read_input(body: ResponsesRequest, prior: list[Message]) -> ConversationBuilder:
@@ -158,7 +87,7 @@ def _read_input(body: ResponsesRequest, prior: list[Message]) -> ConversationBui
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
-            text = _text(item.get("content"), f"{where}.content")
+            text = content_text(item.get("content"), f"{where}.content")
             if role == "user":
                 turns.user(text)
             elif role == "assistant":
@@ -173,7 +102,7 @@ def _read_input(body: ResponsesRequest, prior: list[Message]) -> ConversationBui
             turns.call(call_id, name, arguments_of(arguments, f"{where}.arguments"), where)
         elif kind == "function_call_output":
             output = item.get("output")
-            text = output if isinstance(output, str) else _text(output, f"{where}.output")
+            text = content_text(output, f"{where}.output")
             turns.result(item.get("call_id"), text, where)
         elif kind == "reasoning":
             continue  # a model's reasoning from elsewhere: never sent back to the model
@@ -182,16 +111,12 @@ def _read_input(body: ResponsesRequest, prior: list[Message]) -> ConversationBui
     return turns
 
 
-def _check_supported(body: ResponsesRequest) -> None:
-    if body.background:
-        raise refuse("background responses are not served; leave background out", "background")
-    for name in ("conversation", "prompt"):
-        if getattr(body, name) is not None:
-            raise refuse(f"{name!r} is not served; chain with previous_response_id", name)
-    if body.include:
-        raise refuse("include is not served: nothing extra can be added", "include")
-    if body.stream_options is not None and not body.stream:
-        raise refuse("stream_options is only allowed when stream is true", "stream_options")
+_REFUSED = {
+    "background": "background responses are not served; leave background out",
+    "conversation": "'conversation' is not served; chain with previous_response_id",
+    "prompt": "'prompt' is not served; chain with previous_response_id",
+    "include": "include is not served: nothing extra can be added",
+}
 
 
 def _declared(tools: list[dict[str, Any]] | None) -> list[tuple[str, str | None, Any]]:
@@ -218,7 +143,7 @@ async def plan_response(
     body: ResponsesRequest, user: Principal, storage: Storage, settings: ServiceSettings
 ) -> FacadeRun:
     """Check the request and map it onto a run whose session is the new response."""
-    _check_supported(body)
+    check_supported(body, _REFUSED)
     prior: list[Message] = []
     if body.previous_response_id is not None:
         previous = body.previous_response_id
@@ -257,17 +182,6 @@ async def plan_response(
 
 
 # -- the answer -------------------------------------------------------------------------------
-
-
-def _usage(result: dict[str, Any] | None) -> dict[str, Any]:
-    prompt, completion = token_counts(result)
-    return {
-        "input_tokens": prompt,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": prompt + completion,
-    }
 
 
 def _message_item(run: RunView, text: str, status: str = "completed") -> dict[str, Any]:
@@ -337,7 +251,7 @@ def response_body(
         "truncation": body.truncation or "disabled",
         "reasoning": None,
         "store": True,
-        "usage": _usage(run.result) if run.result is not None else None,
+        "usage": usage(run.result, "responses") if run.result is not None else None,
         "hermes": extension(run),
     }
 
@@ -407,20 +321,13 @@ async def response_events(
         )
         return frames
 
-    following = await backend.events(run.request_id, principal, 0, keepalive, started=True)
-    async with aclosing(following) as items:
-        async for item in items:
-            if item is None:
+    pieces = answer_pieces(backend, principal, run, keepalive, answer)
+    async with aclosing(pieces):
+        async for piece in pieces:
+            if piece is None:
                 yield KEEPALIVE_COMMENT
                 continue
-            _, wire = item
-            read = read_known(wire)
-            if isinstance(read, ApprovalRequiredEvent):
-                pending = {k: v for k, v in wire.items() if k != "kind"}
-                text = answer.note(approval_notice(pending, streaming=True))
-            else:
-                text = answer.follow(read)
-            for frame in text_events(text) if text else []:
+            for frame in text_events(piece.text):
                 yield frame
     run = await backend.view(run.request_id, principal)
     error = ending_error(run)
@@ -489,7 +396,7 @@ async def create_response(body: ResponsesRequest, request: Request, user: Curren
     state = request.app.state
     settings: ServiceSettings = state.settings
     backend: RunBackend = state.backend
-    check_model(request, body.model, "model")
+    check_model(body.model, "model")
     plan = await plan_response(body, user, state.storage, settings)
     run, response_id = await start_run(
         request, user, plan, stream=bool(body.stream), session_param="previous_response_id"

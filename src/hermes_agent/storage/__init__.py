@@ -9,8 +9,7 @@ by default, PostgreSQL by URL) or in this process's memory (``InMemoryStorage``)
     storage.records(request_id), storage.requests()   # the trail, read back
 
 The SQL backend (and SQLAlchemy) is imported only when first used. Replaying a recorded request
-is behaviour, not storage: ``hermes_agent.replay`` (``replay``, ``ReplayReport`` and ``StepDiff``
-are still importable from here for one release).
+is behaviour, not storage: ``hermes_agent.replay``.
 """
 
 from __future__ import annotations
@@ -30,12 +29,6 @@ from hermes_agent.storage.base import (
 )
 from hermes_agent.storage.in_memory import InMemoryStorage
 from hermes_agent.storage.opening import open_storage
-
-# Old names, one release: replay moved to hermes_agent.replay. Imported through the old module
-# so that the name ``replay`` here stays the function, not the module of that name.
-from hermes_agent.storage.replay import ReplayReport as ReplayReport
-from hermes_agent.storage.replay import StepDiff as StepDiff
-from hermes_agent.storage.replay import replay as replay
 from hermes_agent.storage.writer import WriteBehindSink
 
 if TYPE_CHECKING:

@@ -1,6 +1,8 @@
-"""The OpenAI wire of the facade: errors in OpenAI's shape, and the request and answer bodies
-of ``/v1/chat/completions`` and ``/v1/models`` as pydantic models (``server.routes_openai``
-serves them; ``server.routes_responses`` has the Responses API's own).
+"""The facade's side of the OpenAI wire (the client's side is ``models.openai_request``): errors
+in OpenAI's shape; the request bodies of ``/v1/chat/completions`` and ``/v1/responses`` and the
+answer bodies of chat completions and ``/v1/models`` as pydantic models; and the checks both
+APIs make of a request: the model it names, its content read as text, the parameters it may not
+set. ``server.routes_openai`` and ``server.routes_responses`` serve them.
 
 Requests are strict (``extra="forbid"``): a field OpenAI has and the facade does not know is
 ``400 unknown_parameter``, so a client never believes a setting took effect that did not.
@@ -8,7 +10,8 @@ Requests are strict (``extra="forbid"``): a field OpenAI has and the facade does
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Literal
 
 from fastapi import Request
@@ -183,7 +186,9 @@ class OpenAIRoute(APIRoute):
 # -- the request ------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """A request body, or a part of one, that refuses fields it does not declare."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -196,7 +201,7 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
-class ChatMessage(_Strict):
+class ChatMessage(Strict):
     """One message of ``messages``."""
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
@@ -210,7 +215,7 @@ class ChatMessage(_Strict):
     audio: dict[str, Any] | None = None
 
 
-class FunctionDefinition(_Strict):
+class FunctionDefinition(Strict):
     """A client tool's declaration: its name, what it does, and its arguments' JSON Schema."""
 
     name: str = Field(min_length=1, max_length=64)
@@ -219,19 +224,19 @@ class FunctionDefinition(_Strict):
     strict: bool | None = None
 
 
-class ChatTool(_Strict):
+class ChatTool(Strict):
     """One entry of ``tools``: a function the client runs itself."""
 
     type: Literal["function"]
     function: FunctionDefinition
 
 
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     include_usage: bool | None = None
     include_obfuscation: bool | None = None
 
 
-class ChatCompletionRequest(_Strict):
+class ChatCompletionRequest(Strict):
     """The body of ``POST /v1/chat/completions`` (OpenAI's, less what a server-side agent
     cannot honour; see the module docstring)."""
 
@@ -286,6 +291,52 @@ class ChatCompletionRequest(_Strict):
     verbosity: str | None = None
     prompt_cache_key: str | None = None
     safety_identifier: str | None = None
+
+
+class TextOptions(Strict):
+    """``text`` of a Responses request: ``format`` is the answer's, as ``response_format``."""
+
+    format: dict[str, Any] | None = None
+    verbosity: str | None = None
+
+
+class ResponsesRequest(Strict):
+    """The body of ``POST /v1/responses`` (see the module docstring for what is served)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"model": MODEL_ID, "input": "Hello"}]},
+    )
+
+    model: str = Field(examples=[MODEL_ID])
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_CLIENT_TOOLS)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    previous_response_id: str | None = Field(default=None, max_length=100)
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    text: TextOptions | None = None
+    include: list[str] | None = None
+    store: bool | None = None
+    background: bool | None = None
+    conversation: str | dict[str, Any] | None = None
+    prompt: dict[str, Any] | None = None
+    # Checked, then ignored: the agent's model settings come from its config.
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+    truncation: Literal["auto", "disabled"] | None = None
+    metadata: dict[str, str] | None = None
+    reasoning: dict[str, Any] | None = None
+    service_tier: str | None = None
+    user: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
 # -- the answers ---------------------------------------------------------------------------
@@ -407,3 +458,66 @@ def documented_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 def refuse(message: str, param: str, code: str = "unsupported_parameter") -> OpenAIError:
     """A 400 for what the facade does not serve, naming the parameter."""
     return OpenAIError(400, message, param=param, code=code)
+
+
+# -- what both APIs check of a request --------------------------------------------------------
+
+_CREATED = int(time.time())
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+
+
+def served_models() -> list[dict[str, Any]]:
+    """The models this service answers as: one, the agent."""
+    return [{"id": MODEL_ID, "object": "model", "created": _CREATED, "owned_by": "hermes-agent"}]
+
+
+def check_model(model_id: str, param: str) -> dict[str, Any]:
+    """The model card of ``model_id``, or a 404 naming the one model there is."""
+    for card in served_models():
+        if card["id"] == model_id:
+            return card
+    raise OpenAIError(
+        404,
+        f"The model {model_id!r} does not exist here; this service answers as {MODEL_ID!r} "
+        "(GET /v1/models)",
+        param=param,
+        code="model_not_found",
+    )
+
+
+def content_text(content: str | Sequence[ContentPart | Any] | None, where: str) -> str:
+    """A message's content as text: a string, or its text parts joined (``text``, or the
+    Responses API's ``input_text`` and ``output_text``); a refusal part says nothing to the
+    model. Any other part (an image, a file, audio) is a 400 naming it: the agent reads text."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, Sequence):
+        raise refuse(f"{where} must be text or a list of text parts", where, "invalid_value")
+    pieces = []
+    for number, part in enumerate(content):
+        fields = part.model_dump() if isinstance(part, BaseModel) else part
+        kind = fields.get("type") if isinstance(fields, Mapping) else None
+        text = fields.get("text") if isinstance(fields, Mapping) else None
+        if kind == "refusal":
+            continue
+        if kind not in _TEXT_PARTS or not isinstance(text, str):
+            raise refuse(
+                f"{where}[{number}] is a {kind!r} part; this agent reads text only",
+                f"{where}[{number}]",
+                "unsupported_content",
+            )
+        pieces.append(text)
+    return "".join(pieces)
+
+
+def check_supported(body: BaseModel, refused: Mapping[str, str]) -> None:
+    """Refuse (400 ``unsupported_parameter``, naming the field) each field of ``refused`` that
+    the request sets (to anything but null, false, zero or empty), with the reason given; and
+    ``stream_options`` without ``stream``."""
+    for name, reason in refused.items():
+        if getattr(body, name):
+            raise refuse(reason, name)
+    if getattr(body, "stream_options", None) is not None and not getattr(body, "stream", False):
+        raise refuse(
+            "stream_options is only allowed when stream is true", "stream_options", "invalid_value"
+        )

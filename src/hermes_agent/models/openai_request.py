@@ -5,7 +5,7 @@ walks every message of the conversation (milliseconds for a long one, so a run's
 grew with the square of its length). Our messages are plain dicts already, so the model builds
 the body here and hands it to the SDK's lower-level ``post``, which keeps the SDK's auth
 headers, retries, timeouts, error classes and response models. The body is the JSON
-``create()`` would send for the same arguments (``tests/test_openai_wire.py`` compares the two).
+``create()`` would send for the same arguments (``tests/test_openai_request.py`` compares the two).
 
 Per step, only the turns added since the last request are rendered: ``WireCache`` keeps the
 wire form of each message it rendered, keyed by the message object and checked against a
@@ -117,6 +117,7 @@ class WireCache:
         chat_format: str,
         scratch_pad: bool,
         tool_choice: str,
+        preamble: str | None = None,
     ) -> list[WireMessage]:
         """The conversation in the Hermes text protocol: the same messages as
         ``protocol.chatml.render_conversation``, plus the ``tool_call_id`` of each tool turn."""
@@ -130,10 +131,10 @@ class WireCache:
         if offer and chat_format == "hermes":
             system.append(
                 self.for_tools(
-                    ("hermes", scratch_pad, tool_choice),
+                    ("hermes", scratch_pad, tool_choice, preamble),
                     tools,
                     lambda: hermes_tools_prompt(
-                        tools, scratch_pad=scratch_pad, tool_choice=tool_choice
+                        tools, scratch_pad=scratch_pad, tool_choice=tool_choice, preamble=preamble
                     ),
                 )
             )

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from hermes_agent.models import openai_wire
+from hermes_agent.models import openai_request
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.protocol.chatml import render_conversation
@@ -79,7 +79,7 @@ def reference_messages(model: OpenAICompatible, messages: list[Message], tools: 
                        settings: ModelSettings) -> list[dict[str, Any]]:  # fmt: skip
     """The wire messages rendered from scratch, without any cache."""
     if model.mode == "native":
-        return [wire for m in messages for wire in openai_wire.native_messages(m)]
+        return [wire for m in messages for wire in openai_request.native_messages(m)]
     wire: list[dict[str, Any]] = list(
         render_conversation(
             messages,
@@ -407,13 +407,13 @@ def test_a_change_to_a_sent_message_reaches_the_wire(kind: str, edit: str) -> No
 
 def test_only_new_turns_are_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
     rendered: list[Message] = []
-    original = openai_wire.native_messages
+    original = openai_request.native_messages
 
     def counting(message: Message) -> list[dict[str, Any]]:
         rendered.append(message)
         return original(message)
 
-    monkeypatch.setattr(openai_wire, "native_messages", counting)
+    monkeypatch.setattr(openai_request, "native_messages", counting)
     model = make(mode="native")
     settings = ModelSettings()
     messages = [Message("system", "Be brief."), Message("user", "go")]
@@ -438,13 +438,13 @@ def test_only_new_turns_are_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_tools_prompt_is_rendered_once_per_tool_set(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    original = openai_wire.hermes_tools_prompt  # type: ignore[attr-defined]
+    original = openai_request.hermes_tools_prompt  # type: ignore[attr-defined]
 
     def counting(tools: Any, **kwargs: Any) -> str:
         calls.append(len(tools))
         return original(tools, **kwargs)
 
-    monkeypatch.setattr(openai_wire, "hermes_tools_prompt", counting)
+    monkeypatch.setattr(openai_request, "hermes_tools_prompt", counting)
     model = make(mode="hermes")
     messages = [Message("user", "go")]
     for _ in range(3):
@@ -481,12 +481,12 @@ def test_values_whose_comparison_fails_are_rendered_again() -> None:
 def test_the_cache_lets_go_of_finished_conversations() -> None:
     # Bounded in entries and in characters: two generations at most, the older one let go
     # when the current one fills up, unless its entries are used again meanwhile.
-    cache = openai_wire._Generations(capacity=4, characters=1_000)
+    cache = openai_request._Generations(capacity=4, characters=1_000)
     rendered: list[Message] = []
 
     def render(message: Message) -> list[dict[str, Any]]:
         rendered.append(message)
-        return openai_wire.native_messages(message)
+        return openai_request.native_messages(message)
 
     live = Message("user", "still in use")
     old = [Message("user", f"finished {i}") for i in range(3)]
@@ -500,7 +500,7 @@ def test_the_cache_lets_go_of_finished_conversations() -> None:
         cache.render(message, render)
     assert rendered == old  # the finished ones were let go, the live one was kept
 
-    by_size = openai_wire._Generations(capacity=100, characters=1_000)
+    by_size = openai_request._Generations(capacity=100, characters=1_000)
     big = [Message("user", "x" * 600) for _ in range(5)]
     for message in big:  # two fill a generation: the fifth pushes the first two out
         by_size.render(message, render)
