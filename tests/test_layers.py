@@ -34,6 +34,7 @@ CORE = (
     "hermes_agent.replay",
 )
 UPPER = (
+    "hermes_agent.backends",
     "hermes_agent.runs",
     "hermes_agent.loading",
     "hermes_agent.server",

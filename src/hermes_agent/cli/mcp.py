@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,6 +29,9 @@ from hermes_agent.cli._common import (
     fail,
     styled,
 )
+
+if TYPE_CHECKING:
+    from hermes_agent.backends import Backends
 
 mcp_app = typer.Typer(
     name="mcp",
@@ -106,27 +109,25 @@ def serve(
 
     agent = cli_agent(config, tools, no_demo_tools)
     agent.approver = approve_only(approve or ())  # never the terminal: stdin may be the protocol
-    keys, engine, queue = _engine_for(
-        config, agent, http_keys=transport == "http" and auth == "keys"
-    )
+    served = _backend_for(config, agent, http_keys=transport == "http" and auth == "keys")
     try:
         server = AgentMcpServer(
-            engine.agent,
+            served.agent,
             ask=ask,
             toolsets=toolset,
             approve=approve or (),
-            keys=keys,
+            keys=served.keys,
             local_user=local,
-            backend=queue if queue is not None else engine.backend,
+            backend=served.backend,
         )
     except ValueError as exc:
-        engine.close()
+        served.close()
         agent.close()
         fail(str(exc))
     unknown = sorted(set(approve or ()) - set(server.tools()))
     if unknown:
         server.close()
-        engine.close()
+        served.close()
         agent.close()
         fail(f"--approve {', '.join(unknown)}: no such tool is served")
     names = [*server.tools(), *(["ask"] if ask else [])]
@@ -141,50 +142,32 @@ def serve(
         if transport == "stdio":
             asyncio.run(server.run_stdio())
         else:
-            _serve_http(server, host, port, path, engine.manager.settings)
+            _serve_http(server, host, port, path, served.settings)
     except (KeyboardInterrupt, _Terminated):
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
         server.close()
-        if queue is not None:
-            queue.close()
-        engine.close()
+        served.close()  # the queue's connections, the serving fork and the keys
         agent.close()
-        if keys is not None:
-            keys.close()
 
 
-def _engine_for(config: Any, agent: Any, *, http_keys: bool) -> tuple[Any, Any, Any]:
-    """The service's key store (over HTTP with keys), the in-process engine for ``agent``
-    with the service's limits and daily quotas (as ``hermes-agent serve`` applies them), and,
-    with ``execution: queue``, the queue its ``ask`` runs go to instead."""
-    from hermes_agent.cli.keys import key_store_url
+def _backend_for(config: Any, agent: Any, *, http_keys: bool) -> Backends:
+    """What serves the calls of ``agent``, built by the one composition root
+    (``backends.build_backend``) as ``hermes-agent serve`` builds it: the service's limits and
+    daily quotas (the config's ``service:`` section), its API keys over HTTP with keys (where
+    ``hermes-agent keys`` puts them), and, with ``execution: queue``, the queue its ``ask``
+    runs go to."""
+    from hermes_agent.backends import build_backend
     from hermes_agent.config import load_config
-    from hermes_agent.server.auth import MemoryKeyStore, open_key_store
-    from hermes_agent.server.in_process import serve_in_process
-    from hermes_agent.server.queued import QueueService
-    from hermes_agent.server.quotas import Quotas, quota_store_for
     from hermes_agent.server.settings import service_settings
 
     try:
         loaded = load_config(config) if config else None
-        settings = service_settings(loaded)
-        keys = open_key_store(key_store_url(loaded)) if http_keys else None
+        return build_backend(agent, service_settings(loaded), config=loaded, with_keys=http_keys)
     except Exception as exc:
+        agent.close()
         fail(str(exc))
-    quota_keys = keys if keys is not None else MemoryKeyStore()
-    quotas = Quotas(settings.quotas, quota_store_for(quota_keys))
-    engine = serve_in_process(agent, settings, quotas=quotas)
-    queue = None
-    if settings.execution == "queue":
-        assert loaded is not None and engine.agent.storage is not None
-        try:
-            queue = QueueService(loaded, engine.agent.storage, settings, engine.manager)
-        except Exception as exc:
-            engine.close()
-            fail(str(exc))
-    return keys, engine, queue
 
 
 def _serve_http(server: Any, host: str, port: int, path: str, settings: Any) -> None:

@@ -24,8 +24,9 @@ of the service uses. ``ask`` starts a run there and follows its events (an appro
 for is answered by this server's policy, a cancelled MCP request cancels the run), so it runs
 in process or on the queue's workers as the service does, counted with the service's own
 runs when the server is mounted in it (``service.mcp``). A direct tool call has no model turn
-to queue: it runs here, admitted by the same gate (``backend.admitted``). Without a backend of
-its own, the server keeps an in-process one with the service's default limits.
+to queue: it runs here, admitted by the same gate (``backend.admitted``). Given no backend, the
+server builds its own where every door's is built (``backends.build_backend``): in process,
+with the service's default limits.
 
 Who calls: every call runs as a ``Principal`` and passes the run layer's gate. Over HTTP with
 ``keys`` the caller sends the service's API key (``Authorization: Bearer <key>``; anything else
@@ -87,8 +88,9 @@ if TYPE_CHECKING:
     )
     from starlette.applications import Starlette
 
+    from hermes_agent.backends import Backends
     from hermes_agent.server.auth import KeyStore
-    from hermes_agent.server.in_process import InProcessService
+    from hermes_agent.server.quotas import Quotas
     from hermes_agent.server.settings import ServiceSettings
 
 CALL_PREFIX = "MCP tools/call "
@@ -167,8 +169,8 @@ class AgentMcpServer:
     your own. ``ask=True`` adds the ``ask`` tool (the agent answering a message).
 
     ``backend`` is where ``ask`` runs go (the service's, when mounted in it); without one the
-    server keeps an in-process backend of its own over ``agent``, with ``settings`` (the
-    service's defaults when ``None``) and, when given, ``quotas``."""
+    server keeps one of its own over ``agent``, built by ``backends.build_backend`` with
+    ``settings`` (the service's defaults when ``None``) and, when given, ``quotas``."""
 
     def __init__(
         self,
@@ -183,7 +185,7 @@ class AgentMcpServer:
         local_user: Principal | None = None,
         backend: RunBackend | None = None,
         settings: ServiceSettings | None = None,
-        quotas: Any = None,
+        quotas: Quotas | None = None,
     ) -> None:
         from hermes_agent import __version__
 
@@ -191,12 +193,14 @@ class AgentMcpServer:
         self.keys = keys
         """Over HTTP: the service's API keys every caller must present (``None``: none)."""
         self.local_user = local_user or mcp_local_user()
-        self._own: InProcessService | None = None
-        if backend is None:
-            from hermes_agent.server.in_process import serve_in_process
+        self._own: Backends | None = None
+        if backend is None:  # built where every door's is (its callers present no keys to it)
+            from hermes_agent.backends import build_backend
             from hermes_agent.server.settings import ServiceSettings
 
-            self._own = serve_in_process(agent, settings or ServiceSettings(), quotas=quotas)
+            self._own = build_backend(
+                agent, settings or ServiceSettings(), with_keys=False, quotas=quotas
+            )
             backend = self._own.backend
         self.backend: RunBackend = backend
         self.ask = ask

@@ -36,6 +36,7 @@ from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import build_agent, load_tools_file, on_owned_loops
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
+from hermes_agent.runs.gate import RunRejected
 from hermes_agent.runs.principal import LOCAL_USER, Principal
 from hermes_agent.runs.principal import is_loopback as is_loopback
 from hermes_agent.server import (
@@ -49,14 +50,9 @@ from hermes_agent.server import (
     stream_tokens,
     ws,
 )
-from hermes_agent.server.auth import KeyStore, LiveCheck, open_key_store
-from hermes_agent.server.in_process import serve_in_process
-from hermes_agent.server.metrics import ServiceMetrics
+from hermes_agent.server.auth import KeyStore, LiveCheck
 from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware
-from hermes_agent.server.queued import QueueService, check_queue_mode
-from hermes_agent.server.quotas import Quotas, quota_store_for
-from hermes_agent.server.run_records import StoreProbe, recover_interrupted
-from hermes_agent.server.runs import RunRejected
+from hermes_agent.server.run_records import StoreProbe
 from hermes_agent.server.settings import ServiceSettings, service_settings
 from hermes_agent.server.sse import OpenStreams
 
@@ -73,11 +69,18 @@ def create_app(
     warmup: bool = False,
 ) -> FastAPI:
     """The service app for the agent ``config`` describes (or ``agent``, which the app then
-    uses but does not close). ``keys`` overrides where API keys are kept (see
-    ``ServiceSettings.keys_url``). ``warmup=True`` (what ``hermes-agent serve`` does) runs
+    uses but does not close). Keys, quotas and the engine are built by
+    ``backends.build_backend``: API keys are kept in ``keys`` when given, else at
+    ``ServiceSettings.keys_url``, else in the config's storage, else in the agent's own SQL
+    database (where ``hermes-agent keys create`` puts them), else in memory, with a warning;
+    the app closes them at shutdown. ``warmup=True`` (what ``hermes-agent serve`` does) runs
     ``Agent.warmup`` in the background at start-up; ``/readyz`` is 503 until it is done.
     Raises ``ConfigError`` for a bad config, tools file, ``auth: none`` on a host that is not
     loopback, or ``execution: queue`` without a ``queue:`` section and a SQL store."""
+    # Inside the function: the composition root sits above this package, whose __init__
+    # re-exports create_app (backends -> server.auth -> server/__init__ -> this module).
+    from hermes_agent.backends import build_backend, check_backend
+
     hermes_config = (
         config if isinstance(config, HermesConfig) or config is None else load_config(config)
     )
@@ -87,8 +90,8 @@ def create_app(
             f"auth: none would let anyone who reaches {settings.host} run the agent; "
             "use auth: keys, or bind to 127.0.0.1"
         )
-    if settings.execution == "queue":  # before the agent is built: the config's own mistake
-        check_queue_mode(hermes_config, agent.storage if agent is not None else None)
+    # Before the agent is built: a config no backend can serve does not load a model first.
+    check_backend(settings, hermes_config, agent.storage if agent is not None else None)
     owns_agent = agent is None
     if agent is None:
         # The service owns its loop and closes its models' connections at shutdown.
@@ -99,22 +102,16 @@ def create_app(
         for item in (tool for path in tools_files for tool in load_tools_file(path)):
             base.add_tool(item, replace=True)
 
-    metrics = ServiceMetrics()
-    if keys is None:
-        storage_url = hermes_config.storage.url if hermes_config and hermes_config.storage else None
-        keys = open_key_store(settings.keys_url or storage_url or "memory://")
-    # One fork serves every run (tool pools, rate limits and caches shared by all runs); the
-    # daily quotas are counted beside the keys.
-    engine = serve_in_process(
-        base, settings, metrics=metrics, quotas=Quotas(settings.quotas, quota_store_for(keys))
-    )
-    manager, served = engine.manager, engine.agent
-    assert served.storage is not None
-    queue: QueueService | None = None
-    if settings.execution == "queue":
-        assert hermes_config is not None
-        queue = QueueService(hermes_config, served.storage, settings, manager)
-
+    # Keys, quotas and the engine come from the one composition root (``backends``): one
+    # fork of the agent serves every run; the keys are kept where the agent's storage is.
+    try:
+        composed = build_backend(base, settings, config=hermes_config, keys=keys)
+    except BaseException:
+        if owns_agent:
+            base.close()
+        raise
+    served, keys = composed.agent, composed.keys
+    assert served.storage is not None and keys is not None
     warm = WarmState(needed=warmup)
 
     @asynccontextmanager
@@ -124,39 +121,29 @@ def create_app(
             logger.warning(
                 "auth: none — every request is the user 'local'; use only on a trusted machine"
             )
-        if queue is None:  # in process: end what an earlier life of this instance left open
-            try:
-                await asyncio.to_thread(recover_interrupted, served, settings.instance)
-            except Exception:
-                logger.exception("cannot end the runs an earlier life left open (the store)")
+        await asyncio.to_thread(composed.recover)  # in process: runs an earlier life left open
         try:
             yield
         finally:
             if warming is not None:
                 warming.cancel()  # a load still going on is left to its thread
-            await manager.shutdown(settings.shutdown_grace_s)
-            if queue is not None:
-                queue.close()
             # The models' connections were opened on this loop, which ends with the service
             # (a user's own agent included: they are of no use past it).
-            await served.close_connections()
-            served.close()  # flushes the audit trail
+            await composed.shutdown(settings.shutdown_grace_s)
             if owns_agent:
                 base.close()
-            keys.close()
 
     app = FastAPI(title="Hermes Agent", version="1", lifespan=lifespan)
     app.state.settings = settings
-    app.state.manager = manager
-    app.state.metrics = metrics
+    app.state.manager = composed.manager
+    app.state.metrics = composed.metrics
     app.state.storage = served.storage
     app.state.store_probe = StoreProbe(served.storage)  # /readyz: can the store be written?
     app.state.warm = warm  # /readyz: is the model loaded and its system prompt evaluated?
     app.state.keys = keys
     app.state.agent = served
-    app.state.queue = queue
     # The one seam the front doors run through, whichever engine runs the runs.
-    backend: RunBackend = queue if queue is not None else engine.backend
+    backend: RunBackend = composed.backend
     app.state.backend = backend
     mcp_door = _mcp_door(settings, served, backend, keys) if settings.mcp is not None else None
     if mcp_door is not None:  # innermost: the service's own middleware guards it too
