@@ -114,3 +114,58 @@ def test_a_hook_class_from_a_config_still_loads(
     )
     assert Agent.from_config(path).run("hello").output == "HI!"
     sys.modules.pop("myhook", None)
+
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # A secret-named key whose value has the wrong type.
+        ("model:\n  provider: openai\n  api_key: [SECRET]\n", "model.api_key"),
+        # A secret from the environment, put where another value belongs.
+        (
+            "model:\n  provider: openai\n  temperature: ${HERMES_TEST_API_KEY}\n",
+            "${HERMES_TEST_API_KEY}",
+        ),
+        # A whole section that is a secret by mistake (a literal key).
+        ("model: SECRET\n", "model:"),
+        # A section of the wrong type that holds a key.
+        ("tools:\n  - {api_key: SECRET}\n", "tools:"),
+        # A database URL with a password, where a mapping belongs.
+        ("storage: postgresql://hermes:SECRET@db/hermes\n", "***@db/hermes"),
+    ],
+)
+def test_a_config_error_never_shows_a_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, where: str
+) -> None:
+    monkeypatch.setenv("HERMES_TEST_API_KEY", SECRET)
+    path = tmp_path / "config.yaml"
+    path.write_text(text.replace("SECRET", SECRET), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert where in message, message  # the error still says where the problem is
+    assert "0123456789abcdef" not in message and "0123456789" not in message, message
+
+
+def test_a_service_section_error_never_shows_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hermes_agent.config import validate_section
+    from hermes_agent.server.settings import ServiceSettings
+
+    monkeypatch.setenv("HERMES_TEST_TOKEN", SECRET)
+    with pytest.raises(ConfigError) as caught:
+        validate_section(
+            ServiceSettings,
+            {"port": SECRET, "keys_url": [f"postgresql://u:{SECRET}@h/db"]},
+            source="config.yaml",
+            key="service",
+        )
+    message = str(caught.value)
+    assert "service.port" in message and "${HERMES_TEST_TOKEN}" in message, message
+    assert "service.keys_url" in message and "u:***@h/db" in message, message
+    assert "0123456789" not in message, message
+    # An ordinary value is still shown, so the error says what was wrong.
+    with pytest.raises(ConfigError, match=r"got 'lots'"):
+        validate_section(ServiceSettings, {"port": "lots"}, source="config.yaml", key="service")

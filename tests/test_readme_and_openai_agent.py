@@ -42,7 +42,7 @@ def test_readme_example_runs_as_written(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     config = readme_block("yaml", "provider: openai").replace(
-        "http://localhost:8000/v1", server.base_url
+        "http://localhost:8080/v1", server.base_url
     )
     (tmp_path / "config.yaml").write_text(config, encoding="utf-8")
     monkeypatch.chdir(tmp_path)

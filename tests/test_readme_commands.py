@@ -21,10 +21,12 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from hermes_agent.demo_tools import calculator
+from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.storage.sql import SqlStorage
 from openai_server import ScriptedServer, running_server, text
 
@@ -324,7 +326,7 @@ def test_run_with_your_config_and_tools(shell: Shell, endpoint: ScriptedServer) 
     blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
     config = next(block for block in blocks if "provider: openai" in block)
     (shell.cwd / "config.yaml").write_text(
-        config.replace("http://localhost:8000/v1", endpoint.base_url), encoding="utf-8"
+        config.replace("http://localhost:8080/v1", endpoint.base_url), encoding="utf-8"
     )
     (shell.cwd / "my_tools.py").write_text(MY_TOOLS, encoding="utf-8")
     endpoint.push(
@@ -367,3 +369,16 @@ def test_eval_bfcl_with_the_oracle_scores_100_percent(shell: Shell) -> None:
     assert "100.0%" in done.stdout
     report = json.loads((shell.cwd / ".hermes" / "bfcl-report.json").read_text(encoding="utf-8"))
     assert report["summary"]["total"] == 20 and report["summary"]["accuracy"] == 1.0
+
+
+def test_the_library_example_points_at_a_port_serve_did_not_take() -> None:
+    """The README starts ``hermes-agent serve`` (on its default port) one section before the
+    library example's config: a reader who follows both must not point the config at the
+    service, which answers that path with a 404 (or serves its own tools, not theirs)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    config = next(block for block in blocks if "provider: openai" in block)
+    base_url = re.search(r"base_url:\s*(\S+)", config)
+    assert base_url is not None
+    served = ServiceSettings().port
+    assert urlsplit(CURL.split()[-1]).port == served  # the README's curl talks to serve
+    assert urlsplit(base_url.group(1)).port not in (served, None), base_url.group(1)

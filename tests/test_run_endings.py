@@ -141,6 +141,31 @@ def test_malformed_json_is_one_clean_400(service: tuple[httpx.Client, Agent], pa
     assert wrong.status_code == 422 and isinstance(wrong.json()["detail"], list)
 
 
+@pytest.mark.parametrize("path", ["/v1/runs", "/v1/approvals/a1"])
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_sent_as_something_else_is_one_clean_415(
+    service: tuple[httpx.Client, Agent], path: str, content_type: str | None
+) -> None:
+    client, _ = service
+    body = b'{"message": "hello"}' if path == "/v1/runs" else b'{"approved": true}'
+    request = client.build_request("POST", path, content=body)
+    if content_type is None:
+        request.headers.pop("content-type", None)
+        assert "content-type" not in request.headers  # as curl -H "Content-Type:" sends it
+    else:
+        request.headers["content-type"] = content_type
+    reply = client.send(request)
+    assert reply.status_code == 415, reply.text
+    sent = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+    assert reply.json() == {
+        "detail": "the request body must be JSON, sent with Content-Type: application/json "
+        f"(this one came with {sent})"
+    }
+    # With the header the same body is read (a run, or an approval that is not there).
+    given = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert given.status_code in (200, 404), given.text
+
+
 def test_the_ending_is_read_from_the_result() -> None:
     def result(status: int, loop: Any) -> RunResult:
         return RunResult(

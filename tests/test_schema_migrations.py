@@ -316,3 +316,32 @@ def test_the_channels_package_does_not_import_the_server_package() -> None:
         if module.startswith("hermes_agent.server")
     ]
     assert wrong == []
+
+
+def test_a_new_database_is_made_quietly_and_an_upgrade_is_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--debug`` on a first run shows the run, not the schema's steps; upgrading a database
+    an older release left is news, said once, from the version it had to the one it has."""
+    caplog.set_level("DEBUG", logger="hermes_agent")
+    with SqlStorage(f"sqlite:///{tmp_path / 'new.db'}") as storage:
+        assert storage.schema_version == LATEST_VERSION
+    assert [r.getMessage() for r in caplog.records if "schema" in r.getMessage()] == []
+
+    old = f"sqlite:///{tmp_path / 'old.db'}"
+    _old_database(old)
+    engine = make_engine(old)
+    was = database_version(engine)  # what the old release left
+    engine.dispose()
+    assert 0 < was < LATEST_VERSION
+    caplog.clear()
+    with SqlStorage(old) as storage:
+        assert storage.schema_version == LATEST_VERSION
+    lines = [r.getMessage() for r in caplog.records if "schema" in r.getMessage()]
+    assert lines == [f"storage: upgraded {old} from schema version {was} to {LATEST_VERSION}"], (
+        lines
+    )
+    caplog.clear()
+    with SqlStorage(old):  # already there: nothing to say
+        pass
+    assert [r.getMessage() for r in caplog.records if "schema" in r.getMessage()] == []

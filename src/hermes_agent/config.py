@@ -563,16 +563,46 @@ def _explain_lines(
             hint = _suggestion(error["loc"], root) if root else _suggestion(location)
             lines.append(f"{source}: {key}: unknown key{hint}")
         else:
+            secret = any(_SECRET_NAME.search(str(part)) for part in location)
+            got = "a value not shown here" if secret else _short(error.get("input"))
             lines.append(
-                f"{source}: {key}: {error['msg'].lower()} (got {_short(error.get('input'))}); "
-                "fix the value in the file"
+                f"{source}: {key}: {error['msg'].lower()} (got {got}); fix the value in the file"
             )
     return lines
 
 
+_SECRET_NAME = re.compile(
+    r"(?i)(?:^|[_-])(?:key|token|secret|password|passwd|pwd|credentials?|authorization|"
+    r"cookies?|headers)$"
+)
+"""A config key, or an environment variable, whose value an error never shows."""
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]+@")
+_KEY_LIKE = re.compile(r"\b((?:sk|pk|rk)-|xox[a-z]-|gh[a-z]_)[A-Za-z0-9_-]{6,}")
+"""An API key written as a literal (OpenAI's ``sk-``, Slack's ``xoxb-``, GitHub's ``ghp_``)."""
+
+
 def _short(value: Any) -> str:
-    text = reprlib.repr(value)
+    """``value`` as an error shows it: bounded, with every secret in it hidden — a value under
+    a key named like one (``api_key``, ``headers``…), a URL's password, what looks like an API
+    key, and the value of an environment variable named like one (a ``${OPENAI_API_KEY}`` the
+    file used), which reads as its name."""
+    text = reprlib.repr(_hidden(value))
     return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 1] + "…"
+
+
+def _hidden(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: "<hidden>" if _SECRET_NAME.search(str(k)) else _hidden(v) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_hidden(item) for item in value]
+    if not isinstance(value, str):
+        return value
+    for name, secret in os.environ.items():
+        if len(secret) >= 6 and secret in value and _SECRET_NAME.search(name):
+            value = value.replace(secret, f"${{{name}}}")
+    return _KEY_LIKE.sub(r"\1…", _URL_PASSWORD.sub(r"\1***@", value))
 
 
 def _suggestion(location: tuple[int | str, ...], root: type[BaseModel] | None = None) -> str:

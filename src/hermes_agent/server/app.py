@@ -51,7 +51,7 @@ from hermes_agent.server import (
     ws,
 )
 from hermes_agent.server.auth import KeyStore, LiveCheck
-from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware
+from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware, not_json_body
 from hermes_agent.server.run_records import StoreProbe
 from hermes_agent.server.settings import ServiceSettings, service_settings
 from hermes_agent.server.sse import OpenStreams
@@ -272,6 +272,8 @@ async def _invalid_request(request: Request, exc: Exception) -> Response:
     (the OpenAI facade answers in its own shape); one that does not match its schema stays
     FastAPI's 422 with the list of issues."""
     assert isinstance(exc, RequestValidationError)
+    if (refused := not_json_body(request, exc.errors())) is not None:
+        return refused  # 415: a JSON body sent without saying it is JSON
     if any(issue.get("type") == "json_invalid" for issue in exc.errors()):
         return JSONResponse({"detail": "the request body is not valid JSON"}, 400)
     return await request_validation_exception_handler(request, exc)

@@ -1,8 +1,9 @@
 """One ASGI middleware for what every HTTP request gets: a request id, the body size limit
 (413), one JSON access-log line, the security headers of every answer (no sniffing, no
 referrer, no framing), and — when the served agent is traced — the caller's W3C trace context
-(``traceparent``) as the parent of the runs the request starts; and ``BrowserGuard``, which
-keeps other sites' pages from driving the service (Host and Origin checks)."""
+(``traceparent``) as the parent of the runs the request starts; ``BrowserGuard``, which
+keeps other sites' pages from driving the service (Host and Origin checks); and
+``not_json_body``, the 415 every route's JSON body gets when it was sent as something else."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hermes_agent import tracing
@@ -103,6 +106,39 @@ class ServiceMiddleware:
             if trace_token is not None:
                 tracing.detach(trace_token)
             _log_access(scope, state, request_id, status["code"], started)
+
+
+def is_json_media_type(value: str | None) -> bool:
+    """Whether a ``Content-Type`` names JSON (``application/json``, ``…+json``; any parameters)."""
+    kind = (value or "").partition(";")[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+def not_json_body(request: Request, issues: Sequence[Any]) -> JSONResponse | None:
+    """415 for a request whose JSON body came without a JSON ``Content-Type`` (none at all, or
+    ``text/plain``, or a form): FastAPI then reads the body as text and reports a schema
+    mismatch (422) that names no cause. Called with the issues of the request's validation
+    error, for every route that reads a JSON body; ``None`` when the cause is something else."""
+    given = request.headers.get("content-type")
+    if is_json_media_type(given):
+        return None
+    unread = any(
+        tuple(issue.get("loc", ()))[:1] == ("body",) and isinstance(issue.get("input"), str | bytes)
+        for issue in issues
+        if isinstance(issue, dict)
+    )
+    if not unread:
+        return None
+    sent = f"Content-Type {given[:100]!r}" if given else "no Content-Type"
+    return JSONResponse(
+        {
+            "detail": f"the request body must be JSON, sent with Content-Type: "
+            f"application/json (this one came with {sent})"
+        },
+        415,
+    )
 
 
 def _incoming_trace(scope: Scope, headers: dict[str, str]) -> object | None:

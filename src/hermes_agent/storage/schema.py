@@ -354,6 +354,9 @@ def migrate(conn: Connection) -> int:
     version reached. ``StorageError`` for a database newer than this package."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+    # A database with none of our tables is being made, not upgraded: that is no news, so it
+    # logs nothing (a first `hermes-agent run --debug` shows the run, not the schema's steps).
+    fresh = not set(inspect(conn).get_table_names()) & set(metadata.tables)
     schema_version.create(conn, checkfirst=True)
     current = int(conn.execute(select(func.max(schema_version.c.version))).scalar() or 0)
     if current > LATEST_VERSION:
@@ -362,13 +365,16 @@ def migrate(conn: Connection) -> int:
             f"the database {where} has schema version {current}, newer than this "
             f"hermes-agent understands ({LATEST_VERSION}); upgrade hermes-agent-core"
         )
-    for version in sorted(v for v in MIGRATIONS if v > current):
+    missing = sorted(v for v in MIGRATIONS if v > current)
+    for version in missing:
         MIGRATIONS[version](conn)
         conn.execute(insert(schema_version).values(version=version, applied_ns=time.time_ns()))
+    if missing and not fresh:  # one line for an upgrade, however many steps it took
         logger.info(
-            "storage: migrated %s to schema version %d",
+            "storage: upgraded %s from schema version %d to %d",
             conn.engine.url.render_as_string(hide_password=True),
-            version,
+            current,
+            missing[-1],
         )
     return max(current, LATEST_VERSION)
 
