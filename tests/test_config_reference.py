@@ -24,6 +24,7 @@ from hermes_agent.config import (
     ModelConfig,
     OpenAIConfig,
     OutputConfig,
+    PromptConfig,
     QueueConfig,
     ScriptedConfig,
     StorageConfig,
@@ -41,6 +42,7 @@ MODELS: dict[str, type[BaseModel]] = {
 }
 SECTIONS: dict[str, type[BaseModel]] = {
     "agent": AgentConfig,
+    "prompt": PromptConfig,
     "output": OutputConfig,
     "storage": StorageConfig,
     "audit": AuditConfig,

@@ -69,6 +69,7 @@ from hermes_agent.events import (
     ToolResultsEvent,
 )
 from hermes_agent.loading import ToolsFileError, build_agent, load_tools_file
+from hermes_agent.logs import enable_debug_logging
 from hermes_agent.messages import LanguageHook
 from hermes_agent.models.base import (
     ClosesConnections,
@@ -225,6 +226,7 @@ __all__ = [
     "client_tool",
     "client_turn",
     "current_call",
+    "enable_debug_logging",
     "load_config",
     "load_tools_file",
     "markdown_table",

@@ -44,6 +44,7 @@ from hermes_agent.audit.redaction import Redactor, redact_messages
 from hermes_agent.config import HermesConfig, QueueConfig, load_config
 from hermes_agent.errors import HermesAgentError, OutputValidationError
 from hermes_agent.events import Event, ResultEvent
+from hermes_agent.logs import configure_from_environment
 from hermes_agent.memory.history import HistoryLoader
 from hermes_agent.memory.session import (
     AcquiresAsync,
@@ -122,6 +123,7 @@ class Agent:
         *,
         answer_model: Model | None = None,
         system_prompt: str | None = None,
+        preamble: str | None = None,
         tools: Iterable[Tool | Callable[..., Any]] = (),
         tool_choice: ToolChoice = "auto",
         scratch_pad: bool = False,
@@ -155,6 +157,7 @@ class Agent:
         run_timeout_s: float | None = None,
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
     ) -> None:
+        configure_from_environment()  # HERMES_DEBUG=1 / DEBUG=1: the debug lines on stderr
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
         self.max_run_tokens = max_run_tokens
@@ -168,6 +171,8 @@ class Agent:
         """Writes the final answer when set; ``model`` makes the tool calls."""
         self.explain = explain
         self.system_prompt = system_prompt
+        self.preamble = preamble
+        """Replaces the Hermes tools prompt's opening text (``None``: the Hermes text)."""
         self.tool_choice = tool_choice
         self.scratch_pad = scratch_pad
         self.temperature = temperature
@@ -230,6 +235,7 @@ class Agent:
         a = config.agent
         options: dict[str, Any] = {
             "system_prompt": a.system_prompt,
+            "preamble": config.prompt.preamble,
             "tool_choice": a.tool_choice,
             "scratch_pad": a.scratch_pad,
             "explain": a.explain,
@@ -382,7 +388,9 @@ class Agent:
         messages = [Message("system", "\n\n".join(parts))] if parts else []
         messages.append(Message("user", "hello"))
         choice = self.tool_choice if tools else "auto"
-        settings = ModelSettings(tool_choice=choice, scratch_pad=self.scratch_pad, max_tokens=1)
+        settings = ModelSettings(
+            tool_choice=choice, scratch_pad=self.scratch_pad, max_tokens=1, preamble=self.preamble
+        )
         for model, offered in ((self.model, tools), (self.answer_model, [])):
             if isinstance(model, LlamaCpp):
                 coroutine = model.complete(messages, offered, settings)

@@ -54,6 +54,7 @@ class AgentParts(Protocol):
     temperature: float | None
     max_tokens: int | None
     scratch_pad: bool
+    preamble: str | None
     limits: LoopLimits
     runtime: ToolRuntime
     approver: Approver | None
@@ -170,6 +171,7 @@ def build_context(
             max_tokens=agent.max_tokens,
             tool_choice=chosen,
             scratch_pad=agent.scratch_pad,
+            preamble=agent.preamble,
             output_schema=spec.schema if spec is not None else None,
         ),
         limits=agent.limits,
@@ -191,6 +193,7 @@ def build_context(
         channel=channel,
     )
     ctx.load_history = lambda: _load_history(agent, ctx, new_session)
+    ctx.redactor = agent.redactor
     if agent.audit_sink is not None and not dry_run:
         ctx.recorder = Recorder(agent.audit_sink, agent.redactor)
         if journal is not None and journal.resumes and agent.storage is not None:

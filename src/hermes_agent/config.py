@@ -243,6 +243,14 @@ class OutputConfig(_Strict):
     table: TableConfig = Field(default_factory=TableConfig)
 
 
+class PromptConfig(_Strict):
+    """The system prompt's fixed parts."""
+
+    preamble: str | None = None
+    """The role text that opens the Hermes tools prompt, before the tool signatures (``None``:
+    the Hermes text, ``protocol.prompts.HERMES_PREAMBLE``; ``""``: none)."""
+
+
 class StorageConfig(_Strict):
     """Where sessions and the audit trail live (SQLAlchemy URL; SQLite or PostgreSQL)."""
 
@@ -356,6 +364,7 @@ class HermesConfig(_Strict):
     answer_model: SerializeAsAny[ModelConfig] | None = None
     """Writes the final answer while ``model`` makes the tool calls (same keys as ``model``)."""
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
     tools: dict[str, ToolConfig] = Field(default_factory=dict)
     hooks: dict[str, list[HookSpec]] = Field(default_factory=dict)
     renderers: dict[str, HookSpec] = Field(default_factory=dict)

@@ -244,6 +244,11 @@ class RunResult:
     cost_by_model: dict[str, float] = field(default_factory=dict)
     """``cost`` split the same way, for the models whose prices are set."""
 
+    def __str__(self) -> str:
+        """The answer itself, so that ``print(agent.run(...))`` prints what the agent said;
+        ``repr`` stays the full dataclass repr for debugging."""
+        return self.output
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""
         data: dict[str, Any] = as_plain(self)

@@ -103,6 +103,11 @@ class RunView(Protocol):
     @property
     def tool_specs(self) -> Sequence[dict[str, Any]]: ...
 
+    def system_layout(self) -> tuple[Sequence[Message], Sequence[dict[str, Any]]]:
+        """The system turn and tool definitions the run sends (or would have sent, had it not
+        ended before its conversation was laid out)."""
+        ...
+
     @property
     def prompt_rewrites(self) -> int:
         """Counts changes to messages already sent (the whole prompt is recorded again)."""
@@ -295,8 +300,11 @@ class Recorder:
     def _system_prompt_sha(self, ctx: RunView) -> str:
         # The system turn as a Hermes model reads it (tools prompt + instructions); computed
         # once per run, it identifies the prompt version a request ran with.
+        # A run refused before its conversation was laid out (by a pre_input hook, say) still
+        # names the prompt it would have been sent with, not the hash of an empty one.
         if self._system_sha is None:
-            wire = render_conversation(ctx.messages[:1], ctx.tool_specs)
+            turns, specs = ctx.system_layout()
+            wire = render_conversation(turns, specs, preamble=ctx.settings.preamble)
             system = wire[0]["content"] if wire and wire[0]["role"] == "system" else ""
             self._system_sha = hashlib.sha256(system.encode("utf-8", "replace")).hexdigest()
         return self._system_sha

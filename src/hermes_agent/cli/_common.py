@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from hermes_agent.config import DEFAULT_STORAGE_URL, load_config
 from hermes_agent.demo_tools import demo_tools
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import ToolsFileError, build_agent, on_owned_loops
+from hermes_agent.logs import debug_from_environment, enable_debug_logging
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
 
@@ -44,7 +44,7 @@ DebugOption = Annotated[
     typer.Option(
         "--debug",
         help="Print one line per pipeline stage and per tool call with its arguments "
-        "(or HERMES_DEBUG=1).",
+        "(or HERMES_DEBUG=1 / DEBUG=1).",
     ),
 ]
 ToolsetsOption = Annotated[
@@ -237,23 +237,18 @@ _debug = False
 
 
 def debug_enabled() -> bool:
-    """Whether this command runs with ``--debug`` (or ``HERMES_DEBUG``): tracebacks are then
-    printed beside the one-line errors they explain."""
-    return _debug or os.environ.get("HERMES_DEBUG", "") not in ("", "0", "false")
+    """Whether this command runs with ``--debug`` (or ``HERMES_DEBUG`` / ``DEBUG`` in the
+    environment): tracebacks are then printed beside the one-line errors they explain."""
+    return _debug or debug_from_environment()
 
 
 def setup_logging(debug: bool) -> None:
-    """With ``--debug`` or ``HERMES_DEBUG``, one ``[INFO]`` line per pipeline stage on stderr."""
+    """With ``--debug`` (or ``HERMES_DEBUG`` / ``DEBUG``), the debug lines of the library on
+    stderr — the same switch and the same lines as a library user gets (``hermes_agent.logs``)."""
     global _debug
     _debug = debug
-    if not debug_enabled():
-        return
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
-    logger = logging.getLogger("hermes_agent")
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+    if debug_enabled():
+        enable_debug_logging()
 
 
 SERVER_MODULES = ("fastapi", "uvicorn", "prometheus_client")

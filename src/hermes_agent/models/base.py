@@ -46,6 +46,9 @@ class ModelSettings:
     """Structured output: the JSON Schema a text answer must match (the pipeline validates it
     and states it in the prompt). A model that constrains decoding keeps its text answers
     inside the schema (the embedded model's grammar does); others may ignore it."""
+    preamble: str | None = None
+    """The opening role text of the Hermes tools prompt (``None``: the Hermes text,
+    ``protocol.prompts.HERMES_PREAMBLE``); config ``prompt.preamble``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,11 @@ class ModelBase:
         settings: ModelSettings,
     ) -> str:
         wire = render_conversation(
-            messages, tools, scratch_pad=settings.scratch_pad, tool_choice=settings.tool_choice
+            messages,
+            tools,
+            scratch_pad=settings.scratch_pad,
+            tool_choice=settings.tool_choice,
+            preamble=settings.preamble,
         )
         return to_chatml(wire)
 

@@ -434,6 +434,7 @@ class OpenAICompatible(ModelBase):
                 chat_format=self.chat_format,
                 scratch_pad=settings.scratch_pad,
                 tool_choice=choice,
+                preamble=settings.preamble,
             )
         else:
             body["messages"] = self._wire.native(messages)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_agent.audit.recorder import Recorder
+from hermes_agent.audit.redaction import Redactor
 from hermes_agent.events import Event
 from hermes_agent.memory.history import LoadedHistory, SummaryCall
 from hermes_agent.models.base import Model, ModelSettings
@@ -22,6 +23,7 @@ from hermes_agent.pipeline.journal import RunJournal
 from hermes_agent.pipeline.renderers import RenderedMessage, Renderer
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.structured import OutputSpec
+from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.runtime import ToolRuntime, private_copy
 from hermes_agent.types import (
@@ -127,6 +129,9 @@ class RunContext:
     """Tokens, cost and wall time this run may use (``pipeline.budget``)."""
     recorder: Recorder | None = None
     """The audit trail of this run (``None``: auditing off, and free)."""
+    redactor: Redactor | None = None
+    """The agent's secrets and patterns: what hooks see of tool arguments and results is
+    masked with it, as in the trail (``pipeline.hooks``)."""
     answer_model: Model | None = None
     """Model routing: the model that writes the final answer (``model`` makes the tool calls);
     ``None``: ``model`` does both."""
@@ -262,6 +267,17 @@ class RunContext:
             extra = "".join(f", {key}={value!r}" for key, value in details.items())
             logger.info("%s: status=%d%s", stage, status, extra)
 
+    def system_layout(self) -> tuple[list[Message], list[dict[str, Any]]]:
+        """The system turn and the tool definitions this run sends — or would have sent, when
+        it ended before the InputParser laid the conversation out (a ``pre_input`` hook
+        refused it): what the trail's ``system_prompt_sha256`` identifies."""
+        if self.messages:
+            return self.messages[:1], self.tool_specs
+        instructions = self.prompt_instructions or run_instructions(self)
+        system = system_turn(self.system_prompt, instructions)
+        turns = [Message("system", system)] if system else []
+        return turns, [tool.spec() for tool in self.tools.values()]
+
     def add_message(self, message: Message, *, save: bool = True) -> None:
         """Add a turn to the conversation; ``save=False``: for this run's prompts only (a
         reminder from the runtime), never saved to the session."""
@@ -386,6 +402,16 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def run_instructions(ctx: RunContext) -> str | None:
+    """What ``output_type`` and explain mode ask of the model, after the agent's prompt."""
+    parts = []
+    if ctx.output_spec is not None:
+        parts.append(json_mode_prompt(ctx.output_spec.schema, with_tools=bool(ctx.tools)))
+    if ctx.explain:
+        parts.append(EXPLAIN_PROMPT)
+    return "\n\n".join(parts) or None
 
 
 def system_turn(prompt: str | None, instructions: str | None) -> str | None:

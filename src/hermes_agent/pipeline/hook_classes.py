@@ -30,6 +30,10 @@ class HookBase:
     point: ClassVar[str] = ""
     """The hook point this kind of hook runs at (``""``: any)."""
 
+    raw_arguments: ClassVar[bool] = False
+    """``True``: this hook sees tool arguments and results as they are, secrets included;
+    by default it sees them masked as the audit trail shows them (``[REDACTED]``)."""
+
     def execute(self, context: Any) -> Any:
         """Do the hook's work with the ``HookContext`` (returning it, or nothing)."""
         raise NotImplementedError(f"{type(self).__qualname__} must define execute(context)")

@@ -36,8 +36,17 @@ hook may perform —
   approved again where the tool needs approval);
 - ``ctx.rewrite_result(call_id, content)`` in ``post_execution`` — change what a tool returned;
 - ``ctx.output = ...`` in ``pre_output`` / ``post_output`` — change the answer (the trail
-  records what was appended, or the change);
+  records what was appended, or the change); in ``pre_input``, ``post_input`` or
+  ``pre_thought`` it is ``ctx.finish(...)``: the run answers with it, the model not asked;
+  anywhere else it is an error;
 - ``ctx.note(contains_disclaimer=True)`` — add facts to the trail (a ``hook`` record).
+
+Tool arguments and results reach a hook masked as the audit trail shows them: each of the
+agent's secrets and redaction patterns is ``[REDACTED]`` in ``input_params``, ``response``,
+``results``, ``tool_calls``, ``messages``, ``planned`` and ``completion``. A hook that needs the
+real values says so: ``raw_arguments = True`` on its class (``HookBase`` subclasses) or on the
+function. A hook that changes masked arguments (``plan.arguments`` in ``pre_execution``) changes
+what it wrote; a value it left masked keeps its real value.
 
 Hooks run in the order they were added. A hook that raises fails its stage with status 500 and a
 message naming the hook; the run then ends cleanly with that message as its output. A
@@ -52,12 +61,14 @@ In YAML::
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from hermes_agent.audit.redaction import Redactor, redact_messages
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.models.base import Model
@@ -67,12 +78,25 @@ from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.variables import variables_problem
 from hermes_agent.stages import HookStage
 from hermes_agent.tools.registry import Tool
-from hermes_agent.types import Completion, Message, Step, ToolCallRecord, ToolResult, Usage
+from hermes_agent.tools.runtime import private_copy
+from hermes_agent.types import (
+    Completion,
+    Message,
+    Step,
+    ToolCall,
+    ToolCallRecord,
+    ToolResult,
+    Usage,
+)
 
 STAGES = tuple(HookStage)
 HOOK_POINTS = tuple(f"{when}_{stage}" for stage in STAGES for when in ("pre", "post"))
 ANSWERING_POINTS = ("pre_input", "post_input", "pre_thought")
 """Where a hook may end the run with its reply (``HookContext.finish``)."""
+
+
+_ShownCompletion = tuple[Completion, list[tuple[ToolCall, ToolCall, Any]]]
+"""A masked copy of the completion a hook was shown, and its calls: (copy, live, shown)."""
 
 
 class HookError(HermesAgentError):
@@ -84,7 +108,17 @@ class HookContext:
 
     # The run is held under a mangled name: hooks are trusted code (a config file is code),
     # but nothing here should invite them to reach past the sanctioned operations.
-    __slots__ = ("__call", "__result", "__run", "hook_name", "point", "timestamp")
+    __slots__ = (
+        "__call",
+        "__raw",
+        "__result",
+        "__run",
+        "__shown_completion",
+        "__shown_plans",
+        "hook_name",
+        "point",
+        "timestamp",
+    )
 
     def __init__(
         self,
@@ -102,6 +136,10 @@ class HookContext:
         """The hook being run, as the trail names it."""
         self.__call = call
         self.__result = result
+        self.__raw = False
+        # Masked copies handed to this hook, with what each stood for: (copy, live, shown).
+        self.__shown_plans: list[tuple[PlannedCall, PlannedCall, Any]] | None = None
+        self.__shown_completion: _ShownCompletion | None = None
         self.timestamp = datetime.now(UTC).isoformat(timespec="microseconds")
         """When the hook was called (ISO 8601, UTC)."""
 
@@ -156,8 +194,12 @@ class HookContext:
 
     @property
     def messages(self) -> Sequence[Message]:
-        """The conversation as the model sees it: system, history, this run's turns."""
-        return tuple(self.__run.messages)
+        """The conversation as the model sees it: system, history, this run's turns (tool
+        arguments and results masked, see ``raw_arguments``)."""
+        redactor = self._redactor()
+        if redactor is None:
+            return tuple(self.__run.messages)
+        return tuple(redact_messages(self.__run.messages, redactor))
 
     @property
     def tools(self) -> Sequence[Tool]:
@@ -166,26 +208,57 @@ class HookContext:
 
     @property
     def completion(self) -> Completion:
-        """The model's latest turn, parsed. In ``pre_selection`` its calls may be adjusted
-        (they are validated afterwards)."""
-        return self.__run.completion
+        """The model's latest turn, parsed (its calls' arguments masked, see
+        ``raw_arguments``). In ``pre_selection`` its calls may be adjusted (they are validated
+        afterwards); a masked value left as it is keeps its real value."""
+        redactor = self._redactor()
+        if redactor is None:
+            return self.__run.completion
+        if self.__shown_completion is None:
+            live = self.__run.completion
+            pairs = []
+            for call in live.tool_calls:
+                shown = redactor.value(call.arguments)
+                masked = dataclasses.replace(call, arguments=private_copy(shown))
+                pairs.append((masked, call, private_copy(shown)))
+            view = dataclasses.replace(live, tool_calls=[masked for masked, _, _ in pairs])
+            self.__shown_completion = (view, pairs)
+        return self.__shown_completion[0]
 
     @property
     def planned(self) -> Sequence[PlannedCall]:
-        """The calls that passed the ToolSelector and are about to run."""
-        return tuple(self.__run.planned)
+        """The calls that passed the ToolSelector and are about to run (arguments masked, see
+        ``raw_arguments``). A ``pre_execution`` hook may change ``plan.arguments``: a masked
+        value it leaves as it is keeps its real value."""
+        redactor = self._redactor()
+        if redactor is None:
+            return tuple(self.__run.planned)
+        if self.__shown_plans is None:
+            self.__shown_plans = []
+            for plan in self.__run.planned:
+                shown = redactor.value(plan.arguments)
+                copy = dataclasses.replace(plan, arguments=private_copy(shown))
+                self.__shown_plans.append((copy, plan, private_copy(shown)))
+        return tuple(copy for copy, _, _ in self.__shown_plans)
 
     @property
     def results(self) -> Sequence[ToolResult]:
-        """The results of the latest ToolExecutor step, in call order."""
-        return tuple(self.__run.last_results)
+        """The results of the latest ToolExecutor step, in call order (masked, see
+        ``raw_arguments``)."""
+        redactor = self._redactor()
+        if redactor is None:
+            return tuple(self.__run.last_results)
+        return tuple(_masked_result(result, redactor) for result in self.__run.last_results)
 
     last_results = results  # the name hooks used before the hook context existed
 
     @property
     def tool_calls(self) -> Sequence[ToolCallRecord]:
-        """Every call of this run so far, with its result."""
-        return tuple(self.__run.tool_calls)
+        """Every call of this run so far, with its result (masked, see ``raw_arguments``)."""
+        redactor = self._redactor()
+        if redactor is None:
+            return tuple(self.__run.tool_calls)
+        return tuple(_masked_record(record, redactor) for record in self.__run.tool_calls)
 
     @property
     def model(self) -> Model:
@@ -226,13 +299,20 @@ class HookContext:
 
     @property
     def input_params(self) -> dict[str, Any]:
-        """The arguments that call ran with (a copy)."""
-        return dict(self._call().arguments)
+        """The arguments that call ran with (a copy; secrets masked as in the trail unless the
+        hook asks for ``raw_arguments``)."""
+        arguments = self._call().arguments
+        redactor = self._redactor()
+        return dict(redactor.value(arguments) if redactor is not None else arguments)
 
     @property
     def response(self) -> dict[str, Any]:
-        """What that call gave the model: ``{"status": "success" | "error", "data", "error"}``."""
+        """What that call gave the model: ``{"status": "success" | "error", "data", "error"}``
+        (masked like ``input_params``)."""
         result = self._result()
+        redactor = self._redactor()
+        if redactor is not None:
+            result = _masked_result(result, redactor)
         content = result.content
         if isinstance(content, dict):
             return dict(content)
@@ -270,6 +350,50 @@ class HookContext:
             return []
         run = self.__run
         return run.tool_calls[len(run.tool_calls) - len(run.last_results) :]
+
+    def _redactor(self) -> Redactor | None:
+        """What masks this hook's view: ``None`` when there is nothing to mask, or the hook
+        asked for ``raw_arguments``."""
+        redactor = self.__run.redactor
+        return None if self.__raw or not redactor else redactor
+
+    def _begin(self, hook: Any) -> None:
+        self.__raw = raw_arguments(hook)
+
+    def _settle(self) -> None:
+        """Carry what the hook changed in masked copies over to the live calls: a value it
+        left as shown keeps its real value, what it changed is the hook's."""
+        if self.__shown_plans is not None:
+            for copy, live, shown in self.__shown_plans:
+                live.tool = copy.tool
+                if not _identical(copy.arguments, shown):
+                    live.arguments = _unmask(copy.arguments, shown, live.arguments)
+            self.__shown_plans = None
+        if self.__shown_completion is not None:
+            view, pairs = self.__shown_completion
+            live_completion = self.__run.completion
+            by_copy = {id(masked): (call, shown) for masked, call, shown in pairs}
+            calls = []
+            for masked in view.tool_calls:
+                if id(masked) not in by_copy:
+                    calls.append(masked)  # a call the hook added: its own
+                    continue
+                call, shown = by_copy[id(masked)]
+                call.name = masked.name
+                if not _identical(masked.arguments, shown):
+                    call.arguments = _unmask(masked.arguments, shown, call.arguments)
+                calls.append(call)
+            for item in dataclasses.fields(Completion):
+                if item.name != "tool_calls":
+                    setattr(live_completion, item.name, getattr(view, item.name))
+            live_completion.tool_calls = calls
+            self.__shown_completion = None
+
+    def _live_plan(self, plan: PlannedCall) -> PlannedCall:
+        for copy, live, _ in self.__shown_plans or ():
+            if copy is plan:
+                return live
+        return plan
 
     def _only_in(self, point: str, what: str) -> None:
         if self.point != point:
@@ -325,11 +449,22 @@ class HookContext:
     def output(self, value: str) -> None:
         if not isinstance(value, str):
             raise TypeError(f"the output must be a string, got {type(value).__name__}")
+        if self.point in ANSWERING_POINTS:
+            # Before the model answered, an answer set here is the run's answer: the same as
+            # ctx.finish(value), so the model is not asked.
+            self.finish(value, reason=f"ctx.output set in {self.point}")
+            return
+        if not self.point.endswith("_output"):
+            raise HookError(
+                f"a hook can set ctx.output in pre_output or post_output (to change the "
+                f"answer) or in {', '.join(ANSWERING_POINTS)} (to answer instead of the "
+                f"model), not in {self.point}"
+            )
         self.__run.output = value
 
     def veto(self, plan: PlannedCall, reason: str) -> None:
         """Refuse a planned call (``pre_execution``): the model gets a 403 result."""
-        self.__run.veto(plan, reason)
+        self.__run.veto(self._live_plan(plan), reason)
 
     def rewrite_result(self, call_id: str, content: Any) -> None:
         """Replace what a tool returned (``post_execution``), everywhere it shows."""
@@ -369,10 +504,75 @@ class Hooks:
 
 
 async def call_hook(hook: Hook, ctx: HookContext) -> None:
-    """Call one hook, awaiting it when it is async."""
-    outcome = hook(ctx)
-    if inspect.isawaitable(outcome):
-        await outcome
+    """Call one hook, awaiting it when it is async; what it changed in the masked calls it
+    was shown reaches the live ones when it returns."""
+    ctx._begin(hook)
+    try:
+        outcome = hook(ctx)
+        if inspect.isawaitable(outcome):
+            await outcome
+    finally:
+        ctx._settle()
+
+
+def raw_arguments(hook: Any) -> bool:
+    """Whether ``hook`` asked to see tool arguments and results unmasked: an attribute
+    ``raw_arguments = True`` on the hook (a class attribute of a ``HookBase``, or set on a
+    function)."""
+    if getattr(hook, "raw_arguments", False) is True:
+        return True
+    wrapped = getattr(hook, "hook", None)  # a hook written the execute(context) way
+    return isinstance(hook, _Executing) and getattr(wrapped, "raw_arguments", False) is True
+
+
+def _masked_result(result: ToolResult, redactor: Redactor) -> ToolResult:
+    return dataclasses.replace(
+        result,
+        content=private_copy(redactor.value(result.content)),
+        error=redactor(result.error) if result.error else result.error,
+    )
+
+
+def _masked_record(record: ToolCallRecord, redactor: Redactor) -> ToolCallRecord:
+    return dataclasses.replace(
+        record,
+        arguments=private_copy(redactor.value(record.arguments)),
+        result=private_copy(redactor.value(record.result)),
+        error=redactor(record.error) if record.error else record.error,
+        metadata=dict(record.metadata),
+    )
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down (``1 == True`` in Python, not in JSON)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(v, b[k]) for k, v in a.items())
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _unmask(new: Any, shown: Any, real: Any) -> Any:
+    """What a hook's change of masked arguments means for the real ones: where ``new`` still
+    holds what the hook was shown, the real value; elsewhere, what the hook wrote."""
+    if _identical(new, shown):
+        return real
+    if isinstance(new, dict) and isinstance(shown, dict) and isinstance(real, dict):
+        # Masking keeps the order of keys, so the nth shown key is the nth real one.
+        real_key = dict(zip(shown, real, strict=False))
+        unmasked = {}
+        for key, value in new.items():
+            if key in shown and key in real_key:
+                unmasked[real_key[key]] = _unmask(value, shown[key], real[real_key[key]])
+            else:
+                unmasked[key] = value
+        return unmasked
+    lists = isinstance(new, list) and isinstance(shown, list) and isinstance(real, list)
+    if lists and len(new) == len(shown) == len(real):
+        return [_unmask(n, s, r) for n, s, r in zip(new, shown, real, strict=True)]
+    return new
 
 
 def hook_name(hook: Hook) -> str:

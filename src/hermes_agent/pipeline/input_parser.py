@@ -15,9 +15,8 @@ from collections.abc import Sequence
 
 from hermes_agent.events import InputEvent
 from hermes_agent.pipeline.client_tools import take_declared, take_up
-from hermes_agent.pipeline.context import RunContext, system_turn
+from hermes_agent.pipeline.context import RunContext, run_instructions, system_turn
 from hermes_agent.pipeline.status import Status
-from hermes_agent.protocol.prompts import EXPLAIN_PROMPT, json_mode_prompt
 from hermes_agent.stages import StageName
 from hermes_agent.types import Message, ToolResult
 
@@ -49,7 +48,7 @@ class InputParser:
                 ctx.output = problem
                 ctx.log_stage(self.name, Status.INVALID, error=problem)
                 return ctx
-        ctx.prompt_instructions = _instructions(ctx)
+        ctx.prompt_instructions = run_instructions(ctx)
         system = system_turn(ctx.system_prompt, ctx.prompt_instructions)
         if system:
             ctx.messages.append(Message("system", system))
@@ -113,13 +112,3 @@ def _unasked(history: Sequence[Message], results: Sequence[ToolResult]) -> str |
         f"the tool results must answer the calls the session's last turn made "
         f"({', '.join(map(repr, sorted(asked)))}): {what}"
     )
-
-
-def _instructions(ctx: RunContext) -> str | None:
-    """What ``output_type`` and explain mode ask of the model, after the agent's prompt."""
-    parts = []
-    if ctx.output_spec is not None:
-        parts.append(json_mode_prompt(ctx.output_spec.schema, with_tools=bool(ctx.tools)))
-    if ctx.explain:
-        parts.append(EXPLAIN_PROMPT)
-    return "\n\n".join(parts) or None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import re
 import time
 from typing import Any
@@ -62,6 +63,8 @@ from hermes_agent.types import (
     new_call_id,
 )
 
+logger = logging.getLogger(__name__)
+
 
 class ThoughtGenerator:
     name = StageName.THOUGHT_GENERATOR
@@ -78,6 +81,7 @@ class ThoughtGenerator:
             # Hooks may have set variables since the last turn; render the agent's template
             # afresh (only it: the run's instructions can hold a caller's text).
             rendered = render_template(ctx.system_prompt, ctx.variables)
+            _warn_unfilled(ctx, rendered)
             system = system_turn(rendered, ctx.prompt_instructions)
             if system is not None and system != ctx.messages[0].content:
                 ctx.messages[0] = Message("system", system)
@@ -305,6 +309,19 @@ def render_template(template: str, variables: dict[str, Any]) -> str:
         return str(variables[name]) if name in variables else match.group(0)
 
     return _PLACEHOLDER.sub(fill, template)
+
+
+def _warn_unfilled(ctx: RunContext, rendered: str) -> None:
+    """A placeholder no variable filled goes to the model as written; the run says so once
+    (``RunResult.warnings``) and logs it, so that a typo in a name is not silent."""
+    for name in dict.fromkeys(_PLACEHOLDER.findall(rendered)):
+        warning = (
+            f"the system prompt's placeholder {{{{ {name} }}}} has no value (no variable "
+            f"{name!r}); it was sent as written"
+        )
+        if warning not in ctx.warnings:
+            ctx.warnings.append(warning)
+            logger.warning("run %s: %s", ctx.request_id, warning)
 
 
 async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:

@@ -24,6 +24,11 @@ Every result reaches the model in one shape, and only what the model can act on:
 
     {"status": "success" | "error", "data": ..., "error": ...}
 
+The ``error`` the model reads of a call that failed (the tool raised: 500) or ran past its
+timeout (408) ends with what to do next — retry if it looks temporary, use another tool, or
+tell the user it failed (``protocol.prompts.TOOL_FAILURE_GUIDANCE``); the caller's
+``ToolCallRecord.error`` keeps the bare error.
+
 Every result is bounded the moment the tool returns it: one longer than the agent's
 ``max_result_chars`` (100,000 characters of JSON by default; a tool's own, when larger) is cut,
 with a note saying so and how long it was, before it is cached, journaled, recorded, put in an
@@ -58,6 +63,7 @@ from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tool_selector import rate_limited, recheck
 from hermes_agent.pipeline.watch import AbandonedCall, current_watch
 from hermes_agent.protocol.chatml import to_json
+from hermes_agent.protocol.prompts import TOOL_FAILURE_GUIDANCE
 from hermes_agent.stages import StageName
 from hermes_agent.tools.runtime import private_copy
 from hermes_agent.tools.sandbox import ToolProcessError
@@ -205,7 +211,12 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
     if cut is not None:
         metadata["truncated"], metadata["result_chars"] = True, cut
     if error is not None:
-        result = error_result(call.id, tool.name, error[0], error[1])
+        told = error[1]
+        interrupted = journaled is not None and journaled.kind == "interrupted"
+        if error[0] in (Status.INTERNAL_ERROR, Status.TIMEOUT) and not interrupted:
+            # What to do next, after what went wrong (the caller's record keeps the error bare).
+            told = f"{told.rstrip('. ')}. {TOOL_FAILURE_GUIDANCE}"
+        result = error_result(call.id, tool.name, error[0], told)
         record = ToolCallRecord(
             tool.name, plan.arguments, None, int(error[0]), error[1], call.id, metadata
         )

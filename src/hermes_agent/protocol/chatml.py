@@ -104,19 +104,23 @@ def render_conversation(
     chat_format: str = "hermes",
     scratch_pad: bool = False,
     tool_choice: str = "auto",
+    preamble: str | None = None,
 ) -> list[WireMessage]:
     """Render ``messages`` for a Hermes (or Qwen) model that reads tools from the system prompt.
 
     ``tools`` are OpenAI-format tool dicts. The tools prompt leads the system turn; a system
     message among ``messages`` (the agent's own instructions) follows it in the same turn.
     With ``tool_choice="none"`` the tools are left out, so the model cannot call one.
+    ``preamble`` replaces the Hermes prompt's opening role text (``prompts.HERMES_PREAMBLE``).
     """
     if chat_format not in CHAT_FORMATS:
         raise ValueError(f"chat_format must be one of {CHAT_FORMATS}, got {chat_format!r}")
     system_parts: list[str] = []
     if tools and tool_choice != "none" and chat_format == "hermes":
         system_parts.append(
-            hermes_tools_prompt(tools, scratch_pad=scratch_pad, tool_choice=tool_choice)
+            hermes_tools_prompt(
+                tools, scratch_pad=scratch_pad, tool_choice=tool_choice, preamble=preamble
+            )
         )
     system_parts.extend(m.content for m in messages if m.role == "system" and m.content)
     if tools and tool_choice != "none" and chat_format == "qwen":

@@ -24,13 +24,30 @@ FUNCTION_CALL_SCHEMA: dict[str, Any] = {
     "required": ["name", "arguments"],
 }
 
-_HERMES_ROLE = (
+HERMES_ROLE = (
     "You are a function calling AI model. You are provided with function signatures within "
     "<tools></tools> XML tags. You may call one or more functions to assist with the user query. "
     "If none of the functions is relevant, answer in plain natural language. Don't make "
     "assumptions about what values to plug into functions. After a call you will receive the "
     "function results within <tool_response></tool_response> XML tags."
 )
+"""The role text of the Hermes function-calling prompt, as the Hermes models were trained on
+it (the embedded model's ``call_bias`` is calibrated on it: it opens that model's prompt)."""
+
+HONEST_ERRORS_RULE = "If a function fails, say so honestly; never make up its result."
+
+HERMES_PREAMBLE = f"{HERMES_ROLE} {HONEST_ERRORS_RULE}"
+"""The text that opens the Hermes function-calling prompt by default: the Hermes role text and
+the rule to report a failed function honestly. Config ``prompt.preamble`` and
+``Agent(preamble=...)`` replace it; the tool signatures, the FunctionCall schema and the
+``<tool_call>`` instruction follow whatever opens it."""
+
+TOOL_FAILURE_GUIDANCE = (
+    "Retry the call if the error looks temporary, call another function that can answer, or "
+    "tell the user that it failed."
+)
+"""What the model reads after the error of a failed call (a tool that raised, 500, or ran
+past its timeout, 408)."""
 
 _SCRATCH_PAD = (
     "Before calling functions, plan inside <scratch_pad></scratch_pad> XML tags using "
@@ -74,12 +91,18 @@ def _dumps(value: Any) -> str:
 
 
 def hermes_tools_prompt(
-    tools: Sequence[dict[str, Any]], *, scratch_pad: bool = False, tool_choice: str = "auto"
+    tools: Sequence[dict[str, Any]],
+    *,
+    scratch_pad: bool = False,
+    tool_choice: str = "auto",
+    preamble: str | None = None,
 ) -> str:
-    """The Hermes function-calling system prompt for ``tools`` (OpenAI-format dicts)."""
+    """The Hermes function-calling system prompt for ``tools`` (OpenAI-format dicts);
+    ``preamble`` replaces the opening role text (``None``: ``HERMES_PREAMBLE``, ``""``: none)."""
     tool_lines = "\n".join(_dumps(tool) for tool in tools)
+    opening = HERMES_PREAMBLE if preamble is None else preamble
     parts = [
-        _HERMES_ROLE,
+        *([opening] if opening else []),
         f"Here are the available tools:\n<tools>\n{tool_lines}\n</tools>",
         "Use the following JSON schema for each tool call you will make: "
         + _dumps(FUNCTION_CALL_SCHEMA),

@@ -38,6 +38,7 @@ from hermes_agent.models.llamacpp.loader import load_model
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.parser import parse_completion
+from hermes_agent.protocol.prompts import HERMES_ROLE
 from hermes_agent.types import Message, ModelResponse, StreamChunk, Usage
 
 __all__ = ["STOP", "LlamaCpp"]
@@ -215,6 +216,9 @@ class LlamaCpp(ModelBase):
             chat_format=self.chat_format,
             scratch_pad=settings.scratch_pad,
             tool_choice=settings.tool_choice,
+            # The call decision's bias is calibrated on the Hermes role text: a 135M model
+            # cannot act on more, and any other text moves its decision (docs/decisions.md).
+            preamble=HERMES_ROLE if settings.preamble is None else settings.preamble,
         )
         prompt = to_chatml(wire)
         last = _SENT.get()
