@@ -78,6 +78,7 @@ from hermes_agent.models.base import (
     ModelProfile,
     ModelSettings,
 )
+from hermes_agent.models.profiles import ThoughtPolicy, thought_policy
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
 from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
@@ -208,6 +209,7 @@ __all__ = [
     "TextDeltaEvent",
     "ThoughtDeltaEvent",
     "ThoughtEvent",
+    "ThoughtPolicy",
     "Tool",
     "ToolCall",
     "ToolCallDeltaEvent",
@@ -235,6 +237,7 @@ __all__ = [
     "parse_config",
     "register_model",
     "render_conversation",
+    "thought_policy",
     "to_chatml",
     "tool",
     "typed_arguments",

@@ -74,6 +74,15 @@ class ModelConfig(_Strict):
     max_tokens: int | None = Field(default=None, gt=0)
     price_per_1k_prompt: float | None = Field(default=None, ge=0)
     price_per_1k_completion: float | None = Field(default=None, ge=0)
+    thought_calls: Literal["ignore", "run", "ask"] | None = None
+    """What a ``<tool_call>`` the model writes inside its ``<think>`` thought is: ``ignore``
+    (thought, never run; the result warns), ``run`` (run as if written after the thought) or
+    ``ask`` (run once the approver approves). ``null``: the model family's (see
+    ``models.profiles``)."""
+    opens_thought: bool | None = None
+    """The model's chat template ends the prompt inside ``<think>``, so its completions start
+    in the thought (QwQ, DeepSeek-R1 distills). ``null``: the model family's; set ``false``
+    for such a model served with thinking turned off."""
 
     def secrets(self) -> list[str]:
         """Values in this section that must never be stored in clear (API keys)."""

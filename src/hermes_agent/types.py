@@ -48,6 +48,9 @@ class ToolCall:
     text_arguments: bool = False
     """The model wrote each argument as untyped text (Qwen3-style XML parameters), so every
     value is a ``str``; the ToolSelector decodes them by the tool's schema before checking."""
+    needs_approval: bool = False
+    """The approver must approve this call whatever its tool says (a call the model wrote
+    inside its thought, under the thought policy ``ask``)."""
 
 
 @dataclass(slots=True)
@@ -76,6 +79,10 @@ class Completion:
     notes: list[str] = field(default_factory=list)
     """What the parser saw and deliberately did not act on (a ``<tool_call>`` inside a
     thought, a thought that never closed), for the trail; not errors, not fed back."""
+    thought_calls: list[ToolCall] = field(default_factory=list)
+    """The calls a ``<tool_call>`` inside the thought holds: never among ``tool_calls``; the
+    model's thought policy (``models.profiles``) says whether they are ignored,
+    run, or run once approved."""
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from hermes_agent.models.profiles import ThoughtPolicy
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.types import Message, ModelResponse, StreamChunk, ToolChoice
 
@@ -69,7 +70,9 @@ class ModelProfile:
     model, as OpenTelemetry's ``gen_ai.provider.name`` names it (``openai`` for any
     OpenAI-compatible endpoint: the API the client speaks; empty: the model's class name).
     ``server_url``: where requests go, for a model called over the network (``None``: in this
-    process).
+    process). ``thought``: what a call written inside the model's thought is, and whether its
+    template opens the thought (``models.profiles``); ``None``: the family's, by the model's
+    name.
     """
 
     context_window: int | None = None
@@ -80,6 +83,7 @@ class ModelProfile:
     price_per_1k_completion: float | None = None
     provider: str = ""
     server_url: str | None = None
+    thought: ThoughtPolicy | None = None
 
 
 @runtime_checkable

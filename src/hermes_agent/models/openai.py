@@ -75,6 +75,7 @@ from hermes_agent.models.base import (
 from hermes_agent.models.openai_render import StreamedCalls, StreamedThought, merge_native
 from hermes_agent.models.openai_reply import JSON
 from hermes_agent.models.openai_request import WireCache, native_tool_choice
+from hermes_agent.models.profiles import ThoughtCalls, thought_policy
 from hermes_agent.protocol.chatml import (
     CHAT_FORMATS,
     to_json,
@@ -161,6 +162,8 @@ class OpenAICompatible(ModelBase):
         grammar: bool = False,
         extra_body: Mapping[str, Any] | None = None,
         transport: Transport = "httpx",
+        thought_calls: ThoughtCalls | None = None,
+        opens_thought: bool | None = None,
     ) -> None:
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
@@ -172,6 +175,15 @@ class OpenAICompatible(ModelBase):
             raise ConfigError(f"chat_format must be one of {CHAT_FORMATS}, got {chat_format!r}")
         self.name = model_name
         self.mode: Mode = mode
+        # The server applies the model's own chat template: the family's policy holds
+        # (None: found by name when asked) unless overridden here.
+        self.thought = (
+            None
+            if thought_calls is None and opens_thought is None
+            else thought_policy(
+                model_name, thought_calls=thought_calls, opens_thought=opens_thought
+            )
+        )
         self.chat_format = chat_format
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -222,6 +234,7 @@ class OpenAICompatible(ModelBase):
             tool_choice_enforcement=enforcement,
             provider="openai",
             server_url=self.base_url,
+            thought=self.thought,
         )
 
     def _client(self) -> AsyncOpenAI:

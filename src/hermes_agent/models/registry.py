@@ -118,6 +118,8 @@ def _openai(config: OpenAIConfig) -> Model:
         grammar=config.grammar,
         # ``auto`` is resolved by the service and the workers (``loading.on_owned_loops``).
         transport="httpx" if config.transport == "auto" else config.transport,
+        thought_calls=config.thought_calls,
+        opens_thought=config.opens_thought,
     )
 
 
@@ -133,13 +135,20 @@ def _llamacpp(config: LlamaCppConfig) -> Model:
         use_grammar=config.use_grammar,
         max_calls=config.max_calls,
         call_bias=config.call_bias,
+        thought_calls=config.thought_calls,
+        opens_thought=bool(config.opens_thought),
     )
 
 
 def _scripted(config: ScriptedConfig) -> Model:
     from hermes_agent.models.scripted import ScriptedModel
 
-    return ScriptedModel(config.responses, name=config.model_name or "scripted")
+    return ScriptedModel(
+        config.responses,
+        name=config.model_name or "scripted",
+        thought_calls=config.thought_calls,
+        opens_thought=config.opens_thought,
+    )
 
 
 register_model("openai", OpenAIConfig, _openai)

@@ -27,6 +27,7 @@ from typing import Any
 
 from hermes_agent.errors import ModelError
 from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings
+from hermes_agent.models.profiles import ThoughtCalls, thought_policy
 from hermes_agent.protocol.parser import parse_completion
 from hermes_agent.types import Message, ModelResponse, StreamChunk, Usage
 
@@ -47,7 +48,9 @@ class ScriptedModel(ModelBase):
 
     ``chunk_size`` sets how ``stream`` splits each completion (characters per chunk);
     ``context_window`` (tokens, estimated) makes the agent fit prompts to it, as it does for a
-    real model.
+    real model. ``thought_calls`` and ``opens_thought`` set its thought policy
+    (``models.profiles``; by default the family's, by ``name``), so a script can play a
+    thinking model.
     Usage counts are rough (characters / 4), enough to see them move in a test.
     """
 
@@ -56,11 +59,19 @@ class ScriptedModel(ModelBase):
         script: Sequence[str] | ScriptFunction,
         *,
         name: str = "scripted",
+        thought_calls: ThoughtCalls | None = None,
+        opens_thought: bool | None = None,
         chunk_size: int = 4,
         context_window: int | None = None,
     ) -> None:
         self.name = name
         self.context_window = context_window
+        # None: the family's, found by the name when asked.
+        self.thought = (
+            None
+            if thought_calls is None and opens_thought is None
+            else thought_policy(name, thought_calls=thought_calls, opens_thought=opens_thought)
+        )
         self.chunk_size = max(1, chunk_size)
         self._function: ScriptFunction | None = None
         self._responses: list[str] = []
@@ -73,7 +84,9 @@ class ScriptedModel(ModelBase):
 
     @property
     def profile(self) -> ModelProfile:
-        return ModelProfile(context_window=self.context_window, provider="scripted")
+        return ModelProfile(
+            context_window=self.context_window, provider="scripted", thought=self.thought
+        )
 
     def _answer(
         self,

@@ -10,6 +10,8 @@ it is not sent back in later turns. The Qwen3 and QwQ chat templates drop the th
 turns before the last user message too (Qwen3's keeps those of the tool steps after it; a chat
 format that does the same is not built yet). A turn that did not parse is the exception: it is
 replayed verbatim (``Message.raw``), thought included, so the model sees exactly what it wrote.
+A call written inside the thought follows the model's thought policy, and a template that opens
+the thought is read from inside it (``pipeline.thought_calls``).
 
 A turn the model says was cut off at ``max_tokens`` (finish reason ``length``) runs none of its
 calls: they become parse errors the model reads (``_cut_turn``).
@@ -38,6 +40,7 @@ from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.context import RunContext, system_turn
 from hermes_agent.pipeline.context_window import fit_to_context
 from hermes_agent.pipeline.status import REFUSED, Status
+from hermes_agent.pipeline.thought_calls import apply_thought_policy, policy_of, read_opened
 from hermes_agent.pipeline.watch import current_watch
 from hermes_agent.protocol.parser import (
     ScratchPadDelta,
@@ -99,11 +102,13 @@ class ThoughtGenerator:
             model = ctx.model
             prompt = model.render_prompt(ctx.messages, ctx.tool_specs, settings)
             watch.spend.sent(model.count_tokens(prompt), model.count_tokens)
+        policy = policy_of(ctx.model)  # the family's thought policy (pipeline.thought_calls)
         try:
             if ctx.stream() if callable(ctx.stream) else ctx.stream:
-                response = await _streamed(ctx, settings)
+                response = await _streamed(ctx, settings, policy.opens_thought)
             else:
                 response = await ctx.model.complete(ctx.messages, ctx.tool_specs, settings)
+                response = read_opened(response, policy)
         except StoreUnavailable:
             raise  # the journal could not keep the turn: not the model's failure
         except Exception as exc:  # ModelError, or anything a custom model lets escape
@@ -116,7 +121,7 @@ class ThoughtGenerator:
 
         if watch is not None:
             watch.spend.ended(response.usage)
-        completion = response.completion
+        completion = apply_thought_policy(ctx, response.completion, policy)
         if response.finish_reason == CUT_SHORT and completion.tool_calls:
             completion = _cut_turn(completion, settings.max_tokens)
         _unique_ids(completion.tool_calls)
@@ -324,8 +329,10 @@ def _warn_unfilled(ctx: RunContext, rendered: str) -> None:
             logger.warning("run %s: %s", ctx.request_id, warning)
 
 
-async def _streamed(ctx: RunContext, settings: ModelSettings) -> ModelResponse:
-    parser = StreamParser()
+async def _streamed(
+    ctx: RunContext, settings: ModelSettings, in_thought: bool = False
+) -> ModelResponse:
+    parser = StreamParser(in_thought=in_thought)  # the template opened <think>: start in it
     pieces: list[str] = []
     usage = Usage()
     finish = ""

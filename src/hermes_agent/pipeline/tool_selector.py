@@ -4,8 +4,9 @@ For each call, in order: is it within the turn's ``max_calls_per_turn`` (429 bey
 the tool exist (404, with the real names) and is it visible to this run (404)? Is it available —
 if not, is there a ``fallback`` tool to call instead (404 if neither)? Do the arguments pass the
 schema (400, with the exact errors)? Is the tool within its rate limit (429)? Does it need
-approval, and was it given (403)? A block that could not be parsed at all is refused the same
-way (400). Every refusal is a result the model reads.
+approval (its tool says so, or the model wrote it inside its thought under the thought policy
+``ask``: ``ToolCall.needs_approval``), and was it given (403)? A block that could not be
+parsed at all is refused the same way (400). Every refusal is a result the model reads.
 
 A call written as Qwen3-style XML (``ToolCall.text_arguments``) has only text values, and only
 the tool's schema says what they are: before the schema check, a value whose property allows a
@@ -137,7 +138,8 @@ class ToolSelector:
         if not ctx.dry_run and not recorded and not ctx.runtime.has_room(tool):
             return rate_limited(call.id, tool)
 
-        if tool.requires_approval and not ctx.dry_run:
+        # A call the model wrote inside its thought may need approval too (thought_calls: ask).
+        if (tool.requires_approval or call.needs_approval) and not ctx.dry_run:
             refusal = await _approve(ctx, call.id, tool, arguments)
             if refusal is not None:
                 return refusal
@@ -176,7 +178,7 @@ async def recheck(ctx: RunContext, plan: PlannedCall) -> ToolResult | None:
         arguments, errors = tool.validate(plan.arguments)
     if errors:
         return _invalid(call_id, tool.name, errors)
-    if tool.requires_approval:
+    if tool.requires_approval or plan.call.needs_approval:
         # Always asked: a hook's change is for the approver to see, even where the checked
         # arguments come out as a call approved before.
         refusal = await _approve(ctx, call_id, tool, arguments, reuse=False)

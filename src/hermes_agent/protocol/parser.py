@@ -14,13 +14,19 @@ How a completion is split:
 - ``<scratch_pad>...</scratch_pad>`` goes to ``scratch_pad`` (stripped; several pads are joined
   with a newline). Inside a scratch pad only ``</scratch_pad>`` is a tag.
 - ``<think>...</think>`` goes to ``thought`` (the same way; an empty thought is none). Inside a
-  thought only ``</think>`` is a tag: a ``<tool_call>`` there is text of the thought, never a
-  call, and ``notes`` says one was seen. A thought that never closes runs to the end of the
-  text (never cut short, unlike a scratch pad, so that no call inside it can escape). A bare
-  ``</think>`` before any ``<think>`` means the chat template opened the thought in the prompt:
-  everything before it becomes the thought, and whatever was read there as content, calls or
-  errors is dropped (``StreamParser`` sends ``ThoughtRevealed``). Feed ``"<think>"`` first when
-  the template is known to open it, and the stream is right from the first event.
+  thought only ``</think>`` ends it, even inside a quoted string. A ``<tool_call>`` (or
+  ``<tools>``) block there stays text of the thought (streamed as ``ThoughtDelta``) and is
+  never one of ``tool_calls``: its calls go to ``thought_calls`` (a broken block is only text),
+  and ``notes`` says one was seen; whether they run is the caller's thought policy. A
+  repeated ``<think>`` inside a thought is a line break (``"\n"``), so the words either side
+  of it stay apart. A thought that never closes runs to the end of the text (never cut short,
+  unlike a scratch pad, so that no call inside it can escape).
+- A template that opens the thought in the prompt (QwQ, DeepSeek-R1 distills: the prompt ends
+  with ``<think>``) makes a completion that starts inside it. ``in_thought=True`` (both entry
+  points) reads it so from the first character: nothing of it is ever streamed as content.
+  Without it, a bare ``</think>`` before any ``<think>`` shows it after the fact: all before
+  it becomes the thought, its calls ``thought_calls``, and whatever else was read there as
+  content or errors is dropped (``StreamParser`` sends ``ThoughtRevealed``).
 - A ``<tool_call>`` block (or ``<tools>``, which Qwen2.5-Coder writes instead) ends at either
   closing tag, at the next opening tag (a forgotten closing tag), at ``<think>`` or
   ``</think>``, at a special token, or at the end of the text (an unclosed final block). The
@@ -53,7 +59,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 from hermes_agent.protocol.decoding import FUNCTION_OPEN as _FUNCTION_OPEN
@@ -63,6 +68,16 @@ from hermes_agent.protocol.decoding import WHITESPACE as _WHITESPACE
 from hermes_agent.protocol.decoding import parse_block as _parse_block
 from hermes_agent.protocol.decoding import strip_special_suffix as _strip_special_suffix
 from hermes_agent.protocol.decoding import too_deep as _too_deep
+from hermes_agent.protocol.stream_events import (
+    ScratchPadDelta,
+    StreamEvent,
+    TextDelta,
+    ThoughtDelta,
+    ThoughtRevealed,
+    ToolCallArgumentsDelta,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from hermes_agent.types import Completion, ParseError, ToolCall, new_call_id
 
 __all__ = [
@@ -120,8 +135,8 @@ BARE_FUNCTION: Final = (
 )
 # Where an unclosed scratch pad is cut: the model evidently moved on to calling or stopped.
 _PAD_CUT_TAGS: Final = (*_BLOCK_OPENERS, *SPECIAL_TOKENS)
-# Inside a thought: its end, a repeated opening tag (dropped), and the call tags that are
-# only text there but are worth a note.
+# Inside a thought: its end, a repeated opening tag (a line break), and the call tags that
+# open a block read into thought_calls (its text stays the thought's).
 _THINK_TAGS: Final = (_THINK_CLOSE, _THINK_OPEN, *_BLOCK_OPENERS)
 
 _LONGEST_TAG: Final = max(len(tag) for tag in _TEXT_TAGS)
@@ -145,6 +160,7 @@ NOTE_CALL_IN_THOUGHT: Final = (
     "a <tool_call> written inside the thought was not run: nothing inside <think>...</think> "
     "is ever a call (a call goes after </think>)"
 )
+"""The parser's word; a pipeline whose thought policy runs such calls says so instead."""
 NOTE_UNCLOSED_THOUGHT: Final = (
     "the text ended inside <think> (no </think>): all of it after <think> is the thought"
 )
@@ -154,95 +170,22 @@ NOTE_REVEALED_THOUGHT: Final = (
 )
 
 
-# --- events ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TextDelta:
-    """More ``content`` text. Never holds part of a tag; ``content`` is all of them, stripped."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ScratchPadDelta:
-    """More text inside a ``<scratch_pad>`` (unstripped)."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ThoughtDelta:
-    """More text inside a ``<think>`` thought (unstripped). Never holds the thought's tags."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ThoughtRevealed:
-    """A bare ``</think>`` (no ``<think>`` before it) showed that everything before it was a
-    thought: the chat template opened ``<think>`` in the prompt. ``text`` is that thought, raw;
-    every ``TextDelta``, ``ScratchPadDelta`` and tool-call event before this one was part of
-    it and is void (its calls were never calls). Comes at most once per stream. A caller that
-    knows its template pre-opens ``<think>`` feeds ``"<think>"`` first and never sees this.
-    """
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallStarted:
-    """A ``<tool_call>`` (or ``<tools>``) tag opened block number ``index`` (0, 1, ... in order
-    of appearance)."""
-
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallArgumentsDelta:
-    """Raw text inside block ``index`` as it arrives (JSON, possibly incomplete)."""
-
-    index: int
-    delta: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallFinished:
-    """Block ``index`` ended and was parsed: exactly one of ``call`` and ``error`` is set.
-
-    A block that holds a list of calls finishes with one event per call, all with its index.
-    """
-
-    index: int
-    call: ToolCall | None = None
-    error: ParseError | None = None
-
-
-StreamEvent = (
-    TextDelta
-    | ScratchPadDelta
-    | ThoughtDelta
-    | ThoughtRevealed
-    | ToolCallStarted
-    | ToolCallArgumentsDelta
-    | ToolCallFinished
-)
-"""What ``StreamParser.feed`` and ``flush`` return, in stream order."""
-
-
 # --- public entry points ---------------------------------------------------------------------
 
 
-def parse_completion(text: str, *, new_id: Callable[[], str] = new_call_id) -> Completion:
+def parse_completion(
+    text: str, *, new_id: Callable[[], str] = new_call_id, in_thought: bool = False
+) -> Completion:
     """Split a whole completion into content, tool calls, scratch pad and parse errors.
 
     ``new_id`` makes ids for calls whose JSON has no ``"id"`` (pass a counter for
-    reproducible ids in tests and replays).
+    reproducible ids in tests and replays). ``in_thought``: the chat template opened
+    ``<think>`` in the prompt, so the text starts inside the thought.
     """
-    fast = _common_case(text, new_id)
+    fast = None if in_thought else _common_case(text, new_id)
     if fast is not None:
         return fast
-    parser = StreamParser(new_id=new_id)
+    parser = StreamParser(new_id=new_id, in_thought=in_thought)
     parser.feed(text)
     return parser.close()
 
@@ -305,16 +248,19 @@ class StreamParser:
     the events that follow it describe the text after the cut, read again.
     """
 
-    def __init__(self, *, new_id: Callable[[], str] = new_call_id) -> None:
+    def __init__(
+        self, *, new_id: Callable[[], str] = new_call_id, in_thought: bool = False
+    ) -> None:
         self._new_id = new_id
         self._buf = ""  # unread input: what the last chunk left undecided, plus the new chunk
-        self._mode = _TEXT
+        self._mode = _THINK if in_thought else _TEXT
         self._may_recover = True
         self._flushed = False
         self._completion: Completion | None = None
         # What the completion is built from.
         self._content: list[str] = []
         self._calls: list[ToolCall] = []
+        self._thought_calls: list[ToolCall] = []
         self._errors: list[ParseError] = []
         self._pads: list[str] = []
         self._thoughts: list[str] = []
@@ -325,11 +271,14 @@ class StreamParser:
         self._block_tag = _TOOL_OPEN  # the tag that opened the current block
         self._xml = False  # the current block is Qwen3-Coder XML (its quotes are plain text)
         self._call_in_thought = False  # the current thought holds a <tool_call> or <tools>
+        # The thought's parts while a block inside it is read (its text is both), else None.
+        self._thought_parts: list[str] | None = None
         # The raw input so far, kept only while no thought has been seen: a bare </think>
         # would make all of it a thought (see _reveal). None once a thought was seen.
         # _buf is always a suffix of the raw input (held back, or put back by a recovery).
-        self._fed: list[str] | None = []
-        self._keep: Callable[[str], None] | None = self._fed.append  # bound once: per chunk
+        self._fed: list[str] | None = None if in_thought else []
+        # Bound once: called per chunk.
+        self._keep: Callable[[str], None] | None = None if self._fed is None else self._fed.append
         self._quote: str | None = None  # the quote of the JSON string we are in, if any
         self._escape = False  # the previous character was a backslash inside a string
         self._prev = ""  # last non-blank character outside strings in this block
@@ -361,6 +310,8 @@ class StreamParser:
         """
         if not chunk:
             return []
+        if self._thought_parts is not None and "<" in chunk:
+            return None  # a block inside a thought ends at </think>, even inside a string
         mode = self._mode
         if mode == _TEXT:
             if "<" in chunk:
@@ -381,7 +332,11 @@ class StreamParser:
             elif not self._scan_quotes(chunk):
                 return None
             self._parts.append(chunk)
-            event = ToolCallArgumentsDelta(self._blocks - 1, chunk)
+            if self._thought_parts is None:
+                event = ToolCallArgumentsDelta(self._blocks - 1, chunk)
+            else:
+                self._thought_parts.append(chunk)
+                event = ThoughtDelta(chunk)
         elif mode == _THINK and "<" not in chunk:
             self._parts.append(chunk)
             event = ThoughtDelta(chunk)
@@ -434,6 +389,7 @@ class StreamParser:
             self._completion = Completion(
                 content="".join(self._content).strip(),
                 tool_calls=self._calls,
+                thought_calls=self._thought_calls,
                 scratch_pad="\n".join(self._pads) if self._pads else None,
                 errors=self._errors,
                 thought="\n".join(self._thoughts) if self._thoughts else None,
@@ -450,6 +406,8 @@ class StreamParser:
             # A scan may replace self._buf (recovery puts cut-off text back in front of it).
             if self._mode == _TEXT:
                 pos, stalled = self._scan_text(self._buf, pos, events, final)
+            elif self._mode == _BLOCK and self._thought_parts is not None:
+                pos, stalled = self._scan_thought_block(self._buf, pos, events, final)
             elif self._mode == _BLOCK:
                 pos, stalled = self._scan_block(self._buf, pos, events, final)
             elif self._mode == _THINK:
@@ -555,6 +513,11 @@ class StreamParser:
             self._emit_block_text(buf[start:j], events)
             if tag == _PARTIAL:
                 return j, True
+            if self._thought_parts is not None:
+                kept = j + len(tag) if tag in _BLOCK_CLOSERS else j
+                self._finish_thought_block()
+                self._emit_thought(buf[j:kept], events)  # the closing tag is the thought's too
+                return kept, False
             rest = self._finish_block("".join(self._parts), events)
             if rest is not None:
                 # Read the cut-off text again, then the tag that ended the block, then on.
@@ -564,6 +527,30 @@ class StreamParser:
             return (j + len(tag) if tag in _BLOCK_CLOSERS else j), False
         self._emit_block_text(buf[start:pos], events)
         return pos, False
+
+    def _scan_thought_block(
+        self, buf: str, pos: int, events: list[StreamEvent], final: bool
+    ) -> tuple[int, bool]:
+        # Read like any block up to the first </think> (or a tail that may become one), which
+        # ends it wherever it stands, inside a string too. No tag straddles that point (a tag
+        # holds one "<"), so the part before it is read as final.
+        end = buf.find(_THINK_CLOSE, pos)
+        held = False
+        if end < 0:
+            end = len(buf)
+            if not final:
+                k = buf.rfind("<", max(pos, end - len(_THINK_CLOSE) + 1))
+                held = k >= 0 and _THINK_CLOSE.startswith(buf[k:])
+                end = k if held else end
+        if end == len(buf):
+            return self._scan_block(buf, pos, events, final)
+        new_pos, stalled = self._scan_block(buf[:end], pos, events, True)
+        if new_pos < end or self._mode != _BLOCK:  # the block ended before that point
+            return new_pos, stalled
+        if held:
+            return end, True
+        self._finish_thought_block()  # at </think>: the thought reads it next
+        return end, False
 
     def _scan_bare(
         self, buf: str, pos: int, events: list[StreamEvent], final: bool
@@ -598,7 +585,8 @@ class StreamParser:
     def _scan_think(
         self, buf: str, pos: int, events: list[StreamEvent], final: bool
     ) -> tuple[int, bool]:
-        # Only </think> ends a thought. A call tag is text here: noted, never opened.
+        # Only </think> ends a thought. A call tag opens a block whose text stays the thought's
+        # and whose calls are thought_calls, never tool_calls.
         start = search = pos
         while True:
             i = buf.find("<", search)
@@ -611,12 +599,18 @@ class StreamParser:
                 continue
             if tag in _BLOCK_OPENERS:
                 self._call_in_thought = True
-                search = i + len(tag)
-                continue
+                after = i + len(tag)
+                self._emit_thought(buf[start:after], events)
+                self._thought_parts = self._parts  # the block's calls are thought_calls
+                self._open_block(tag, None)
+                return after, False
             self._emit_thought(buf[start:i], events)
             if tag == _PARTIAL:
                 return i, True
-            if tag == _THINK_OPEN:  # the model repeated the opening tag: dropped
+            if tag == _THINK_OPEN:
+                # The model repeated the opening tag: a line break, so that the words either
+                # side of it stay apart.
+                self._emit_thought("\n", events)
                 start = search = i + len(tag)
                 continue
             self._end_thought("".join(self._parts))
@@ -680,7 +674,9 @@ class StreamParser:
         self._fed = self._keep = None
         if self._blocks or any(opener in raw for opener in _BLOCK_OPENERS):
             self._call_in_thought = True
-        self._content, self._calls, self._errors, self._pads = [], [], [], []
+        # The calls read so far were written inside the thought: they are its calls now.
+        self._thought_calls, self._calls = self._calls, []
+        self._content, self._errors, self._pads = [], [], []
         self._notes.append(NOTE_REVEALED_THOUGHT)
         self._end_thought(raw)
         events.append(ThoughtRevealed(raw))
@@ -688,16 +684,34 @@ class StreamParser:
     def _emit_block_text(self, text: str, events: list[StreamEvent]) -> None:
         if text:
             self._parts.append(text)
-            events.append(ToolCallArgumentsDelta(self._blocks - 1, text))
+            if self._thought_parts is None:
+                events.append(ToolCallArgumentsDelta(self._blocks - 1, text))
+            else:  # a block inside a thought: its text is the thought's
+                self._thought_parts.append(text)
+                events.append(ThoughtDelta(text))
 
-    def _open_block(self, tag: str, events: list[StreamEvent]) -> None:
+    def _finish_thought_block(self) -> None:
+        """Parse a block read inside a thought into ``thought_calls`` and go back to the
+        thought. A block that does not parse stays what it was, text of the thought; no
+        recovery cuts it (nothing after it could become a call)."""
+        assert self._thought_parts is not None
+        listing = self._block_tag == _TOOLS_OPEN
+        results = _parse_block("".join(self._parts), self._new_id, listing=listing)
+        self._thought_calls += [r for r in results if isinstance(r, ToolCall)]
+        self._parts, self._thought_parts = self._thought_parts, None
+        self._mode = _THINK
+
+    def _open_block(self, tag: str, events: list[StreamEvent] | None) -> None:
+        """Start reading a block; ``events`` None: a block inside a thought, not one of the
+        turn's blocks (no index, no tool-call events; its text stays the thought's)."""
         self._mode = _BLOCK
         self._block_tag = tag
         self._xml = False
         self._parts = []
         self._quote, self._escape, self._prev = None, False, ""
-        events.append(ToolCallStarted(self._blocks))
-        self._blocks += 1
+        if events is not None:
+            events.append(ToolCallStarted(self._blocks))
+            self._blocks += 1
 
     def _finish_block(self, block: str, events: list[StreamEvent]) -> str | None:
         """Parse the block and report it; return text to read again if it had to be cut."""
@@ -730,6 +744,9 @@ class StreamParser:
     def _finish_unclosed(self, events: list[StreamEvent]) -> None:
         """The text ended inside a block or scratch pad: close it, recovering if it ran on."""
         text = "".join(self._parts)
+        if self._mode == _BLOCK and self._thought_parts is not None:
+            self._finish_thought_block()  # the thought it was in is closed next
+            return
         if self._mode == _BLOCK:
             rest = self._finish_block(text, events)
             if rest is not None:

@@ -332,6 +332,11 @@ def response_to_json(response: ModelResponse) -> dict[str, Any]:
             {"name": c.name, "arguments": c.arguments, "id": c.id, "text": c.text_arguments}
             for c in completion.tool_calls
         ],
+        # The calls written inside the thought: the thought policy decides again on resume.
+        "thought_calls": [
+            {"name": c.name, "arguments": c.arguments, "id": c.id, "text": c.text_arguments}
+            for c in completion.thought_calls
+        ],
         "errors": [{"block": e.block, "message": e.message} for e in completion.errors],
     }
 
@@ -348,6 +353,10 @@ def response_from_json(data: dict[str, Any]) -> ModelResponse:
         thought=data.get("thought"),
         notes=list(data.get("notes") or []),
         errors=[ParseError(e["block"], e["message"]) for e in data["errors"]],
+        thought_calls=[
+            ToolCall(c["name"], c["arguments"], c["id"], bool(c.get("text", False)))
+            for c in data.get("thought_calls") or []
+        ],
     )
     usage = Usage(**data.get("usage", {}))
     return ModelResponse(

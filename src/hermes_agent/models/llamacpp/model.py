@@ -35,6 +35,7 @@ from hermes_agent.models.llamacpp.files import (
 )
 from hermes_agent.models.llamacpp.guide import TOP_K, GrammarGuide, check_guide
 from hermes_agent.models.llamacpp.loader import load_model
+from hermes_agent.models.profiles import ThoughtCalls, thought_policy
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.protocol.grammar import build_grammar
 from hermes_agent.protocol.parser import parse_completion
@@ -136,6 +137,8 @@ class LlamaCpp(ModelBase):
         max_string_chars: int = 128,
         repack_weights: bool = False,
         call_bias: float | None = DEFAULT_CALL_BIAS,
+        thought_calls: ThoughtCalls | None = None,
+        opens_thought: bool = False,
     ) -> None:
         if not installed("llama_cpp"):
             raise MissingDependencyError(
@@ -168,6 +171,11 @@ class LlamaCpp(ModelBase):
         """The decision of the last ``auto`` turn under the grammar: the best call-opening
         token's logit minus the best text token's (``None`` when no decision was made)."""
         self.name = f"llamacpp:{path.stem}"
+        # The prompt is rendered here and does not end inside <think>, whatever the family's
+        # template would do: the thought is open only when the caller says so.
+        self.thought = thought_policy(
+            self.name, thought_calls=thought_calls, opens_thought=opens_thought
+        )
 
     def __repr__(self) -> str:
         return f"LlamaCpp({self.model_path!r}, n_ctx={self.n_ctx})"
@@ -184,6 +192,7 @@ class LlamaCpp(ModelBase):
             max_tokens=self.max_tokens,
             tool_choice_enforcement="grammar" if self.use_grammar else "prompt",
             provider="llama_cpp",
+            thought=self.thought,
         )
 
     @property
