@@ -17,6 +17,7 @@ import asyncio
 import importlib.util
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -256,25 +257,32 @@ HERMES4 = f"<think>\nI could call {RM} but the user only asked.\n</think>\nI can
 R1 = "Alright, the user greets me. I should greet back.\n</think>\n\nHello!"
 
 
-def endpoint_model(replies: list[str], name: str, **options: Any) -> OpenAICompatible:
-    """An OpenAI-compatible endpoint in hermes mode (no reasoning parser on the server): each
-    request gets the next text as ``content``, whole or streamed in 4-character deltas."""
+def endpoint_model(
+    replies: list[Any], name: str, mode: str = "hermes", **options: Any
+) -> OpenAICompatible:
+    """An OpenAI-compatible endpoint: each request gets the next reply, a text (``content``;
+    no reasoning parser on the server) or a message (``reasoning_content`` and ``content``: a
+    server with one), whole or streamed in 4-character deltas."""
     queue = list(replies)
 
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
-        text = queue.pop(0)
+        reply = queue.pop(0)
+        message = reply if isinstance(reply, dict) else {"content": reply}
+        text = message.get("content", "")
         if not body.get("stream"):
             return httpx.Response(
                 200,
                 json={
                     "id": "x", "object": "chat.completion", "created": 0, "model": name,
                     "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
+                                 "message": {"role": "assistant", **message}}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 },
             )  # fmt: skip
-        deltas = [{"content": text[i : i + 4]} for i in range(0, len(text), 4)]
+        thought = message.get("reasoning_content", "")
+        deltas = [{"reasoning_content": thought[i : i + 4]} for i in range(0, len(thought), 4)]
+        deltas += [{"content": text[i : i + 4]} for i in range(0, len(text), 4)]
         chunks = [
             {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": name,
              "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
@@ -292,7 +300,7 @@ def endpoint_model(replies: list[str], name: str, **options: Any) -> OpenAICompa
         max_retries=0,
         http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
     )
-    return OpenAICompatible(name, mode="hermes", client=client, **options)
+    return OpenAICompatible(name, mode=mode, client=client, **options)  # type: ignore[arg-type]
 
 
 def make_model(engine: str, replies: list[str], name: str, **options: Any) -> Any:
@@ -466,3 +474,97 @@ def test_the_worker_journal_keeps_the_calls_of_a_thought() -> None:
     again = response_from_json(json.loads(json.dumps(response_to_json(response))))
     assert again.completion.thought_calls == response.completion.thought_calls
     assert again.completion.thought_calls[0].text_arguments is True
+
+
+# --- the service --------------------------------------------------------------------------
+
+
+def service_agent(tmp_path: Path, replies: list[str], name: str, **options: Any) -> Agent:
+    agent = Agent(
+        model=ScriptedModel(replies, name=name, **options),
+        storage=f"sqlite:///{tmp_path / 'state.db'}",
+    )
+
+    def rm(path: str) -> str:
+        """Delete a path."""
+        return "deleted"
+
+    agent.add_tool(Tool.from_function(rm))
+    return agent
+
+
+def service_run(agent: Agent, stream: bool, settings: Any) -> tuple[dict[str, Any], list[Any]]:
+    """POST one run to the in-process service, streamed (SSE) or not; its result and the
+    streamed frames."""
+    from hermes_agent.server import create_app
+    from server_harness import poll_run, serve, sse_events
+
+    body = {"message": "Delete /tmp/x", "stream": stream}
+    frames: list[Any] = []
+    with serve(create_app(agent=agent, settings=settings)) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        if stream:
+            with client.stream("POST", "/v1/runs", json=body) as r:
+                frames = [f for f in sse_events(r.iter_lines()) if "event" in f]
+            request_id = frames[0]["data"]["request_id"]
+        else:
+            request_id = client.post("/v1/runs", json=body).json()["request_id"]
+        return poll_run(client, request_id)["result"], frames
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+def test_the_service_runs_a_qwen35_call_from_the_thought_and_warns_for_qwq(
+    tmp_path: Path, stream: bool
+) -> None:
+    from hermes_agent.server import ServiceSettings
+
+    settings = ServiceSettings(auth="none")
+    qwen = service_agent(tmp_path, [QWEN35, "It is gone.\n</think>\n\nDeleted."], "qwen3.5-9b")
+    result, frames = service_run(qwen, stream, settings)
+    assert [(c["name"], c["status_code"]) for c in result["tool_calls"]] == [("rm", 200)]
+    assert result["output"] == "Deleted."
+    streamed = "".join(f["data"]["text"] for f in frames if f["event"] == "text_delta")
+    assert streamed.strip() == ("Deleted." if stream else "")
+    qwq = service_agent(tmp_path / "qwq", [QWQ], "qwq-32b")
+    result, frames = service_run(qwq, stream, settings)
+    assert result["tool_calls"] == [] and result["output"] == "Sure."
+    assert any("not run (thought_calls: ignore)" in w for w in result["warnings"])
+    streamed = "".join(f["data"]["text"] for f in frames if f["event"] == "text_delta")
+    assert streamed.strip() == ("Sure." if stream else "")
+
+
+def test_the_service_asks_its_approver_for_a_call_from_the_thought(tmp_path: Path) -> None:
+    from hermes_agent.server import ServiceSettings, create_app
+    from server_harness import poll_run, serve
+
+    agent = service_agent(tmp_path, [HERMES4, "Done."], "hermes-4-14b", thought_calls="ask")
+    settings = ServiceSettings(auth="none", approval_policy="wait", approval_timeout_s=30)
+    with serve(create_app(agent=agent, settings=settings)) as url:
+        client = httpx.Client(base_url=url, timeout=30)
+        reply = client.post("/v1/runs", json={"message": "Delete /tmp/x"})
+        assert reply.status_code == 202, reply.text  # back as soon as the approval is asked
+        (pending,) = reply.json()["pending_approvals"]
+        assert pending["tool"] == "rm"
+        answer = client.post(f"/v1/approvals/{pending['approval_id']}", json={"approved": True})
+        assert answer.status_code == 200
+        result = poll_run(client, reply.json()["request_id"])["result"]
+    assert [(c["name"], c["status_code"]) for c in result["tool_calls"]] == [("rm", 200)]
+    assert result["output"] == "Done."
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("mode", ["native", "hermes"])
+@pytest.mark.parametrize(("name", "runs"), [("qwen3.5-27b", True), ("qwq-32b", False)])
+def test_a_call_in_a_servers_reasoning_field_follows_the_policy(
+    mode: str, name: str, runs: bool, stream: bool
+) -> None:
+    """A server with a reasoning parser hands the thought over apart (vLLM lost a call in it):
+    here it is a thought call like any other, whether the family opens the thought or not."""
+    reply = {"reasoning_content": f"The user wants it gone. {RM}", "content": "Sure."}
+    after = {"reasoning_content": "It is gone.", "content": "Deleted."}
+    result, _, ran, _ = run_agent(endpoint_model([reply, after], name, mode=mode), stream)
+    assert ran == (["/tmp/x"] if runs else [])
+    assert result.output == ("Deleted." if runs else "Sure.")
+    assert result.steps[0].thought is not None and result.steps[0].thought.startswith("The user")
+    if not runs:
+        assert any("not run (thought_calls: ignore)" in w for w in result.warnings)
