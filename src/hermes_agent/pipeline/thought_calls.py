@@ -47,7 +47,7 @@ NOTE_RAN: dict[str, str] = {
 
 def policy_of(model: Model) -> ThoughtPolicy:
     """The model's thought policy: the one its profile declares, else its family's by name."""
-    declared = model.profile.thought
+    declared = getattr(model.profile, "thought", None)  # a profile from before it had one
     return declared if declared is not None else thought_policy(model.name)
 
 
