@@ -273,6 +273,7 @@ class StreamParser:
         self._call_in_thought = False  # the current thought holds a <tool_call> or <tools>
         # The thought's parts while a block inside it is read (its text is both), else None.
         self._thought_parts: list[str] | None = None
+        self._close_in, self._close_at = "", -1  # where the next </think> is, in which buffer
         # The raw input so far, kept only while no thought has been seen: a bare </think>
         # would make all of it a thought (see _reveal). None once a thought was seen.
         # _buf is always a suffix of the raw input (held back, or put back by a recovery).
@@ -457,9 +458,9 @@ class StreamParser:
             start = search = after  # a stray closer or special token: dropped
 
     def _scan_block(
-        self, buf: str, pos: int, events: list[StreamEvent], final: bool
+        self, buf: str, pos: int, events: list[StreamEvent], final: bool, stop: int = -1
     ) -> tuple[int, bool]:
-        start, end = pos, len(buf)
+        start, end = pos, len(buf) if stop < 0 else stop  # stop: read no further
         while pos < end:
             quote = self._quote
             if quote is not None:
@@ -467,7 +468,7 @@ class StreamParser:
                     self._escape = False
                     pos += 1
                     continue
-                found = _IN_STRING_STOP[quote].search(buf, pos)
+                found = _IN_STRING_STOP[quote].search(buf, pos, end)
                 if found is None:
                     pos = end
                     break
@@ -478,7 +479,7 @@ class StreamParser:
                     self._quote, self._prev = None, quote
                 pos = j + 1
                 continue
-            found = (_TAG_START if self._xml else _OUTSIDE_STRING_STOP).search(buf, pos)
+            found = (_TAG_START if self._xml else _OUTSIDE_STRING_STOP).search(buf, pos, end)
             j = end if found is None else found.start()
             k = j - 1
             while k >= pos and buf[k] in _WHITESPACE:
@@ -534,8 +535,9 @@ class StreamParser:
         # Read like any block up to the first </think> (or a tail that may become one), which
         # ends it wherever it stands, inside a string too. No tag straddles that point (a tag
         # holds one "<"), so the part before it is read as final.
-        end = buf.find(_THINK_CLOSE, pos)
-        held = False
+        if self._close_in is not buf or 0 <= self._close_at < pos:  # once per buffer and thought
+            self._close_in, self._close_at = buf, buf.find(_THINK_CLOSE, pos)
+        end, held = self._close_at, False
         if end < 0:
             end = len(buf)
             if not final:
@@ -544,7 +546,7 @@ class StreamParser:
                 end = k if held else end
         if end == len(buf):
             return self._scan_block(buf, pos, events, final)
-        new_pos, stalled = self._scan_block(buf[:end], pos, events, True)
+        new_pos, stalled = self._scan_block(buf, pos, events, True, end)
         if new_pos < end or self._mode != _BLOCK:  # the block ended before that point
             return new_pos, stalled
         if held:
