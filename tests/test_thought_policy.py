@@ -586,3 +586,33 @@ def test_many_calls_inside_one_thought_parse_in_linear_time() -> None:
         return min(times)
 
     assert best(16000) < 8 * best(4000)
+
+
+R1_CALL = f"Alright, the user wants /tmp/x gone. {RM}\nThat should do it.\n</think>\n\nOn it."
+STYLES = {  # name the family is found by, the first turn, the turn after the call ran
+    "qwen3.5": ("qwen3.5-9b", QWEN35, "It is gone.\n</think>\n\nDone."),
+    "qwq": ("qwq-32b", QWQ, "It is gone.\n</think>\n\nDone."),
+    "hermes-4": ("hermes-4-14b", HERMES4, "<think>It is gone.</think>Done."),
+    "deepseek-r1": ("deepseek-r1-distill-qwen-7b", R1_CALL, "It is gone.\n</think>\n\nDone."),
+}
+
+
+@pytest.mark.parametrize("stream", STREAMED)
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("policy", ["ignore", "run", "ask"])
+@pytest.mark.parametrize("style", list(STYLES))
+def test_every_style_under_every_policy(style: str, policy: str, engine: str, stream: bool) -> None:
+    name, first, after = STYLES[style]
+    model = make_model(engine, [first, after], name, thought_calls=policy)
+    result, events, ran, agent = run_agent(model, stream, lambda *_: True)
+    runs = policy != "ignore"
+    assert ran == (["/tmp/x"] if runs else [])
+    # Under ignore the first turn is the answer (Qwen3.5's is empty: it only called).
+    assert (result.output == "Done.") is runs
+    [record] = [r for r in hook_records(agent, result.request_id) if r["hook"] == "thought_calls"]
+    assert (record["policy"], record["ran"]) == (policy, runs)
+    warned = any("not run (thought_calls: ignore)" in w for w in result.warnings)
+    assert warned is not runs
+    if stream:  # no thought ever streamed as answer text
+        text = "".join(e.text for e in events if isinstance(e, TextDeltaEvent))
+        assert "/tmp/x" not in text and "tool_call" not in text
