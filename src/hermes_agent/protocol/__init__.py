@@ -5,9 +5,11 @@ blocks, the tools prompt, and the parser that reads a model's completion back.
 
     parse_completion('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>').tool_calls
 
-``parser`` reads completions (whole or streamed, with the notes it may leave), ``decoding`` the
-lenient reading of one block, ``chatml`` renders a conversation, ``prompts`` the tools prompt,
-``grammar`` the GBNF grammar a constrained model decodes in. Import from here, not from those.
+``parser`` reads completions (whole or streamed, with the notes it may leave; a template that
+opens the thought is read with ``in_thought=True``), ``stream_events`` the events it streams,
+``decoding`` the lenient reading of one block, ``chatml`` renders a conversation, ``prompts``
+the tools prompt, ``grammar`` the GBNF grammar a constrained model decodes in. Import from
+here, not from those.
 """
 
 from __future__ import annotations
