@@ -798,7 +798,9 @@ def test_a_costly_client_tool_schema_through_the_facade_holds_no_one_else(door: 
             assert responses.status_code == 200, responses.text
     longest = max(waits, default=0.0)
     print(f"facade client tool: compiling {alone:.2f} s; another user waited {longest:.3f} s")
-    assert len(waits) >= 1 and longest < max(0.25, alone / 2), (longest, alone)
+    # Compiled on the event loop, each of the six schemas would hold every other request for
+    # about ``alone``; from a worker thread another request waits only for its GIL turns.
+    assert len(waits) >= 1 and longest < max(0.25, alone * 0.9), (longest, alone)
 
 
 def test_a_client_tool_schema_is_judged_by_the_gate_through_every_door(door: Door) -> None:
