@@ -47,7 +47,13 @@ from _common import cpu_ticks
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message, ToolCall
-from hermes_agent.worker.store import Batch, RunStore, request_payload
+from hermes_agent.worker.store import Batch, RunStore
+try:  # a tree from before the request crossed the queue as itself
+    from hermes_agent.worker.store import request_payload
+except ImportError:
+    from hermes_agent.runs.request import QueuedRequest as _Queued
+    def request_payload(message):
+        return _Queued(message=message)
 
 url, runs = sys.argv[1], int(sys.argv[2])
 storage = SqlStorage(url)

@@ -16,13 +16,14 @@ import pytest
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.pipeline.status import Status
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message, ToolCall
 from hermes_agent.worker.runner import RunWorker
-from hermes_agent.worker.store import RunStore, request_payload
+from hermes_agent.worker.store import RunStore
 from server_harness import poll_run, serve
 
 BLAMED_ON_MODEL = "the model produced no usable tool call"
@@ -221,7 +222,7 @@ def test_a_queued_run_denied_by_its_owner_ends_failed_with_403(
     store = RunStore(agent.storage, max_redeliveries=1)
     worker = RunWorker(agent, store, lambda _rid: None, name="w:1", lease_ttl=5.0)
     cleanup.extend([agent, worker])
-    rid = store.add("s-denied", request_payload("clean up"))
+    rid = store.add("s-denied", QueuedRequest(message="clean up"))
     for _ in range(3):  # each turn asks; the owner says no each time
         assert worker.execute(rid) == "waiting_approval"
         (pending,) = store.pending_approvals(rid)

@@ -31,12 +31,13 @@ from hypothesis import strategies as st
 from sqlalchemy import select, text, update
 
 from hermes_agent.pipeline.journal import CallKey, reset_current_call, set_current_call
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.worker import FENCE_SQL, FencedOut, fence
 from hermes_agent.worker.attempt import Attempt
 from hermes_agent.worker.journal import CallGate, StoreJournal
 from hermes_agent.worker.leases import STRIKES_KEY
-from hermes_agent.worker.store import RunStore, request_payload, runs_table
+from hermes_agent.worker.store import RunStore, runs_table
 
 
 def open_store(url: str, cleanup: list[Any]) -> RunStore:
@@ -71,7 +72,7 @@ def test_a_call_whose_intent_the_store_took_late_still_starts(url: str, cleanup:
     call after its intent was written, and the next attempt told the model it was
     interrupted although it never ran."""
     store = open_store(url, cleanup)
-    rid = store.add("s1", request_payload("pay"))
+    rid = store.add("s1", QueuedRequest(message="pay"))
     ttl = 0.5
     claim = store.claim(rid, "w:1", ttl)
     attempt = Attempt(store, rid, claim.token, ttl)
@@ -94,7 +95,7 @@ def test_an_intent_the_fence_refuses_leaves_nothing_and_the_next_attempt_runs_th
     url: str, cleanup: list[Any]
 ) -> None:
     store = open_store(url, cleanup)
-    rid = store.add("s1", request_payload("pay"))
+    rid = store.add("s1", QueuedRequest(message="pay"))
     first = store.claim(rid, "w:1", 5.0)
     expire(store, rid)
     second = store.claim(rid, "w:2", 5.0)
@@ -113,7 +114,7 @@ def test_a_heartbeat_extends_the_lease_from_when_the_store_runs_it(
     """A heartbeat held up (here by a lock on the run's row, on SQLite the write lock) counts
     from when it ran: the lease it leaves is a whole ``lease_ttl`` from then."""
     store = open_store(url, cleanup)
-    rid = store.add("s1", request_payload("pay"))
+    rid = store.add("s1", QueuedRequest(message="pay"))
     ttl = 2.0
     claim = store.claim(rid, "w:1", ttl)
     holding = threading.Event()
@@ -146,7 +147,7 @@ def _worker_holding(store: RunStore, owner: str, in_call: list[bool]) -> list[st
     """Runs claimed by ``owner``, each inside a tool call or not, then the owner dies."""
     ids = []
     for index, calling in enumerate(in_call):
-        rid = store.add(f"s{index}", request_payload("pay"))
+        rid = store.add(f"s{index}", QueuedRequest(message="pay"))
         claim = store.claim(rid, owner, 5.0)
         assert claim.outcome == "claimed"
         store.write_journal(rid, claim.token, "turn/0", "done", {})
@@ -241,7 +242,7 @@ def test_a_write_the_store_refuses_for_good_still_costs_a_redelivery(
     """Not a death but the run's own failure: its release charges it, and a run released so
     more than max_redeliveries times is dead-lettered by its next claim."""
     store = open_store(url, cleanup)
-    rid = store.add("s1", request_payload("pay"))
+    rid = store.add("s1", QueuedRequest(message="pay"))
     for attempt in range(4):
         claim = store.claim(rid, f"w:{attempt}", 5.0)
         assert claim.outcome == "claimed"
@@ -305,7 +306,7 @@ def test_fence_refuses_an_effect_once_the_attempt_no_longer_holds_the_run(
     url: str, cleanup: list[Any]
 ) -> None:
     store = open_store(url, cleanup)
-    rid = store.add("s1", request_payload("pay"))
+    rid = store.add("s1", QueuedRequest(message="pay"))
     first = store.claim(rid, "w:1", 5.0)
     engine = store.storage.engine
     holding = CallKey(rid, 0, 0, first.token)
@@ -354,7 +355,7 @@ def test_fence_holds_the_run_until_the_effect_commits(url: str, cleanup: list[An
     if url.startswith("sqlite"):
         pytest.skip("SQLite: the tool's write lock is the row lock (BEGIN IMMEDIATE)")
     store = open_store(url, cleanup)
-    rid = store.add("s1", request_payload("pay"))
+    rid = store.add("s1", QueuedRequest(message="pay"))
     first = store.claim(rid, "w:1", 5.0)
     expire(store, rid)
     fenced = threading.Event()

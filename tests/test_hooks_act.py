@@ -554,9 +554,9 @@ def test_usage_counts_toward_the_cost_budget_per_model() -> None:
 
 def test_a_queued_run_keeps_its_variables_for_its_worker() -> None:
     from hermes_agent.runs.request import QueuedRequest
-    from hermes_agent.worker.store import request_payload
 
-    payload = request_payload("hi", variables={"lang": "zh", "tier": ["gold", 2]})
+    queued = QueuedRequest(message="hi", variables={"lang": "zh", "tier": ["gold", 2]})
+    payload = queued.model_dump(mode="json", exclude_defaults=True)  # as the store keeps it
     assert QueuedRequest.model_validate(payload).variables == {"lang": "zh", "tier": ["gold", 2]}
 
 

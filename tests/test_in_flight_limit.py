@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from sqlalchemy import Connection
 
 from hermes_agent.runs.gate import GateLimits, RunRejected
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.server.auth import SqlKeyStore
 from hermes_agent.server.queued import count_in_flight, lock_admissions
@@ -205,7 +206,7 @@ def test_admission_and_count_are_one_step(
         GateLimits(max_runs_in_flight_per_user=limit), Quotas(QuotaSettings(), MemoryQuotaStore())
     )
     for _ in range(before):
-        run_store.add(f"{owner}/s", {"message": "x"}, owner=owner)
+        run_store.add(f"{owner}/s", QueuedRequest(message="x"), owner=owner)
 
     def admit(conn: Connection) -> None:
         lock_admissions(conn)
@@ -216,7 +217,7 @@ def test_admission_and_count_are_one_step(
     def submit(_: int) -> bool:
         start.wait(timeout=30)
         try:
-            run_store.add(f"{owner}/s", {"message": "x"}, owner=owner, admit=admit)
+            run_store.add(f"{owner}/s", QueuedRequest(message="x"), owner=owner, admit=admit)
         except RunRejected:
             return False
         return True

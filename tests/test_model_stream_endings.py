@@ -21,11 +21,12 @@ from hermes_agent.errors import ModelError
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.llamacpp.model import _check_ended
 from hermes_agent.models.openai import OpenAICompatible
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message, StreamChunk
 from hermes_agent.worker.runner import RunWorker
-from hermes_agent.worker.store import RunStore, request_payload
+from hermes_agent.worker.store import RunStore
 from openai_server import (  # noqa: F401  (the fixtures)
     Reply,
     ScriptedServer,
@@ -229,7 +230,7 @@ def test_a_worker_run_whose_reply_is_cut_ends_failed_with_no_session_turn(
     store = RunStore(agent.storage, max_redeliveries=1)
     worker = RunWorker(agent, store, lambda _rid: None, name="w:1", lease_ttl=5.0)
     cleanup.extend([agent, worker])
-    rid = store.add("s-cut", request_payload("question"))
+    rid = store.add("s-cut", QueuedRequest(message="question"))
     assert worker.execute(rid) == "failed"
     run = store.get(rid)
     assert run is not None and run.status == "failed"

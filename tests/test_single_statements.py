@@ -19,10 +19,11 @@ import pytest
 from sqlalchemy import event, select, text, update
 
 from hermes_agent.audit.records import AuditRecord
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.schema import audit_table, messages_table, runs_table, sessions_table
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.types import Message, ToolCall
-from hermes_agent.worker.store import Batch, LeaseLost, RunStore, request_payload
+from hermes_agent.worker.store import Batch, LeaseLost, RunStore
 
 pytestmark = pytest.mark.parametrize("url", ["postgresql"], indirect=True)
 
@@ -69,7 +70,7 @@ TURN = [
 def run_once(store: RunStore, session: str, **changed: Any) -> str:
     """A run of one tool call, written as a worker writes it: a model turn's batch, then the
     ending with the rest of its events, its records, its turn and its answer's record."""
-    rid = store.add(session, request_payload("charge 5"))
+    rid = store.add(session, QueuedRequest(message="charge 5"))
     claim = store.claim(rid, "w1", 30.0)
     assert claim.outcome == "claimed"
     first = Batch()
@@ -201,7 +202,7 @@ def test_one_statement_each_stores_what_the_transactions_store(store: RunStore) 
 
 
 def test_a_token_that_lost_its_lease_writes_nothing(store: RunStore) -> None:
-    rid = store.add("s", request_payload("charge 5"))
+    rid = store.add("s", QueuedRequest(message="charge 5"))
     old = store.claim(rid, "w1", 30.0)
     with store.storage.transaction(write=True) as conn:  # as if w1 died: its lease ran out
         conn.execute(
@@ -239,7 +240,7 @@ def test_a_token_that_lost_its_lease_writes_nothing(store: RunStore) -> None:
 def test_a_write_waits_for_a_takeover_in_flight(store: RunStore, takeover: str) -> None:
     """Another transaction holds the run's row, taking the lease over: the write waits for
     it, then writes nothing if the takeover committed, and its rows if it rolled back."""
-    rid = store.add("s", request_payload("charge 5"))
+    rid = store.add("s", QueuedRequest(message="charge 5"))
     claim = store.claim(rid, "w1", 30.0)
     batch = Batch(
         {"turn/0": ("done", {"text": "x"})}, [(1, {"kind": "input"})], [record(rid, "s", 1)]
@@ -276,7 +277,7 @@ def test_a_write_waits_for_a_takeover_in_flight(store: RunStore, takeover: str) 
 def test_an_ending_waits_for_its_own_heartbeat_and_then_ends_the_run(store: RunStore) -> None:
     """The lease's heartbeat (same token) holds the run's row when the ending comes: the
     ending waits for it, reads the row again as the heartbeat left it, and ends the run."""
-    rid = store.add("s", request_payload("charge 5"))
+    rid = store.add("s", QueuedRequest(message="charge 5"))
     claim = store.claim(rid, "w1", 30.0)
     outcome: list[Any] = []
 
@@ -314,7 +315,7 @@ def test_a_batch_retried_after_its_reply_was_lost_stores_nothing_twice(store: Ru
     """In autocommit a statement whose reply was lost may have committed: the attempt retries
     the same batch, which must neither fail nor store a row twice; a retried ending finds the
     run ended."""
-    rid = store.add("s", request_payload("charge 5"))
+    rid = store.add("s", QueuedRequest(message="charge 5"))
     claim = store.claim(rid, "w1", 30.0)
     batch = Batch(
         {"call/0/0": ("started", {"tool": "charge"})},
@@ -345,8 +346,8 @@ def test_a_batch_retried_after_its_reply_was_lost_stores_nothing_twice(store: Ru
 def test_an_ending_with_its_turn_saved_an_event_alone_and_a_parked_follower(
     store: RunStore,
 ) -> None:
-    first = store.add("s", request_payload("one"))
-    second = store.add("s", request_payload("two"))
+    first = store.add("s", QueuedRequest(message="one"))
+    second = store.add("s", QueuedRequest(message="two"))
     claim = store.claim(first, "w1", 30.0)
     assert store.claim(second, "w2", 30.0).outcome == "parked"
     store.save_turn(first, claim.token, "s", TURN)  # an earlier attempt saved the turn
@@ -381,7 +382,7 @@ def test_rows_that_cannot_travel_as_json_and_a_failed_ending_go_the_transactions
     assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
     assert math.isnan(records[3]["latency_ms"])  # stored as given
 
-    failed = store.add("t", request_payload("charge 5"))
+    failed = store.add("t", QueuedRequest(message="charge 5"))
     claim = store.claim(failed, "w1", 30.0)
     del sent[:]
     store.finish(failed, claim.token, "failed", error="the model failed")

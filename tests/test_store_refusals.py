@@ -19,11 +19,12 @@ from sqlalchemy import text
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.errors import StoreUnavailable
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.testing import tool_call as call
 from hermes_agent.worker.attempt import transient
 from hermes_agent.worker.runner import RunWorker
-from hermes_agent.worker.store import RunStore, request_payload
+from hermes_agent.worker.store import RunStore
 
 RETRIED = "trying again"  # what a write that is tried again logs
 
@@ -68,7 +69,7 @@ def test_a_write_the_store_refuses_for_good_fails_the_run_at_once(
     store, worker, agent = worker_on(url, cleanup)
     assert isinstance(agent.storage, SqlStorage)
     refuse_journal_writes(agent.storage, "53200", "out of memory")
-    rid = store.add("s1", request_payload("go"))
+    rid = store.add("s1", QueuedRequest(message="go"))
     with caplog.at_level(logging.WARNING):
         assert worker.execute(rid) == "failed"
     run = store.get(rid)
@@ -89,7 +90,7 @@ def test_a_store_that_is_away_is_still_waited_for(
     if agent.storage.engine.dialect.name != "postgresql":
         pytest.skip("a trigger can raise a retryable SQLSTATE on PostgreSQL only")
     refuse_journal_writes(agent.storage, "40001", "could not serialize access")
-    rid = store.add("s1", request_payload("go"))
+    rid = store.add("s1", QueuedRequest(message="go"))
     with caplog.at_level(logging.WARNING), pytest.raises(StoreUnavailable):
         worker.execute(rid)
     assert RETRIED in caplog.text

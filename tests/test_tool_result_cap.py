@@ -20,13 +20,14 @@ from hermes_agent import Agent, ScriptedModel
 from hermes_agent.config import AgentConfig, HermesConfig, ScriptedConfig
 from hermes_agent.events import Event, ResultEvent, ToolResultsEvent
 from hermes_agent.pipeline.tool_executor import _NOTE_ROOM
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.runtime import DEFAULT_MAX_RESULT_CHARS
 from hermes_agent.types import RunResult
 from hermes_agent.worker.runner import RunWorker
-from hermes_agent.worker.store import RunStore, request_payload
+from hermes_agent.worker.store import RunStore
 
 BIG = 3_000_000
 
@@ -176,7 +177,7 @@ def test_a_worker_journals_and_stores_only_the_bounded_result(url: str, cleanup:
     store = RunStore(agent.storage, max_redeliveries=1)
     worker = RunWorker(agent, store, lambda _rid: None, name="w:1", lease_ttl=5.0)
     cleanup.extend([agent, worker])
-    rid = store.add("s1", request_payload("big"))
+    rid = store.add("s1", QueuedRequest(message="big"))
     assert worker.execute(rid) == "completed"
     journaled = store.journal_entries(rid)["call/0/0"][1]["value"]
     assert len(journaled) < DEFAULT_MAX_RESULT_CHARS + _NOTE_ROOM
@@ -189,9 +190,10 @@ PROBE = textwrap.dedent(
     """
     import json, resource, sys
     from hermes_agent import Agent, ScriptedModel
+    from hermes_agent.runs.request import QueuedRequest
     from hermes_agent.testing import tool_call
     from hermes_agent.worker.runner import RunWorker
-    from hermes_agent.worker.store import RunStore, request_payload
+    from hermes_agent.worker.store import RunStore
 
     url, size = sys.argv[1], int(sys.argv[2])
 
@@ -202,7 +204,7 @@ PROBE = textwrap.dedent(
     agent = Agent(ScriptedModel([tool_call("big"), "done"]), storage=url, tools=[big])
     store = RunStore(agent.storage, max_redeliveries=1)
     worker = RunWorker(agent, store, lambda _rid: None, name="probe:1", lease_ttl=30.0)
-    rid = store.add("s1", request_payload("big"))
+    rid = store.add("s1", QueuedRequest(message="big"))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     outcome = worker.execute(rid)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

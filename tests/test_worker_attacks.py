@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from hermes_agent import Agent, ScriptedModel
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from hermes_agent.worker.journal import response_to_json
 from hermes_agent.worker.runner import RunWorker
-from hermes_agent.worker.store import RunStore, request_payload
+from hermes_agent.worker.store import RunStore
 from worker_harness import Ledger, call, charge_script
 
 
@@ -104,7 +105,7 @@ def test_a_cached_history_summary_does_not_shift_the_replayed_turns(
     store, worker, _ = worker_for(agent, cleanup)
     old = [Message("user", f"old question {i}") for i in range(3)]
     agent.sessions.append("s1", [m for q in old for m in (q, Message("assistant", "ok"))])
-    rid = store.add("s1", request_payload("charge 9"))
+    rid = store.add("s1", QueuedRequest(message="charge 9"))
     assert worker.execute(rid) == "waiting_approval"
     assert len(model.requests) == 2  # the summary, then the call
     key = store.pending_approvals(rid)[0]["approval_id"]
@@ -126,7 +127,7 @@ def test_a_recorded_call_is_not_refused_by_a_rate_limit_on_replay(
     tool = Tool.from_function(ledger.charge, rate_limit=1)
     agent = Agent(ScriptedModel(charge_script), storage=url, tools=[tool])
     store, worker, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("charge 7"))
+    rid = store.add("s1", QueuedRequest(message="charge 7"))
     claim = store.claim(rid, "dead:1", 5.0)
     _journal_turn(store, rid, claim.token, 0, call("charge", cents=7))
     store.write_journal(rid, claim.token, "call/0/0", "started", {"tool": "charge"})
@@ -168,7 +169,7 @@ def test_a_decision_given_while_the_run_is_being_set_aside_is_not_lost(
     store = DecidingStore(agent.storage)
     worker = RunWorker(agent, store, lambda _: None, name="w:1", lease_ttl=5.0)
     cleanup.extend([agent, worker])
-    rid = store.add("s1", request_payload("charge 9"))
+    rid = store.add("s1", QueuedRequest(message="charge 9"))
     worker.execute(rid)
     # The decider re-enqueued the run (decide returned True); that delivery must run it.
     assert store.pending_approvals(rid) == []
@@ -185,7 +186,7 @@ def test_one_decision_approves_one_call_not_every_identical_call_of_the_turn(
     tool = Tool.from_function(ledger.charge, requires_approval=True)
     agent = Agent(model, storage=url, tools=[tool])
     store, worker, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("charge 9 twice"))
+    rid = store.add("s1", QueuedRequest(message="charge 9 twice"))
     assert worker.execute(rid) == "waiting_approval"
     first = store.pending_approvals(rid)
     assert len(first) == 1
@@ -202,7 +203,7 @@ def test_an_approval_resume_keeps_each_stage_of_the_trail_once(
     ledger = Ledger()
     agent, _ = charging_agent(url, ledger, requires_approval=True)
     store, worker, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("charge 9"))
+    rid = store.add("s1", QueuedRequest(message="charge 9"))
     assert worker.execute(rid) == "waiting_approval"
     key = store.pending_approvals(rid)[0]["approval_id"]
     assert store.decide(rid, key, True, "ok")
@@ -224,7 +225,7 @@ def test_events_of_a_resumed_run_are_not_repeated(url: str, cleanup: list[Any]) 
     ledger = Ledger()
     agent, _ = charging_agent(url, ledger, requires_approval=True)
     store, worker, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("charge 9"))
+    rid = store.add("s1", QueuedRequest(message="charge 9"))
     assert worker.execute(rid) == "waiting_approval"
     key = store.pending_approvals(rid)[0]["approval_id"]
     assert store.decide(rid, key, True, "ok")
@@ -242,9 +243,9 @@ def test_a_requeued_run_does_not_run_beside_a_newer_run_of_its_session(
     ledger = Ledger()
     agent, _ = charging_agent(url, ledger)
     store, _, _ = worker_for(agent, cleanup)
-    older = store.add("s1", request_payload("charge 1"))
+    older = store.add("s1", QueuedRequest(message="charge 1"))
     _failed_midway(store, older)
-    newer = store.add("s1", request_payload("charge 2"))
+    newer = store.add("s1", QueuedRequest(message="charge 2"))
     assert store.claim(newer, "busy:2", 30.0).outcome == "claimed"  # running elsewhere now
     # Two turns of one session at once, or the older after the newer: the requeue is refused.
     from hermes_agent.storage.base import StorageError
@@ -264,9 +265,9 @@ def test_a_run_requeued_after_newer_runs_of_its_session_completed_keeps_the_orde
     ledger = Ledger()
     agent, _ = charging_agent(url, ledger)
     store, worker, _ = worker_for(agent, cleanup)
-    older = store.add("s1", request_payload("charge 1"))
+    older = store.add("s1", QueuedRequest(message="charge 1"))
     _failed_midway(store, older)
-    newer = store.add("s1", request_payload("charge 2"))
+    newer = store.add("s1", QueuedRequest(message="charge 2"))
     assert worker.execute(newer) == "completed"
     try:
         store.requeue(older)
@@ -284,7 +285,7 @@ def test_two_workers_claiming_one_run_at_once_get_one_claim(url: str, cleanup: l
     agent, _ = charging_agent(url, Ledger())
     store, _, _ = worker_for(agent, cleanup)
     for round_ in range(5):
-        rid = store.add(f"s{round_}", request_payload("charge 1"))
+        rid = store.add(f"s{round_}", QueuedRequest(message="charge 1"))
         gate = threading.Barrier(4)
         outcomes: list[str] = []
 
@@ -308,7 +309,7 @@ def test_two_workers_claiming_one_run_at_once_get_one_claim(url: str, cleanup: l
 def test_two_sweepers_at_once_send_each_lost_run_once(url: str, cleanup: list[Any]) -> None:
     agent, _ = charging_agent(url, Ledger())
     store, _, _ = worker_for(agent, cleanup)
-    lost = [store.add(f"s{i}", request_payload("charge 1")) for i in range(6)]
+    lost = [store.add(f"s{i}", QueuedRequest(message="charge 1")) for i in range(6)]
     for rid in lost:
         store.claim(rid, "gone:1", 0.05)
     time.sleep(0.1)
@@ -334,7 +335,7 @@ def test_events_written_at_once_by_two_writers_are_all_kept(
     service writing ``run_stopped``) add events to one run at the same moment."""
     agent, _ = charging_agent(url, Ledger())
     store, _, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("charge 1"))
+    rid = store.add("s1", QueuedRequest(message="charge 1"))
     gate = threading.Barrier(4)
     errors: list[BaseException] = []
 
@@ -376,7 +377,7 @@ def test_a_lone_surrogate_in_a_tool_calls_arguments_does_not_wedge_the_run(
     model = ScriptedModel([f"<tool_call>\n{body}\n</tool_call>", "done"])
     agent = Agent(model, storage=url, tools=[echo])
     store, worker, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("echo"))
+    rid = store.add("s1", QueuedRequest(message="echo"))
     assert worker.execute(rid) == "completed"
     run = store.get(rid)
     assert run is not None and run.result is not None
@@ -393,7 +394,7 @@ def test_a_tool_result_with_a_lone_surrogate_or_nul_is_kept(url: str, cleanup: l
     model = ScriptedModel([call("odd"), "done"])
     agent = Agent(model, storage=url, tools=[odd])
     store, worker, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("odd"))
+    rid = store.add("s1", QueuedRequest(message="odd"))
     assert worker.execute(rid) == "completed"
     run = store.get(rid)
     assert run is not None and run.result is not None
@@ -411,7 +412,7 @@ def test_a_huge_tool_result_is_journaled_and_cut_for_the_model(
     model = ScriptedModel([call("big"), "done"])
     agent = Agent(model, storage=url, tools=[Tool.from_function(big, max_result_chars=1000)])
     store, worker, _ = worker_for(agent, cleanup)
-    rid = store.add("s1", request_payload("big"))
+    rid = store.add("s1", QueuedRequest(message="big"))
     assert worker.execute(rid) == "completed"
     # Cut to the agent's bound (100,000 characters) before it was journaled, never whole.
     assert 100_000 < len(store.journal_entries(rid)["call/0/0"][1]["value"]) < 100_200
@@ -436,7 +437,7 @@ def test_an_odd_session_id_is_refused_or_fails_the_run_before_any_call(
     agent, model = charging_agent(url, ledger)
     store, worker, _ = worker_for(agent, cleanup)
     try:
-        rid = store.add(session_id, request_payload("charge 1"))
+        rid = store.add(session_id, QueuedRequest(message="charge 1"))
     except Exception:
         return  # refused at the door: nothing stored, nothing to run
     assert worker.execute(rid) == "failed"

@@ -17,12 +17,13 @@ import pytest
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.pipeline.journal import CallKey
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from hermes_agent.worker.journal import StoreJournal, response_to_json
 from hermes_agent.worker.runner import RunWorker
-from hermes_agent.worker.store import LeaseLost, RunStore, request_payload
+from hermes_agent.worker.store import LeaseLost, RunStore
 from worker_harness import Ledger, call
 from worker_harness import charge_script as script
 
@@ -68,7 +69,7 @@ def test_a_queued_run_completes_with_its_events_journal_and_turn(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     agent, model, store, worker, _ = setup(url, ledger, cleanup)
-    rid = store.add("s1", request_payload("charge 5"))
+    rid = store.add("s1", QueuedRequest(message="charge 5"))
     assert worker.execute(rid) == "completed"
     run = store.get(rid)
     assert run is not None and run.status == "completed" and run.claims == 1
@@ -124,7 +125,7 @@ def test_a_queued_run_waits_on_postgresql_3_times_not_16(
     waits: list[int] = []
     try:
         for n in range(10):
-            rid = store.add(f"s{n}", request_payload("charge 5"))
+            rid = store.add(f"s{n}", QueuedRequest(message="charge 5"))
             start = path.stat().st_size  # libpq writes (and flushes) each message itself
             assert worker.execute(rid) == "completed"
             with path.open() as written:
@@ -182,7 +183,7 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
     if agent.storage.direct is not None:
         agent.storage.direct.observers.append(direct)
     try:
-        rid = store.add("s1", request_payload("charge 5"))
+        rid = store.add("s1", QueuedRequest(message="charge 5"))
         assert worker.execute(rid) == "completed"
     finally:
         event.remove(engine, "begin", began)
@@ -294,7 +295,7 @@ def test_a_call_that_started_and_never_finished_is_reported_interrupted(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     agent, model, store, worker, _ = setup(url, ledger, cleanup)
-    rid = store.add("s1", request_payload("charge 7"))
+    rid = store.add("s1", QueuedRequest(message="charge 7"))
     _died_mid_call(store, rid, finished=False)
     assert worker.execute(rid) == "completed"
     assert ledger.calls == []  # not run again: it may have taken effect
@@ -318,7 +319,7 @@ def test_an_idempotent_call_that_never_finished_runs_again(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     _, _, store, worker, _ = setup(url, ledger, cleanup, idempotent=True)
-    rid = store.add("s1", request_payload("charge 7"))
+    rid = store.add("s1", QueuedRequest(message="charge 7"))
     _died_mid_call(store, rid, finished=False)
     assert worker.execute(rid) == "completed"
     assert ledger.calls == [f"{rid}/0/0"]  # the same call id both times
@@ -331,7 +332,7 @@ def test_a_recorded_result_is_reused_not_run_again(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     _, model, store, worker, _ = setup(url, ledger, cleanup)
-    rid = store.add("s1", request_payload("charge 7"))
+    rid = store.add("s1", QueuedRequest(message="charge 7"))
     _died_mid_call(store, rid, finished=True)
     assert worker.execute(rid) == "completed"
     assert ledger.calls == [] and len(model.requests) == 1
@@ -345,7 +346,7 @@ def test_a_worker_whose_lease_passed_on_writes_nothing(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     _, _, store, _, _ = setup(url, ledger, cleanup)
-    rid = store.add("s1", request_payload("charge 1"))
+    rid = store.add("s1", QueuedRequest(message="charge 1"))
     first = store.claim(rid, "a:1", 5.0)
     expire(store, rid)
     second = store.claim(rid, "b:2", 5.0)
@@ -365,7 +366,7 @@ def test_a_second_copy_of_a_live_run_stops_at_once(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     _, model, store, worker, _ = setup(url, ledger, cleanup, lease_ttl=3.0)
-    rid = store.add("s1", request_payload("charge 1"))
+    rid = store.add("s1", QueuedRequest(message="charge 1"))
     holder = store.claim(rid, "alive:1", 3.0)
     beating = threading.Event()
 
@@ -389,7 +390,7 @@ def test_a_run_lost_too_often_is_dead_lettered_and_requeued_by_an_operator(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     agent, _, store, worker, _ = setup(url, ledger, cleanup)  # max_redeliveries=1
-    rid = store.add("s1", request_payload("charge 2"))
+    rid = store.add("s1", QueuedRequest(message="charge 2"))
     for attempt in range(2):
         assert store.claim(rid, f"w:{attempt}", 5.0).outcome == "claimed"
         expire(store, rid)
@@ -410,7 +411,7 @@ def test_an_approval_frees_the_worker_and_the_answer_resumes_the_run(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     _, model, store, worker, sent = setup(url, ledger, cleanup, requires_approval=True)
-    rid = store.add("s1", request_payload("charge 9"))
+    rid = store.add("s1", QueuedRequest(message="charge 9"))
     assert worker.execute(rid) == "waiting_approval"
     assert store.get(rid).status == "waiting_approval"  # type: ignore[union-attr]
     pending = store.pending_approvals(rid)
@@ -419,7 +420,7 @@ def test_an_approval_frees_the_worker_and_the_answer_resumes_the_run(
     assert worker.execute(rid) == "waiting"  # a stray delivery does not run it
     assert ledger.calls == []
     # A later run of the same session waits for it.
-    later = store.add("s1", request_payload("charge 1"))
+    later = store.add("s1", QueuedRequest(message="charge 1"))
     assert worker.execute(later) == "parked"
     assert store.decide(rid, pending[0]["approval_id"], True, "ok by ops")
     assert worker.execute(rid) == "completed"
@@ -434,7 +435,7 @@ def test_an_approval_frees_the_worker_and_the_answer_resumes_the_run(
 
 def test_a_denied_approval_reaches_the_model(url: str, ledger: Ledger, cleanup: list[Any]) -> None:
     _, _, store, worker, _ = setup(url, ledger, cleanup, requires_approval=True)
-    rid = store.add("s1", request_payload("charge 9"))
+    rid = store.add("s1", QueuedRequest(message="charge 9"))
     assert worker.execute(rid) == "waiting_approval"
     key = store.pending_approvals(rid)[0]["approval_id"]
     assert store.decide(rid, key, False, "too much") is True
@@ -451,9 +452,9 @@ def test_runs_of_one_session_take_turns_and_hand_over(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     agent, _, store, worker, sent = setup(url, ledger, cleanup)
-    first = store.add("s1", request_payload("charge 1"))
-    second = store.add("s1", request_payload("charge 2"))
-    other = store.add("s2", request_payload("charge 3"))
+    first = store.add("s1", QueuedRequest(message="charge 1"))
+    second = store.add("s1", QueuedRequest(message="charge 2"))
+    other = store.add("s2", QueuedRequest(message="charge 3"))
     assert worker.execute(second) == "parked"
     assert worker.execute(other) == "completed"  # another session is not held up
     assert sent == []
@@ -474,7 +475,7 @@ def test_a_run_that_starts_its_session_reads_no_history_and_the_next_run_reads_i
 
     agent, model, store, worker, _ = setup(url, ledger, cleanup)
     assert isinstance(agent.storage, SqlStorage)
-    assert worker.execute(store.add("other", request_payload("charge 9"))) == "completed"
+    assert worker.execute(store.add("other", QueuedRequest(message="charge 9"))) == "completed"
     reads: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
@@ -483,9 +484,9 @@ def test_a_run_that_starts_its_session_reads_no_history_and_the_next_run_reads_i
 
     event.listen(agent.storage.engine, "before_cursor_execute", seen)
     try:
-        assert worker.execute(store.add("s1", request_payload("charge 1"))) == "completed"
+        assert worker.execute(store.add("s1", QueuedRequest(message="charge 1"))) == "completed"
         assert reads == []
-        assert worker.execute(store.add("s1", request_payload("charge 2"))) == "completed"
+        assert worker.execute(store.add("s1", QueuedRequest(message="charge 2"))) == "completed"
         assert len(reads) == 1
     finally:
         event.remove(agent.storage.engine, "before_cursor_execute", seen)
@@ -498,18 +499,18 @@ def test_a_delivery_never_claimed_is_swept_back(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     _, _, store, worker, sent = setup(url, ledger, cleanup, lease_ttl=0.1)
-    rid = store.add("s1", request_payload("charge 1"))
+    rid = store.add("s1", QueuedRequest(message="charge 1"))
     store.mark_delivered(rid)
     assert worker.sweep() == []  # not yet: its worker may still take it
     time.sleep(0.35)
     assert worker.sweep() == [rid] and sent == [rid]
     assert worker.sweep() == []  # once per lease, not on every pass
-    running = store.add("s2", request_payload("charge 2"))
+    running = store.add("s2", QueuedRequest(message="charge 2"))
     store.claim(running, "gone:1", 0.1)
     time.sleep(0.15)
     assert running in worker.sweep()  # a run whose worker died
     # A delivery lost without a trace (never noted as received): sent again after ten leases.
-    forgotten = store.add("s3", request_payload("charge 3"))
+    forgotten = store.add("s3", QueuedRequest(message="charge 3"))
     assert forgotten not in worker.sweep()
     time.sleep(1.1)
     assert forgotten in worker.sweep()
@@ -535,7 +536,7 @@ def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
     store = RunStore(agent.storage)
     worker = RunWorker(agent, store, lambda _: None, name="t:1", lease_ttl=0.3)
     cleanup.extend([agent, worker])
-    rid = store.add("s1", request_payload("sleep"))
+    rid = store.add("s1", QueuedRequest(message="sleep"))
     outcome: list[str] = []
     thread = threading.Thread(target=lambda: outcome.append(worker.execute(rid)))
     thread.start()
@@ -574,7 +575,7 @@ def test_a_queued_run_joins_the_submitters_trace(tmp_path: Path, cleanup: list[A
     instrument(agent, tracer_provider=provider)
     with provider.get_tracer("client").start_as_current_span("submit") as submitting:
         # The submitter passes its trace context with the request (QueueClient.submit does).
-        rid = store.add("s1", request_payload("charge 3", trace_context=outgoing_context()))
+        rid = store.add("s1", QueuedRequest(message="charge 3", trace_context=outgoing_context()))
     assert store.get(rid).request["trace_context"]["traceparent"]  # type: ignore[union-attr]
     assert worker.execute(rid) == "completed"
     spans = memory.get_finished_spans()
@@ -609,7 +610,7 @@ def test_an_attempt_overtaken_mid_call_stops_and_leaves_the_run_to_the_new_owner
     store = RunStore(agent.storage)
     worker = RunWorker(agent, store, lambda _: None, name="slow:1", lease_ttl=30.0)
     cleanup.extend([agent, worker])
-    rid = store.add("s1", request_payload("pay 4"))
+    rid = store.add("s1", QueuedRequest(message="pay 4"))
     outcome: list[str] = []
     thread = threading.Thread(target=lambda: outcome.append(worker.execute(rid)))
     thread.start()
@@ -634,7 +635,7 @@ def test_answers_and_cancels_without_a_worker_end_up_in_the_runs_log(
     url: str, ledger: Ledger, cleanup: list[Any]
 ) -> None:
     _, _, store, worker, _ = setup(url, ledger, cleanup, requires_approval=True)
-    rid = store.add("s1", request_payload("charge 9"))
+    rid = store.add("s1", QueuedRequest(message="charge 9"))
     assert worker.execute(rid) == "waiting_approval"
     pending = store.pending_approvals(rid)[0]
     assert pending["asked_ns"] > 0
@@ -648,7 +649,7 @@ def test_answers_and_cancels_without_a_worker_end_up_in_the_runs_log(
     assert worker.execute(rid) == "completed"
     kinds = [wire["kind"] for _, wire in store.events(rid)]
     assert kinds.count("input") == 1 and kinds[-1] == "result"  # the replay said nothing twice
-    queued = store.add("s2", request_payload("charge 1"))
+    queued = store.add("s2", QueuedRequest(message="charge 1"))
     assert store.cancel(queued, "changed my mind")
     assert store.events(queued) == [
         (1, {"kind": "run_stopped", "status": "cancelled", "error": "changed my mind"})

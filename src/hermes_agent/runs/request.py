@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
@@ -129,6 +129,15 @@ class QueuedRequest(RunRequest):
     plus the submitter's W3C trace context, so the worker's spans join the submitter's trace."""
 
     trace_context: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, request: RunRequest, trace_context: Mapping[str, str]) -> QueuedRequest:
+        """``request`` as the queue keeps it, with the submitter's trace context. Its session
+        id stays out: the store keeps the run's session (as stored) in a column of its own."""
+        return cls(
+            **request.model_dump(exclude={"session_id"}, exclude_defaults=True),
+            trace_context=dict(trace_context),
+        )
 
 
 def declared_client(request: RunRequest) -> AbstractContextManager[object]:

@@ -60,13 +60,13 @@ from hermes_agent.runs.events import (
 )
 from hermes_agent.runs.gate import RunRejected, Tally, admitted_here, cut_mid_turn, tokens_used
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
-from hermes_agent.runs.request import RunRequest
+from hermes_agent.runs.request import QueuedRequest, RunRequest
 from hermes_agent.server.runs import RunManager
 from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.storage.base import Storage
 from hermes_agent.tracing import outgoing_context
 from hermes_agent.worker.client import QueueClient
-from hermes_agent.worker.store import QueuedRun, request_payload, runs_table
+from hermes_agent.worker.store import QueuedRun, runs_table
 
 logger = logging.getLogger("hermes_agent.server")
 
@@ -203,17 +203,7 @@ class QueueService:
         gate.check_room(*await self._in_flight(owner))  # early, before the quota is asked
         await self.settle_finished(owner)  # turns of runs nobody read back count too
         admission = await gate.take_quota(principal)
-        payload = request_payload(
-            body.message,
-            trace_context=outgoing_context(),
-            tool_choice=body.tool_choice,
-            toolsets=body.toolsets,
-            output_format=body.output_format,
-            channel=body.channel,
-            output_schema=body.output_schema,
-            client=body.client,
-            variables=body.variables,
-        )
+        queued = QueuedRequest.of(body, outgoing_context())
         request_id: str | None = None
 
         def room(conn: Connection) -> None:
@@ -228,7 +218,7 @@ class QueueService:
             request_id = await asyncio.to_thread(
                 self.store.add,
                 stored,
-                payload,
+                queued,
                 owner=owner,
                 run_timeout_s=self.settings.run_timeout_s,
                 admit=room,

@@ -91,6 +91,40 @@ def write_accepted(agent: Agent, request_id: str, session_id: str, instance: str
     return None
 
 
+def write_stopped(
+    agent: Agent,
+    earlier: list[AuditRecord],
+    *,
+    request_id: str,
+    session_id: str,
+    content: dict[str, Any],
+    status_code: int,
+    latency_ms: float = 0.0,
+    at_once: bool = False,
+) -> None:
+    """The one writer of an in-process run's ``stopped`` ending: a ``RunManager`` record
+    numbered after ``earlier`` (the records the run left, read back from the store), in the
+    session of the last of them. Through the agent's sink, as its other records went, or
+    ``at_once`` through the store's own (stored before this returns: the start's recovery,
+    which nothing flushes after)."""
+    storage, sink = agent.storage, agent.audit_sink
+    if storage is None or sink is None:
+        return
+    record = lifecycle_record(
+        earlier,
+        request_id=request_id,
+        session_id=earlier[-1].session_id if earlier else session_id,
+        stage="RunManager",
+        role=Role.STOPPED,
+        content=content,
+        status_code=status_code,
+        model_name=agent.model.name,
+        redactor=agent.redactor,
+        latency_ms=latency_ms,
+    )
+    (direct_sink(storage) if at_once else sink).write([record])
+
+
 def writes_at_once(agent: Agent, session_id: str) -> bool:
     """Whether the first record of a run of ``session_id`` is stored without waiting on the
     network: the store is one the project ships whose sessions and trail are in one place
@@ -167,19 +201,16 @@ def recover_interrupted(agent: Agent, instance: str) -> list[str]:
         records = storage.records(summary["request_id"])
         if not records or not _left_by_earlier_life(records[0], instance):
             continue
-        ending = lifecycle_record(
+        write_stopped(
+            agent,
             records,
             request_id=records[0].request_id,
             session_id=records[0].session_id,
-            stage="RunManager",
-            role=Role.STOPPED,
             content={"status": "interrupted", "error": INTERRUPTED},
             status_code=503,
-            model_name=agent.model.name,
-            redactor=agent.redactor,
+            at_once=True,
         )
-        direct_sink(storage).write([ending])
-        ended.append(ending.request_id)
+        ended.append(records[0].request_id)
     if ended:
         logger.warning(
             "%d runs of an earlier life of this instance (%s) had no ending; ended them as "
@@ -269,4 +300,5 @@ __all__: Sequence[str] = (
     "lost_records",
     "recover_interrupted",
     "write_accepted",
+    "write_stopped",
 )

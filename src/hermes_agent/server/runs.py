@@ -37,11 +37,12 @@ from typing import Any, Literal, TypeVar
 from hermes_agent.agent import Agent
 from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import Role
-from hermes_agent.errors import HermesAgentError, OutputValidationError
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.late_cancels import finish_despite_cancels
 from hermes_agent.pipeline.watch import AbandonedCall, RunWatch, watching
 from hermes_agent.protocol.chatml import to_json
+from hermes_agent.runs.drive import drive
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.gate import Admission, Gate, tokens_used
 from hermes_agent.runs.gate import RunRejected as RunRejected
@@ -49,7 +50,6 @@ from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.principal import client_session_id as client_session_id
 from hermes_agent.runs.principal import stored_session_id as stored_session_id
 from hermes_agent.runs.request import RunRequest as RunRequest
-from hermes_agent.runs.request import declared_client
 from hermes_agent.runs.status import STOP_CODES as STOP_CODES
 from hermes_agent.runs.status import ending_status
 from hermes_agent.server.approvals import EXPIRED, ApprovalBook
@@ -60,6 +60,7 @@ from hermes_agent.server.run_records import (
     dropped,
     lost_records,
     write_accepted,
+    write_stopped,
     writes_at_once,
 )
 from hermes_agent.server.settings import RunStatus, ServiceSettings
@@ -263,30 +264,20 @@ class RunManager:
         ending: _Ending | None = None
         try:
             async with asyncio.timeout(self.settings.run_timeout_s):
-                try:
-                    # ``watch``: every model turn's spend, however it ends, and the calls
-                    # a cancel had to leave running.
-                    with declared_client(request), watching(watch):
-                        result = await agent.arun(
-                            request.message,
-                            session_id=stored_session_id(run.owner, run.session_id),
-                            tool_choice=request.tool_choice,  # type: ignore[arg-type]
-                            toolsets=request.toolsets,
-                            listener=listener,
-                            # Pieces of the reply only for whoever reads them: asked for,
-                            # or someone follows the run's events as the turn starts.
-                            stream=lambda: request.stream or run.followers > 0,
-                            dry_run=request.dry_run,
-                            output_format=request.output_format,
-                            channel=request.channel,
-                            output_type=request.output_schema,
-                            variables=request.variables,
-                            request_id=run.id,
-                            new_session=run.new_session,
-                        )
-                except OutputValidationError as exc:
-                    # The run went through to its end; its answer never matched the schema.
-                    result = exc.result
+                # ``watch``: every model turn's spend, however it ends, and the calls a
+                # cancel had to leave running.
+                with watching(watch):
+                    result = await drive(
+                        agent,
+                        request,
+                        session_id=stored_session_id(run.owner, run.session_id),
+                        request_id=run.id,
+                        listener=listener,
+                        # Pieces of the reply only for whoever reads them: asked for, or
+                        # someone follows the run's events as the turn starts.
+                        stream=lambda: request.stream or run.followers > 0,
+                        new_session=run.new_session,
+                    )
                 # The run has had its effects and recorded its output: a cancel from here on
                 # is too late (a stopped record after the output would end it twice).
                 run.warnings.extend(await _beyond_cancel(self._lost_records(run, agent, result)))
@@ -447,21 +438,15 @@ class RunManager:
         stopped_at = time.time()
 
         def write() -> None:
-            left = storage.records(run.id)  # flushes what the run's recorder handed over
-            session = left[-1].session_id if left else stored_session_id(run.owner, run.session_id)
-            record = lifecycle_record(
-                left,
+            write_stopped(
+                agent,
+                storage.records(run.id),  # flushes what the run's recorder handed over
                 request_id=run.id,
-                session_id=session,
-                stage="RunManager",
-                role=Role.STOPPED,
+                session_id=stored_session_id(run.owner, run.session_id),
                 content={"status": run.status, "error": run.error},
                 status_code=code or STOP_CODES.get(run.status, 500),
-                model_name=agent.model.name,
-                redactor=agent.redactor,
                 latency_ms=(stopped_at - run.created) * 1000,
             )
-            sink.write([record])
 
         try:
             # Shielded: cancelled again while it writes, the record is still written.

@@ -21,10 +21,11 @@ from sqlalchemy import Connection
 from hermes_agent.agent import Agent
 from hermes_agent.config import QueueConfig
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.base import Storage
 from hermes_agent.types import RunResult, ToolCallRecord, ToolChoice, Usage
 from hermes_agent.worker.app import enqueue, make_celery
-from hermes_agent.worker.store import QueuedRun, RunStore, request_payload
+from hermes_agent.worker.store import QueuedRun, RunStore
 
 
 class QueueClient:
@@ -56,8 +57,8 @@ class QueueClient:
         session_id = session_id or uuid.uuid4().hex
         from hermes_agent.tracing import outgoing_context  # the submitter's trace, if any
 
-        payload = request_payload(message, trace_context=outgoing_context(), **options)
-        request_id = self.store.add(session_id, payload, owner=owner, run_timeout_s=run_timeout_s)
+        request = QueuedRequest(message=message, trace_context=outgoing_context(), **options)
+        request_id = self.store.add(session_id, request, owner=owner, run_timeout_s=run_timeout_s)
         try:
             self.send(request_id)
         except Exception as exc:  # nothing will run it: do not leave it queued

@@ -1,20 +1,19 @@
 """What a queued run is in the store: its row (``QueuedRun``), a worker's claim on it
-(``Claim``), the writes one attempt batches (``Batch``), the lease it can lose (``LeaseLost``),
-the statuses that end it, and the request it keeps (``request_payload``). The tables are in
-``storage.schema``; the store that reads and writes them is ``worker.store.RunStore``."""
+(``Claim``), the writes one attempt batches (``Batch``), the lease it can lose (``LeaseLost``)
+and the statuses that end it; the request it keeps is a ``runs.request.QueuedRequest``. The
+tables are in ``storage.schema``; the store that reads and writes them is
+``worker.store.RunStore``."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.runs.backend import RunView
-from hermes_agent.runs.request import ClientTools, QueuedRequest
 from hermes_agent.runs.status import RunStatus as RunStatus  # a run's one status vocabulary
 from hermes_agent.storage.base import StorageError
 
@@ -140,30 +139,3 @@ def queued_run(row: Any) -> QueuedRun:
         result=json.loads(row.result) if row.result else None,
         error=row.error,
     )
-
-
-def request_payload(
-    message: str,
-    *,
-    tool_choice: str | None = None,
-    toolsets: list[str] | None = None,
-    output_format: str | None = None,
-    channel: str | None = None,
-    output_schema: dict[str, Any] | None = None,
-    trace_context: Mapping[str, str] | None = None,
-    client: ClientTools | None = None,
-    variables: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """What a queued run keeps of its request: a ``QueuedRequest`` as JSON, with the
-    submitter's trace context (given by the submitter, which knows whether it traces)."""
-    return QueuedRequest(
-        message=message,
-        tool_choice=tool_choice,
-        toolsets=toolsets,
-        output_format=output_format,
-        channel=channel,
-        output_schema=output_schema,
-        trace_context=dict(trace_context or {}),
-        client=client,
-        variables=variables,
-    ).model_dump(mode="json")

@@ -41,18 +41,18 @@ from hermes_agent.audit.recorder import lifecycle_record
 from hermes_agent.audit.records import Role
 from hermes_agent.errors import (
     HermesAgentError,
-    OutputValidationError,
     StoreUnavailable,
     is_store_error,
 )
 from hermes_agent.events import Event, ResultEvent
+from hermes_agent.runs.drive import drive
 from hermes_agent.runs.events import (
     ApprovalRequiredEvent,
     ApprovalResolvedEvent,
     RunStoppedEvent,
     read_known,
 )
-from hermes_agent.runs.request import QueuedRequest, declared_client
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.runs.status import RunStatus, ending_status
 from hermes_agent.stages import StageName
 from hermes_agent.tools.registry import Tool
@@ -62,7 +62,6 @@ from hermes_agent.worker.attempt import Attempt, retry_budget, transient, with_r
 from hermes_agent.worker.heartbeats import LeaseKeeper
 from hermes_agent.worker.journal import CallGate, StoreJournal
 from hermes_agent.worker.store import Claim, RunStore
-from hermes_agent.worker.store import request_payload as request_payload  # re-exported
 from hermes_agent.worker.trail import AttemptTrail
 
 logger = logging.getLogger("hermes_agent.worker")
@@ -385,23 +384,15 @@ class RunWorker:
                 raise TimeoutError  # past its deadline already (it waited, or was resumed)
             left = None if limit is None else (limit[0] - time.time_ns()) / 1e9
             async with asyncio.timeout(left) as timeout:
-                with declared_client(request):  # the caller's own tools, if it brought any
-                    result = await self.agent.arun(
-                        request.message,
-                        session_id=run.session_id,
-                        tool_choice=request.tool_choice,  # type: ignore[arg-type]
-                        toolsets=request.toolsets,
-                        output_format=request.output_format,
-                        channel=request.channel,
-                        output_type=request.output_schema,
-                        variables=request.variables,
-                        listener=listener,
-                        request_id=rid,
-                        journal=journal,
-                        approver=approver,
-                    )
-        except OutputValidationError as exc:
-            result = exc.result
+                result = await drive(
+                    self.agent,
+                    request,
+                    session_id=run.session_id,
+                    request_id=rid,
+                    listener=listener,
+                    journal=journal,
+                    approver=approver,
+                )
         except TimeoutError:
             if limit is None or (timeout is not None and not timeout.expired()):
                 return partial(

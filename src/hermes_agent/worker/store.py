@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, func, insert, select, update
 
 from hermes_agent.runs.events import ApprovalResolvedEvent
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.base import StorageError, check_session_id
 from hermes_agent.storage.schema import approvals_table as approvals_table
 from hermes_agent.storage.schema import events_table as events_table
@@ -51,7 +52,6 @@ from hermes_agent.worker.run_rows import QueuedRun as QueuedRun
 from hermes_agent.worker.run_rows import RunStatus as RunStatus
 from hermes_agent.worker.run_rows import dumps as dumps
 from hermes_agent.worker.run_rows import now_ns, queued_run
-from hermes_agent.worker.run_rows import request_payload as request_payload
 from hermes_agent.worker.run_writes import append_event, insert_batch, write_ending
 
 
@@ -66,7 +66,7 @@ class RunStore(FencedWrites):
     def add(
         self,
         session_id: str,
-        request: dict[str, Any],
+        request: QueuedRequest,
         *,
         owner: str = "",
         request_id: str | None = None,
@@ -88,7 +88,7 @@ class RunStore(FencedWrites):
                     request_id=request_id,
                     session_id=session_id,
                     owner=owner,
-                    request=dumps(request),
+                    request=dumps(request.model_dump(mode="json", exclude_defaults=True)),
                     status="queued",
                     created_ns=now,
                     updated_ns=now,
