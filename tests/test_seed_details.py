@@ -389,3 +389,40 @@ def test_a_failed_call_is_fed_back_with_guidance_and_the_record_keeps_the_bare_e
 def test_the_audit_page_maps_the_status_words_to_the_seed_s() -> None:
     page = (ROOT / "docs" / "sessions-and-audit.md").read_text(encoding="utf-8")
     assert "`ok` (success" in page and "`error`" in page and "408 timeout" in page
+
+
+# -- the scratch pad as its own audit item ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("turn", "planning"),
+    [
+        (
+            "<scratch_pad>Goal: greet. Plan: answer.</scratch_pad>Hello!",
+            "Goal: greet. Plan: answer.",
+        ),
+        ("<think>They said hi; answer briefly.</think>Hello!", "They said hi; answer briefly."),
+    ],
+)
+def test_the_scratch_pad_is_its_own_audit_item(turn: str, planning: str) -> None:
+    storage = InMemoryStorage()
+    result = Agent(model=ScriptedModel([turn]), storage=storage).run("hi")
+    assert result.output == "Hello!"
+    records = storage.records(result.request_id)
+    pads = [r for r in records if r.role == "scratch_pad"]
+    assert [(p.stage, p.step, p.content) for p in pads] == [("ThoughtGenerator", 0, planning)]
+    roles = [r.role for r in records if r.stage == "ThoughtGenerator"]
+    assert roles.index("scratch_pad") == roles.index("completion") + 1
+
+
+def test_a_turn_without_planning_records_no_scratch_pad_and_secrets_in_it_are_masked() -> None:
+    storage = InMemoryStorage()
+    plain = Agent(model=ScriptedModel(["Hello!"]), storage=storage).run("hi")
+    assert all(r.role != "scratch_pad" for r in storage.records(plain.request_id))
+    leaky = Agent(
+        model=ScriptedModel([f"<scratch_pad>use {SECRET}</scratch_pad>Done."]),
+        storage=storage,
+        secrets=[SECRET],
+    ).run("hi")
+    (pad,) = [r for r in storage.records(leaky.request_id) if r.role == "scratch_pad"]
+    assert SECRET not in pad.content and "use" in pad.content

@@ -26,7 +26,7 @@ from hermes_agent.audit.redaction import Redactor, sanitized_note, storable
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.protocol.chatml import render_conversation, render_tool_results, to_chatml
 from hermes_agent.stages import HookStage
-from hermes_agent.types import Message, ToolCallRecord, ToolResult
+from hermes_agent.types import Completion, Message, ToolCallRecord, ToolResult
 
 logger = logging.getLogger("hermes_agent")
 
@@ -115,6 +115,11 @@ class RunView(Protocol):
 
     @property
     def completion_text(self) -> str: ...
+
+    @property
+    def completion(self) -> Completion:
+        """The latest model turn, parsed (its scratch pad or thought is recorded apart)."""
+        ...
 
     @property
     def reason(self) -> str | None:
@@ -293,9 +298,13 @@ class Recorder:
             prompt = (Role.PROMPT_ADDED, text)
         self._prompted, self._rewrites = len(sent), ctx.prompt_rewrites
         self._last_prompt = whole
+        records = [prompt, completion]
+        planning = ctx.completion.scratch_pad or ctx.completion.thought
+        if planning and not ctx.error:
+            records.append((Role.SCRATCH_PAD, planning))
         if ctx.reason:
-            return [prompt, completion, (Role.REASON, ctx.reason)]
-        return [prompt, completion]
+            records.append((Role.REASON, ctx.reason))
+        return records
 
     def _system_prompt_sha(self, ctx: RunView) -> str:
         # The system turn as a Hermes model reads it (tools prompt + instructions); computed

@@ -31,6 +31,11 @@ class Role(StrEnum):
     """The turns added to the prompt since the previous request (ChatML)."""
     COMPLETION = "completion"
     """The model's answer as received (or the model error)."""
+    SCRATCH_PAD = "scratch_pad"
+    """The model's planning for its turn, apart from its answer and calls: the
+    ``<scratch_pad>`` it wrote, or its ``<think>`` thought (ThoughtGenerator; only for a turn
+    that had one). Also inside the completion, as received; here on its own to read or audit
+    without parsing the turn."""
     REASON = "reason"
     """Explain mode: the one-line reason the model gave for its turn (ThoughtGenerator)."""
     SELECTION = "selection"
