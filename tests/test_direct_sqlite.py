@@ -1,4 +1,4 @@
-"""SQLite transactions straight on sqlite3 (``storage.direct_sqlite``): a turn's append and the
+"""SQLite transactions straight on sqlite3 (``storage.driver``): a turn's append and the
 trail's records store what the SQLAlchemy path stores; a failure rolls the whole transaction
 back and comes out as the SQLAlchemy error (``StorageError`` from the session store), with the
 pooled connection usable afterwards; a database locked by another writer waits and then fails
@@ -6,6 +6,7 @@ cleanly; an in-memory database's writers take turns."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sqlite3
 import threading
@@ -21,7 +22,6 @@ from sqlalchemy import insert, text
 from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage import SqlStorage
 from hermes_agent.storage.base import StorageError
-from hermes_agent.storage.direct_sqlite import SqliteTransactions
 from hermes_agent.storage.schema import audit_table, messages_table, sessions_table
 from hermes_agent.storage.sql import SqlAuditSink, _count_in_statement, append_messages
 from hermes_agent.types import Message, ToolCall, ToolResult
@@ -45,13 +45,12 @@ def file_storage(tmp_path: Path) -> Iterator[SqlStorage]:
 
 def observed(storage: SqlStorage) -> list[tuple[str, int]]:
     """The statements the storage's direct transactions send from now on: (SQL, rows)."""
-    assert storage.direct_sqlite is not None
     sent: list[tuple[str, int]] = []
 
     def note(sql: str, rows: Sequence[Mapping[str, Any]]) -> None:
         sent.append((sql, len(rows)))
 
-    storage.direct_sqlite.observers.append(note)
+    storage.driver.observers.append(note)
     return sent
 
 
@@ -105,7 +104,7 @@ def test_trail_records_go_directly_with_sqlalchemy_s_conversions(storage: SqlSto
     assert [r.seq for r in found] == [0, 1]
     assert found[1].latency_ms == 2.5 and isinstance(found[1].latency_ms, float)
     assert found[0].content == "hi\\u0000there" and found[0].sanitized  # made storable
-    direct = storage.direct_sqlite
+    direct = storage.driver._sqlite3
     assert direct is not None
     _, processors, _ = direct.sql(insert(audit_table), ("latency_ms", "seq"))
     assert set(processors) == {"latency_ms"}  # the Double column's float(), as SQLAlchemy's
@@ -115,7 +114,7 @@ def test_trail_records_go_directly_with_sqlalchemy_s_conversions(storage: SqlSto
 
 def test_a_failure_rolls_the_whole_transaction_back(storage: SqlStorage) -> None:
     storage.sessions.append("s1", TURN[:1])
-    direct = storage.direct_sqlite
+    direct = storage.driver._sqlite3
     assert direct is not None
     bound = {"p_id": "s1", "p_now": 1, "p_added": 1, "p_users": 1}
     taken = {"session_id": "s1", "position": 0, "role": "user", "content": "again"}
@@ -169,7 +168,7 @@ def test_a_database_that_cannot_be_opened_is_a_storage_error(tmp_path: Path) -> 
 def test_an_in_memory_database_s_writers_take_turns() -> None:
     storage = SqlStorage("sqlite://")
     try:
-        assert storage.direct_sqlite is not None
+        assert storage.driver._sqlite3 is not None
 
         def append(n: int) -> None:
             for _ in range(20):
@@ -187,15 +186,24 @@ def test_an_in_memory_database_s_writers_take_turns() -> None:
         storage.close()
 
 
-def test_only_sqlite3_engines_and_caller_values(storage: SqlStorage, tmp_path: Path) -> None:
+def test_echo_logs_the_direct_statements_and_never_changes_their_path(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     echoed = SqlStorage(f"sqlite:///{tmp_path / 'echo.db'}", echo=True)
     try:
-        assert echoed.direct_sqlite is None  # every statement is to be echoed: SQLAlchemy's
+        sent = observed(echoed)
+        with caplog.at_level(logging.INFO, logger="sqlalchemy.engine.Engine"):
+            echoed.sessions.append("s1", TURN[:2])
+        assert len(sent) == 2  # the count-in and the messages, sent straight on sqlite3
+        logged = [r.getMessage() for r in caplog.records if r.name == "sqlalchemy.engine.Engine"]
+        assert any(sql in line for sql, _ in sent for line in logged)
+        assert [m.content for m in echoed.sessions.load("s1")] == [m.content for m in TURN[:2]]
     finally:
         echoed.close()
-    with pytest.raises(ValueError, match="sqlite3"):
-        SqliteTransactions(sqlalchemy.create_engine("postgresql+psycopg://localhost/none"))
-    direct = storage.direct_sqlite
+
+
+def test_only_caller_values(storage: SqlStorage) -> None:
+    direct = storage.driver._sqlite3
     assert direct is not None
     with pytest.raises(ValueError, match="every value from its caller"):
         direct.sql(insert(sessions_table).values(id="x", created_ns=1))

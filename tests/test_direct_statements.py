@@ -1,4 +1,4 @@
-"""Statements sent straight on the driver's connection (``storage.direct``), against the local
+"""Statements sent straight on psycopg's connection (``storage.driver``), against the local
 PostgreSQL server: each commits on its own; the pooled connection goes back as SQLAlchemy
 leaves it (a transaction after it is still one transaction); a driver error comes back as the
 SQLAlchemy error ``Connection.execute`` raises, and a connection the server dropped is thrown
@@ -19,7 +19,6 @@ from sqlalchemy import bindparam, insert, select, text, update
 
 from hermes_agent.errors import is_store_error
 from hermes_agent.storage import SqlStorage
-from hermes_agent.storage.direct import DirectStatements
 from hermes_agent.storage.schema import sessions_table
 from hermes_agent.worker.attempt import transient
 from storage_backends import _admin_connection, _url
@@ -49,12 +48,9 @@ def add_session(session_id: str) -> tuple[Any, dict[str, Any]]:
     return statement, {"p_id": session_id}
 
 
-def test_only_a_postgresql_engine_takes_direct_statements(tmp_path: Path) -> None:
+def test_a_statement_at_once_writes_on_sqlite_too(tmp_path: Path) -> None:
     storage = SqlStorage(f"sqlite:///{tmp_path / 'state.db'}")
     try:
-        assert storage.direct is None  # SQLite writes through SQLAlchemy, as before
-        with pytest.raises(ValueError, match="PostgreSQL"):
-            DirectStatements(storage.engine)
         statement, params = add_session("s")
         assert storage.write_at_once(statement, params).id == "s"
         assert count_sessions(storage) == 1
@@ -65,7 +61,6 @@ def test_only_a_postgresql_engine_takes_direct_statements(tmp_path: Path) -> Non
 def test_a_statement_commits_on_its_own_and_leaves_the_connection_as_it_found_it(
     storage: SqlStorage,
 ) -> None:
-    assert storage.direct is not None
     statement, params = add_session("one")
     row = storage.write_at_once(statement, params)
     assert row is not None and row.id == "one"
@@ -83,7 +78,6 @@ def test_a_statement_commits_on_its_own_and_leaves_the_connection_as_it_found_it
 
 
 def test_a_core_statement_sends_its_own_values_with_the_callers(storage: SqlStorage) -> None:
-    assert storage.direct is not None
     s = sessions_table.c
     statement = (
         update(sessions_table)
@@ -95,8 +89,10 @@ def test_a_core_statement_sends_its_own_values_with_the_callers(storage: SqlStor
     row = storage.write_at_once(statement, {"p_id": "core", "p_now": 42})
     assert (row.messages, row.updated_ns) == (5, 42)
     assert storage.write_at_once(statement, {"p_id": "core", "p_now": 43}) is None  # not 0 now
-    sql, own, wanted = storage.direct.sql(statement)
-    assert storage.direct.sql(statement)[0] is sql  # compiled once
+    psycopg = storage.driver._psycopg
+    assert psycopg is not None
+    sql, own, wanted = psycopg.sql(statement)
+    assert psycopg.sql(statement)[0] is sql  # compiled once
     assert wanted == {"p_id", "p_now"} and not wanted & own.keys()  # the caller's to give
     # A parameter left out is the caller's defect, not the store failing (never retried).
     with pytest.raises(ValueError, match="p_now"):
@@ -210,10 +206,9 @@ def test_a_server_that_cannot_be_reached_is_a_transient_store_error(storage: Sql
 
 
 def test_observers_see_each_statement_before_it_goes(storage: SqlStorage) -> None:
-    assert storage.direct is not None
     seen: list[tuple[str, dict[str, Any]]] = []
-    storage.direct.observers.append(lambda sql, params: seen.append((sql, dict(params))))
+    storage.driver.observers.append(lambda sql, rows: seen.append((sql, dict(rows[0]))))
     statement, params = add_session("seen")
     storage.write_at_once(statement, params)
-    assert seen == [(storage.direct.sql(statement)[0], {"p_id": "seen"})]
+    assert seen == [(storage.driver.sql(statement), {"p_id": "seen"})]
     assert "%(p_id)s" in seen[0][0]  # the driver's own SQL

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from hermes_agent.channels.store import SqlChannelStore
 from hermes_agent.cli.app import app as cli
+from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.server.auth import SqlKeyStore
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.engine import make_engine
@@ -151,7 +152,7 @@ def test_a_database_from_before_the_chain_covered_every_table_upgrades_with_its_
         runs = RunStore(storage)
         old_run = runs.get("old-run")
         assert old_run is not None and old_run.status == "completed"
-        assert runs.add("old-session", {"message": "new"}) != "old-run"
+        assert runs.add("old-session", QueuedRequest(message="new")) != "old-run"
     keys = SqlKeyStore(sql_url)
     try:
         assert [(k.key_id, k.user_id, k.name) for k in keys.list()] == [

@@ -159,7 +159,7 @@ def wait_for_a_lock(store: RunStore) -> None:
 def statements(storage: SqlStorage, alone: list[bool] | None = None) -> list[str]:
     """The statements the storage's engine sends from now on (appended as they go), and in
     ``alone`` whether each ran in autocommit (a transaction of its own: no BEGIN, no COMMIT).
-    Those sent straight on the driver's connection (``storage.direct``, PostgreSQL) are
+    Those sent straight on the driver's connection (``storage.driver``, PostgreSQL) are
     counted too: they always run in autocommit (tests/test_direct_statements.py)."""
     sent: list[str] = []
 
@@ -174,8 +174,8 @@ def statements(storage: SqlStorage, alone: list[bool] | None = None) -> list[str
             alone.append(True)
 
     event.listen(storage.engine, "before_cursor_execute", count)
-    if storage.direct is not None:
-        storage.direct.observers.append(direct)
+    if storage.engine.dialect.name == "postgresql":  # sent straight on psycopg
+        storage.driver.observers.append(direct)
     return sent
 
 

@@ -1,5 +1,5 @@
 """A turn appended to its session as one statement on PostgreSQL, run in autocommit
-(``SqlStorage.write_at_once``, straight on the driver's connection: ``storage.direct``).
+(``SqlStorage.write_at_once``, sent by ``storage.driver``).
 
 Through psycopg a transaction waits for the server at its ``BEGIN``, at each statement and at
 its ``COMMIT``; a statement on its own is atomic already and waits once. A turn's append was a
@@ -8,8 +8,9 @@ is one statement whose ``WITH`` part counts the turn in and whose insert places 
 after the count it returns. The same two parts end a queued run's ending
 (``worker.fenced_statements``), fed by the run's row instead of a session id.
 
-Only where the rows travel as JSON (``storage.bulk.json_rows``); otherwise the caller writes
-them in a transaction, as on SQLite, where a statement costs no round trip.
+A turn's rows always travel as JSON (``storage.bulk.json_rows``: their text is made storable
+before, their other values are numbers and ``None``). On SQLite, where a statement costs no
+round trip, a turn is the two statements of ``storage.sql.count_in_turn``.
 
 The trail's written-behind records stay in a transaction of their own: the writer retries a
 failed write, and a statement whose reply was lost after PostgreSQL committed it (a connection
@@ -23,7 +24,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Executable, TextClause, text
+from sqlalchemy import TextClause, text
 
 from hermes_agent.storage.bulk import json_rows
 from hermes_agent.storage.schema import messages_table, sessions_table
@@ -69,21 +70,16 @@ def turn_parts(quote: Quote, session_from: str) -> list[str]:
     ]
 
 
-def append_turn(
-    write: Callable[[Executable, dict[str, Any]], Any],
-    quote: Quote,
-    session_id: str,
-    rows: Sequence[dict[str, Any]],
-    now: int,
-) -> bool:
-    """Append a turn's ``messages`` rows (see ``turn_parameters``) to the session in one
-    statement, sent by ``write`` (``SqlStorage.write_at_once``); ``False`` (nothing written)
-    where they cannot travel as JSON."""
+def turn_statement(
+    quote: Quote, session_id: str, rows: Sequence[dict[str, Any]], now: int
+) -> tuple[TextClause, dict[str, Any]]:
+    """The one statement that appends a turn's ``messages`` rows (``storage.sql.message_rows``
+    made them storable, so they always travel as JSON) to the session on PostgreSQL, and its
+    parameters: sent alone in autocommit, or inside a transaction of the caller's."""
     bound = turn_parameters(rows, now)
-    if bound is None:
-        return False
-    write(_append_statement(quote), {**bound, "p_session_id": session_id})
-    return True
+    if bound is None:  # a defect: message rows are text, numbers and None
+        raise ValueError("a turn's messages cannot travel as JSON")
+    return _append_statement(quote), {**bound, "p_session_id": session_id}
 
 
 @functools.lru_cache(maxsize=4)

@@ -39,12 +39,12 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     Connection,
+    Engine,
     Executable,
     bindparam,
     func,
     insert,
     select,
-    update,
 )
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -52,9 +52,8 @@ from hermes_agent.audit.records import RECORD_FIELDS, AuditRecord, Role, records
 from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
-from hermes_agent.storage.bulk import dialect_insert, insert_rows
-from hermes_agent.storage.direct import DirectStatements
-from hermes_agent.storage.direct_sqlite import SqliteTransaction, SqliteTransactions
+from hermes_agent.storage.bulk import dialect_insert
+from hermes_agent.storage.driver import CoreTransaction, Driver, Transaction
 from hermes_agent.storage.engine import (
     SINGLE,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -74,7 +73,7 @@ from hermes_agent.storage.schema import (
     upgrade,
 )
 from hermes_agent.storage.session_lease import SessionLease, SessionLeases
-from hermes_agent.storage.single_statements import append_turn
+from hermes_agent.storage.single_statements import turn_statement
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message, ToolCall, ToolResult
 
@@ -132,22 +131,26 @@ class SqlStorage:
         self.in_memory = self._memory
         self._tx_guard: threading.RLock | None = threading.RLock() if self._memory else None
         self._autocommits = self.engine.dialect.name == "postgresql"
-        # The statements a queued run sends on every run go past SQLAlchemy's execution
-        # machinery on PostgreSQL (``storage.direct``), unless every statement is to be echoed.
-        self.direct = DirectStatements(self.engine) if self._autocommits and not echo else None
-        # On SQLite, a run's append to its session and its trail records are transactions
-        # straight on sqlite3 (``storage.direct_sqlite``): the service writes the first two on
-        # its event loop.
-        self.direct_sqlite = (
-            SqliteTransactions(self.engine, self._tx_guard)
-            if self.engine.dialect.driver == "pysqlite" and not echo
-            else None
+        # The writes every run makes go through the driver (``storage.driver``), which alone
+        # chooses how they are sent.
+        self.driver = Driver(
+            self.engine,
+            guard=self._tx_guard,
+            transaction=self.transaction,
+            one_statement=self.one_statement,
+            echo=echo,
         )
         try:
             self.schema_version = self._migrate()
         except SQLAlchemyError as exc:
             self.engine.dispose()
             raise StorageError(f"cannot open the database {_safe_url(url)}: {exc}") from exc
+        if not self.engine.dialect.insert_returning:  # known once a connection was made
+            self.engine.dispose()
+            raise StorageError(
+                f"the database {_safe_url(url)} has no INSERT ... RETURNING: SQLite 3.35 or "
+                "newer (2021) is needed"
+            )
         self.sessions = SqlSessionStore(self)
         self.audit = WriteBehindSink(SqlAuditSink(self))
         self._closed = False
@@ -194,13 +197,9 @@ class SqlStorage:
             conn.close()
 
     def write_at_once(self, statement: Executable, params: dict[str, Any]) -> Any | None:
-        """One statement that writes, atomic on its own (``one_statement``), and its first row
-        (columns as attributes) or ``None``; on PostgreSQL sent straight on the driver's
-        connection (``storage.direct``)."""
-        if self.direct is not None:
-            return self.direct.first(statement, params)
-        with self.one_statement(write=True) as conn:
-            return conn.execute(statement, params).first()
+        """One statement that writes, atomic on its own, and its first row (columns as
+        attributes) or ``None`` (``Driver.first_at_once``)."""
+        return self.driver.first_at_once(statement, params)
 
     def _migrate(self) -> int:
         # Every table the project owns (storage.schema), not only the sessions and the trail.
@@ -379,28 +378,15 @@ class SqlSessionStore:
     def append(self, session_id: str, messages: Sequence[Message]) -> None:
         if not messages:
             return
-        if self._storage.engine.dialect.name == "postgresql":
-            # One statement, in autocommit: one wait for the server where a transaction of
-            # two statements waited four times (storage.single_statements).
-            storage = self._storage
-            with _failing_as("append to session", session_id):
-                rows = message_rows("", 0, messages)
-                quote = storage.engine.dialect.identifier_preparer.quote
-                if append_turn(storage.write_at_once, quote, session_id, rows, time.time_ns()):
-                    return
-        direct = self._storage.direct_sqlite
-        if direct is not None and self._storage.engine.dialect.insert_returning:
-            with (
-                _failing_as("append to session", session_id),
-                direct.transaction(write=True) as tx,
-            ):
-                append_messages_directly(tx, session_id, messages)
-            return
-        with (
-            _failing_as("append to session", session_id),
-            self._storage.transaction(write=True) as conn,
-        ):
-            append_messages(conn, session_id, messages)
+        storage = self._storage
+        with _failing_as("append to session", session_id):
+            if storage.engine.dialect.name == "postgresql":
+                # One statement, in autocommit: one wait for the server where a transaction
+                # of two statements waited four times (storage.single_statements).
+                storage.write_at_once(*postgresql_turn(storage.engine, session_id, messages))
+                return
+            with storage.driver.transaction(write=True) as tx:
+                count_in_turn(tx, session_id, messages)
 
     def lock(self, session_id: str) -> SessionLease:
         # Weak values: a session's lock lives while a run holds it, so a process that serves
@@ -569,13 +555,9 @@ class SqlAuditSink:
 
     def write(self, records: Sequence[AuditRecord]) -> None:
         rows = [_audit_row(record) for record in records]
-        direct = self._storage.direct_sqlite
-        if rows and direct is not None:
-            with direct.transaction(write=True) as tx:
+        if rows:
+            with self._storage.driver.transaction(write=True) as tx:
                 tx.insert_many(_INSERT_AUDIT, rows)
-        elif rows:
-            with self._storage.transaction(write=True) as conn:
-                insert_rows(conn, audit_table, rows)
 
     def flush(self) -> None:
         """Nothing is queued here."""
@@ -595,50 +577,38 @@ def _audit_row(record: AuditRecord) -> dict[str, Any]:
 
 def append_messages(conn: Connection, session_id: str, messages: Sequence[Message]) -> None:
     """Add one turn's messages to a session inside the caller's transaction (the queue workers
-    save a turn and mark their run done in one transaction)."""
+    save a turn and mark their run done in one transaction), in its database's one form."""
     if not messages:
         return
-    now = time.time_ns()
-    s = sessions_table.c
-    added, users = len(messages), sum(1 for m in messages if m.role == "user")
-    dialect = conn.dialect.name
-    if dialect in ("postgresql", "sqlite") and conn.dialect.insert_returning:
-        # (SQLite before 3.35 has no RETURNING: the three statements below.)
-        # One statement creates the session or counts the turn in, and says where the turn
-        # starts: the row stays locked until commit (PostgreSQL's row lock, SQLite's write
-        # lock), so two processes appending to one session take turns.
-        total = conn.execute(
-            _count_in_statement(dialect),
-            {"p_id": session_id, "p_now": now, "p_added": added, "p_users": users},
-        ).scalar_one()
-        start = int(total) - added
+    if conn.dialect.name == "postgresql":
+        conn.execute(*postgresql_turn(conn.engine, session_id, messages))
     else:
-        _insert_session_if_missing(conn, session_id, now)
-        start = conn.execute(
-            select(s.messages).where(s.id == session_id).with_for_update()
-        ).scalar_one()
-        conn.execute(
-            update(sessions_table)
-            .where(s.id == session_id)
-            .values(updated_ns=now, messages=s.messages + added, turns=s.turns + users)
-        )
-    insert_rows(conn, messages_table, message_rows(session_id, start, messages))
+        count_in_turn(CoreTransaction(conn), session_id, messages)
+
+
+def postgresql_turn(
+    engine: Engine, session_id: str, messages: Sequence[Message]
+) -> tuple[Executable, dict[str, Any]]:
+    """A turn appended to a session on PostgreSQL: one statement and its parameters
+    (``storage.single_statements``), sent alone or inside a transaction."""
+    quote = engine.dialect.identifier_preparer.quote
+    return turn_statement(quote, session_id, message_rows("", 0, messages), time.time_ns())
 
 
 _INSERT_MESSAGES = insert(messages_table)
 _INSERT_AUDIT = insert(audit_table)
-"""Built once: a direct transaction compiles each statement object once."""
+"""Built once: the driver compiles each statement object once."""
 
 
-def append_messages_directly(
-    tx: SqliteTransaction, session_id: str, messages: Sequence[Message]
-) -> None:
-    """``append_messages`` in a direct SQLite transaction (``storage.direct_sqlite``): the
-    same two statements, the first taking SQLite's write lock to the commit."""
+def count_in_turn(tx: Transaction, session_id: str, messages: Sequence[Message]) -> None:
+    """A turn appended to a session on SQLite, in a transaction: one statement creates the
+    session or counts the turn in and says where the turn starts (it takes SQLite's write
+    lock to the commit, so two processes appending to one session take turns), then the
+    messages are inserted there."""
     now = time.time_ns()
     added, users = len(messages), sum(1 for m in messages if m.role == "user")
     bound = {"p_id": session_id, "p_now": now, "p_added": added, "p_users": users}
-    start = int(tx.scalar(_count_in_statement("sqlite"), bound)) - added
+    start = int(tx.scalar(_count_in_statement(tx.dialect), bound)) - added
     tx.insert_many(_INSERT_MESSAGES, message_rows(session_id, start, messages))
 
 

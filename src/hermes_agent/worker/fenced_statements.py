@@ -4,7 +4,7 @@ A fenced transaction written statement by statement costs a round trip per state
 more for ``BEGIN`` and ``COMMIT``: a model turn's batch five, a run's ending ten. Every one
 is a wait of the worker's thread on its socket, and a wake-up of the database's backend. Here
 the same writes are one statement with data-modifying ``WITH`` parts, run in autocommit
-(``SqlStorage.write_at_once``, straight on the driver's connection: ``storage.direct``), so
+(``SqlStorage.write_at_once``, sent by ``storage.driver``), so
 they cost one round trip and stay atomic:
 
     WITH held AS (SELECT … FROM hermes_runs
