@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.backends import build_backend, keys_url_for
 from hermes_agent.cli import app as cli
+from hermes_agent.runs.keys import MemoryKeyStore, SqlKeyStore
+from hermes_agent.runs.quotas import MemoryQuotaStore, SqlQuotaStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore, SqlKeyStore
-from hermes_agent.server.quotas import MemoryQuotaStore, SqlQuotaStore
 from server_harness import make_agent, serve
 
 try:
@@ -26,9 +26,9 @@ except ImportError:  # pragma: no cover - tests/ is a package
     from tests.test_layers import MODULES, _imports, _within
 
 ENGINES = (
-    "hermes_agent.server.in_process",
-    "hermes_agent.server.runs",
-    "hermes_agent.server.queued",
+    "hermes_agent.runs.in_process",
+    "hermes_agent.runs.local",
+    "hermes_agent.worker.backend",
     "hermes_agent.worker",
 )
 """The modules that run runs: the in-process engine and the queued one, both sides."""
@@ -139,7 +139,7 @@ def test_the_backend_is_one_fork_with_quotas_beside_the_keys(tmp_path: Path) -> 
 
 
 def test_only_the_composition_root_builds_an_engine() -> None:
-    engine_makers = ("hermes_agent.server.in_process", "hermes_agent.server.queued")
+    engine_makers = ("hermes_agent.runs.in_process", "hermes_agent.worker.backend")
     composers = sorted(
         module
         for module in MODULES

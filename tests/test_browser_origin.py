@@ -141,7 +141,7 @@ def test_a_page_of_another_origin_cannot_drive_a_service_without_keys(
 def test_the_console_follows_a_run_through_a_stream_token_not_its_key(
     tmp_path: Path, browser: Any
 ) -> None:
-    from hermes_agent.server.auth import MemoryKeyStore
+    from hermes_agent.runs.keys import MemoryKeyStore
 
     keys = MemoryKeyStore()
     key = keys.create("ana")

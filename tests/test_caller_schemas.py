@@ -38,8 +38,8 @@ from hermes_agent.loading import build_agent
 from hermes_agent.pipeline.structured import output_spec
 from hermes_agent.pipeline.tool_selector import typed_arguments
 from hermes_agent.runs.caller_schemas import compile_problem
+from hermes_agent.runs.keys import MemoryKeyStore, SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore, SqlKeyStore
 from hermes_agent.testing import tool_call
 from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.validation import (

@@ -20,8 +20,8 @@ import pytest
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.audit.records import Role
 from hermes_agent.audit.trace_view import trace_view
+from hermes_agent.runs.keys import MemoryKeyStore, SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore, SqlKeyStore
 from hermes_agent.storage import open_storage
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import Tool

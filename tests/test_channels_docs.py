@@ -17,8 +17,8 @@ import yaml
 from hermes_agent.channels import ChannelHub, MemoryChannelStore, OutboundMessage, channel_settings
 from hermes_agent.channels.config import EmailChannel, WebhookChannel, WecomChannel
 from hermes_agent.config import parse_config
+from hermes_agent.runs.settings import service_settings
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.settings import service_settings
 from server_harness import make_agent, serve, wait_for
 from test_channels import SECRET, Receiver
 

@@ -17,8 +17,8 @@ import pytest
 from hermes_agent.channels import signed_headers
 from hermes_agent.channels.config import DEFAULT_QUOTA_MESSAGE
 from hermes_agent.errors import ConfigError
+from hermes_agent.runs.settings import QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.settings import QuotaSettings
 from server_harness import make_agent, serve, wait_for
 from test_channels import SECRET, Receiver, receiver_verifies
 

@@ -30,8 +30,9 @@ from hermes_agent.cli import app
 from hermes_agent.cli.serve import LOCAL_KEY_FILE, local_key
 from hermes_agent.config import load_config
 from hermes_agent.demo_tools import calculator
-from hermes_agent.server.auth import LOCAL_USER, MemoryKeyStore
-from hermes_agent.server.settings import service_settings
+from hermes_agent.runs.keys import MemoryKeyStore
+from hermes_agent.runs.principal import LOCAL_USER
+from hermes_agent.runs.settings import service_settings
 from openai_server import running_server, text
 from server_harness import free_port
 from test_readme_commands import CURL, README, SERVE, hermes_agent_command, readme_command

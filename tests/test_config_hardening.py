@@ -152,7 +152,7 @@ def test_a_config_error_never_shows_a_secret(
 
 def test_a_service_section_error_never_shows_a_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     from hermes_agent.config import validate_section
-    from hermes_agent.server.settings import ServiceSettings
+    from hermes_agent.runs.settings import ServiceSettings
 
     monkeypatch.setenv("HERMES_TEST_TOKEN", SECRET)
     with pytest.raises(ConfigError) as caught:

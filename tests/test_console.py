@@ -27,8 +27,8 @@ import pytest
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.models.base import ModelResponse, ModelSettings
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
 from hermes_agent.server.routes_console import CONTENT_SECURITY_POLICY
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message, StreamChunk

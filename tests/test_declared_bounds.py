@@ -556,8 +556,8 @@ def test_a_client_tools_bound_holds_before_the_call_is_handed_to_the_client() ->
     reaches the client."""
     import openai
 
+    from hermes_agent.runs.keys import MemoryKeyStore
     from hermes_agent.server import ServiceSettings, create_app
-    from hermes_agent.server.auth import MemoryKeyStore
     from server_harness import serve
 
     keys = MemoryKeyStore()
@@ -601,8 +601,8 @@ def test_the_queued_engine_holds_the_bound_too(tmp_path: Path) -> None:
 
     import openai
 
+    from hermes_agent.runs.keys import SqlKeyStore
     from hermes_agent.server import ServiceSettings, create_app
-    from hermes_agent.server.auth import SqlKeyStore
     from server_harness import serve
     from storage_backends import _url
     from worker_harness import REDIS, Cluster, broker_up, psycopg_url

@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 from sqlalchemy import Connection
 
 from hermes_agent.runs.gate import GateLimits, RunRejected
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import SqlKeyStore
-from hermes_agent.server.queued import count_in_flight, lock_admissions
 from hermes_agent.storage import open_storage
+from hermes_agent.worker.backend import count_in_flight, lock_admissions
 from hermes_agent.worker.store import RunStore
 from server_harness import serve
 from step_model import running_step_model
@@ -198,8 +198,8 @@ def test_admission_and_count_are_one_step(
     """However many submits race, a user ends with exactly ``min(limit, before + racing)``
     runs in flight when ``before`` were there (those over the limit already stay)."""
     from hermes_agent.runs.gate import Gate
-    from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
-    from hermes_agent.server.settings import QuotaSettings
+    from hermes_agent.runs.quotas import MemoryQuotaStore, Quotas
+    from hermes_agent.runs.settings import QuotaSettings
 
     owner = f"u{uuid.uuid4().hex[:8]}"
     gate = Gate(
@@ -234,9 +234,9 @@ def test_local_work_admitted_at_once_holds_its_place_before_the_quota(tmp_path: 
     the quota store is asked off the event loop, admit eight; the others are 429."""
     from hermes_agent.runs.gate import Gate, admitted_here
     from hermes_agent.runs.principal import Principal
+    from hermes_agent.runs.quotas import MemoryQuotaStore, Quotas
     from hermes_agent.runs.request import RunRequest
-    from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
-    from hermes_agent.server.settings import QuotaSettings
+    from hermes_agent.runs.settings import QuotaSettings
     from server_harness import make_agent
 
     agent = make_agent(f"sqlite:///{tmp_path / 'state.db'}")

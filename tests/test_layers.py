@@ -107,5 +107,31 @@ def test_the_package_has_no_import_cycle() -> None:
 
 def test_the_checks_see_a_lazy_import() -> None:
     assert "hermes_agent.tracing" in _imports("hermes_agent.loading")  # inside a function
-    assert _within("hermes_agent.server.runs", UPPER)
+    assert _within("hermes_agent.runs.local", UPPER)
     assert not _within("hermes_agent.agentx", CORE)
+
+
+ENGINES = ("hermes_agent.runs.local", "hermes_agent.runs.in_process", "hermes_agent.worker")
+"""The two engines: the in-process one and the queued one (both sides of the queue)."""
+
+FRONT_DOORS = ("hermes_agent.server", "hermes_agent.mcp", "hermes_agent.channels", "hermes_agent.cli")
+
+ENGINE_READERS = {
+    # The composition root is the one place that builds an engine (``backends``); these
+    # reach one for what a door cannot do through the seam, each for the reason given.
+    "hermes_agent.server.routes_console": "an in-process run's live steps and its approvals "
+    "as asked and answered, from memory: the run seam carries neither",
+    "hermes_agent.cli.worker": "the worker command runs the queued engine",
+    "hermes_agent.cli.runs": "the operator's commands on queued runs (list, requeue, cancel)",
+}
+
+
+def test_front_doors_reach_runs_through_the_seam_never_an_engine() -> None:
+    reaching = {
+        module: sorted(t for t in _imports(module) if _within(t, ENGINES))
+        for module in MODULES
+        if _within(module, FRONT_DOORS)
+    }
+    reaching = {module: found for module, found in reaching.items() if found}
+    assert sorted(reaching) == sorted(m for m in ENGINE_READERS if m in MODULES)
+    assert "hermes_agent.runs.local" in _imports("hermes_agent.backends")  # it builds them

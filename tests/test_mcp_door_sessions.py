@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from hermes_agent import Agent, ScriptedModel, tool
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
 from server_harness import make_agent, serve, wait_for
 
 pytest.importorskip("mcp")

@@ -157,7 +157,7 @@ class HttpServer:
 
 def api_key(project: Path, user: str) -> str:
     """A key of the service's key store (the config's storage), as ``keys create`` makes."""
-    from hermes_agent.server.auth import SqlKeyStore
+    from hermes_agent.runs.keys import SqlKeyStore
 
     keys = SqlKeyStore(f"sqlite:///{project / 'state.db'}")
     try:

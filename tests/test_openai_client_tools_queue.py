@@ -14,8 +14,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import SqlKeyStore
 from openai_server import running_server, text
 from server_harness import serve
 from storage_backends import _url

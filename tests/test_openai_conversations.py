@@ -28,10 +28,10 @@ from hypothesis import strategies as st
 
 from hermes_agent import Agent, OpenAICompatible
 from hermes_agent.runs import Gate, GateLimits, RunRejected, RunRequest
+from hermes_agent.runs.keys import MemoryKeyStore
+from hermes_agent.runs.quotas import MemoryQuotaStore, Quotas
+from hermes_agent.runs.settings import QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
-from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
-from hermes_agent.server.settings import QuotaSettings
 from hermes_agent.types import Message
 from openai_server import ScriptedServer, running_server, text
 from server_harness import serve

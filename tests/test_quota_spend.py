@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from hermes_agent import Agent
 from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.pipeline.watch import SpendMeter
+from hermes_agent.runs.keys import MemoryKeyStore, SqlKeyStore
+from hermes_agent.runs.quotas import MemoryQuotaStore, Quotas, QuotaStore, quota_store_for
+from hermes_agent.runs.settings import QuotaLimits, QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
-from hermes_agent.server.auth import MemoryKeyStore, SqlKeyStore
-from hermes_agent.server.quotas import MemoryQuotaStore, Quotas, QuotaStore, quota_store_for
-from hermes_agent.server.settings import QuotaLimits, QuotaSettings
 from hermes_agent.types import Usage
 from openai_server import ScriptedServer, running_server, text
 from server_harness import serve, sse_events, wait_for

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from hermes_agent.demo_tools import calculator
-from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.storage.sql import SqlStorage
 from openai_server import ScriptedServer, running_server, text
 

@@ -37,10 +37,10 @@ from hermes_agent.runs import (
     read_event,
     tokens_used,
 )
+from hermes_agent.runs.keys import MemoryKeyStore
+from hermes_agent.runs.quotas import MemoryQuotaStore, Quotas
+from hermes_agent.runs.settings import QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
-from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
-from hermes_agent.server.settings import QuotaSettings
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from server_harness import call, serve, sse_events, wait_for

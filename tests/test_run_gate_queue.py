@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import SqlKeyStore
 from hermes_agent.storage import open_storage
 from hermes_agent.worker.store import RunStore
 from server_harness import serve, sse_events

@@ -31,8 +31,8 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from hermes_agent.channels import signed_headers
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import SqlKeyStore
 from server_harness import serve, sse_events
 from step_model import running_step_model
 from storage_backends import _url

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from hermes_agent.channels.store import SqlChannelStore
 from hermes_agent.cli.app import app as cli
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.runs.request import QueuedRequest
-from hermes_agent.server.auth import SqlKeyStore
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.engine import make_engine
 from hermes_agent.storage.schema import (
@@ -201,7 +201,7 @@ def test_every_store_refuses_a_database_newer_than_the_package(sql_url: str) -> 
 _OPEN_ONE = """
 import sys
 from hermes_agent.channels.store import SqlChannelStore
-from hermes_agent.server.auth import SqlKeyStore
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.storage.sql import SqlStorage
 
 url, which = sys.argv[1], int(sys.argv[2])

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from hermes_agent.errors import ConfigError
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
 from server_harness import make_agent, pid_from, poll_run, process_gone, serve, sse_events
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 
@@ -168,7 +168,7 @@ def test_a_plain_post_wakes_at_its_runs_milestones_not_at_each_event(
     """A plain POST waits for its run's end or a pending approval, and is woken only then: each
     wake resumes its whole request (route, middleware), and a run emits a dozen events. The
     approval still ends the wait at once, after a slow tool's events came and went."""
-    from hermes_agent.server.runs import Run
+    from hermes_agent.runs.local import Run
 
     wakes = {"milestone": 0, "changed": 0}
     milestone, changed = Run.milestone, Run.changed
@@ -423,7 +423,7 @@ def test_the_caller_is_known_on_the_loop_without_keys_and_off_it_with_them(
 
 
 def test_keys_are_stored_hashed_in_the_agents_database(tmp_path: Path) -> None:
-    from hermes_agent.server.auth import SqlKeyStore
+    from hermes_agent.runs.keys import SqlKeyStore
 
     store = SqlKeyStore(sqlite(tmp_path))
     key = store.create("carol", admin=True)

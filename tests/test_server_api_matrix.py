@@ -15,8 +15,8 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import SqlKeyStore
 from server_harness import (
     make_agent,
     pid_from,

@@ -22,8 +22,8 @@ import pytest
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.errors import ModelError
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
 from hermes_agent.server.openai_answer import AnswerText
 from hermes_agent.server.openai_schema import ContentPart, OpenAIError, content_text
 from hermes_agent.tools.registry import Tool

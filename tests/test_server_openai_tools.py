@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from hermes_agent import Agent, OpenAICompatible
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
 from hermes_agent.server.openai_runs import plan_tools
 from hermes_agent.server.openai_schema import OpenAIError
 from openai_server import ScriptedServer, running_server, text

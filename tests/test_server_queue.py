@@ -18,9 +18,9 @@ import pytest
 from websockets.sync.client import connect
 
 from hermes_agent.errors import ConfigError
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import SqlKeyStore
-from hermes_agent.server.queued import approval_ref, parse_approval_ref
+from hermes_agent.worker.backend import approval_ref, parse_approval_ref
 from server_harness import serve, sse_events
 from step_model import running_step_model
 from storage_backends import _url

@@ -17,16 +17,16 @@ from websockets.sync.client import connect
 
 from hermes_agent.config import load_config
 from hermes_agent.errors import ConfigError
-from hermes_agent.server import ServiceSettings, create_app, open_key_store
-from hermes_agent.server.auth import KeyStore, MemoryKeyStore, SqlKeyStore
-from hermes_agent.server.quotas import (
+from hermes_agent.runs.keys import KeyStore, MemoryKeyStore, SqlKeyStore
+from hermes_agent.runs.quotas import (
     MemoryQuotaStore,
     Quotas,
     QuotaStore,
     SqlQuotaStore,
     quota_store_for,
 )
-from hermes_agent.server.settings import QuotaLimits, QuotaSettings, service_settings
+from hermes_agent.runs.settings import QuotaLimits, QuotaSettings, service_settings
+from hermes_agent.server import ServiceSettings, create_app, open_key_store
 from server_harness import make_agent, only_run_id, post_in_background, serve
 from storage_backends import database_url, sql_database_url  # noqa: F401  (fixtures)
 

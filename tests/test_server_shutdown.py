@@ -37,7 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from hermes_agent.audit.records import AuditRecord, Role
-from hermes_agent.server.in_process import stored_status
+from hermes_agent.runs.in_process import stored_status
 from hermes_agent.storage import open_storage
 from processes import alive
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)

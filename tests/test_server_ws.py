@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from websockets.sync.client import connect
 
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
 from server_harness import make_agent, poll_run, serve
 
 

@@ -20,13 +20,13 @@ from websockets.sync.client import connect
 
 from hermes_agent.channels import signed_headers
 from hermes_agent.runs import Principal
+from hermes_agent.runs.approvals import ApprovalBook
+from hermes_agent.runs.keys import MemoryKeyStore
+from hermes_agent.runs.local import RunManager, RunRejected, RunRequest
+from hermes_agent.runs.metrics import ServiceMetrics
+from hermes_agent.runs.quotas import DailyUsage, MemoryQuotaStore, Quotas
+from hermes_agent.runs.settings import QuotaLimits, QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
-from hermes_agent.server.approvals import ApprovalBook
-from hermes_agent.server.auth import MemoryKeyStore
-from hermes_agent.server.metrics import ServiceMetrics
-from hermes_agent.server.quotas import DailyUsage, MemoryQuotaStore, Quotas
-from hermes_agent.server.runs import RunManager, RunRejected, RunRequest
-from hermes_agent.server.settings import QuotaLimits, QuotaSettings
 from server_harness import make_agent, serve, wait_for
 from test_channels import Receiver
 from test_channels_inbound import INBOUND_SECRET, app_for, message, post

@@ -40,8 +40,8 @@ from websockets.sync.client import connect
 from hermes_agent.channels import signed_headers
 from hermes_agent.channels.store import SqlChannelStore
 from hermes_agent.cli.serve import uvicorn_config
+from hermes_agent.runs.keys import KeyStore, SqlKeyStore, key_id_of
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import KeyStore, SqlKeyStore, key_id_of
 from server_harness import free_port, make_agent, serve, wait_for
 from test_readme_commands import hermes_agent_command
 

@@ -34,8 +34,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from hermes_agent import Agent, ScriptedModel
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import MemoryKeyStore
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from server_harness import call, poll_run, serve

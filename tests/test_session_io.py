@@ -384,7 +384,7 @@ def test_the_service_reads_no_history_for_a_session_it_made_up(tmp_path: Path) -
 def accepted_threads(agent: Agent, url: str) -> list[str]:
     """Post a run to the service at ``url``; the names of the threads that wrote its first
     (``accepted``) record."""
-    from hermes_agent.server.run_records import direct_sink
+    from hermes_agent.runs.trail import direct_sink
 
     assert agent.storage is not None
     sink = direct_sink(agent.storage)

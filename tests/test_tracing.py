@@ -237,8 +237,8 @@ def test_no_secret_reaches_any_attribute(
 def test_the_services_own_keys_and_stream_tokens_are_masked(
     exporter: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
+    from hermes_agent.runs.keys import MemoryKeyStore
     from hermes_agent.runs.principal import Principal
-    from hermes_agent.server.auth import MemoryKeyStore
     from hermes_agent.server.stream_tokens import MemoryStreamTokens, StreamGrant
 
     # Real ones, minted as the service mints them: a user pastes them into the chat, a tool

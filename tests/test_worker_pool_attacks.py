@@ -21,8 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hermes_agent import build_agent
+from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.auth import SqlKeyStore
 from hermes_agent.worker import submit
 from hermes_agent.worker.store import RunStore
 from server_harness import serve, sse_events

@@ -32,17 +32,17 @@ import logging
 from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig
 from hermes_agent.runs.backend import RunBackend
-from hermes_agent.server.auth import KeyStore, open_key_store
-from hermes_agent.server.in_process import serve_in_process
-from hermes_agent.server.metrics import ServiceMetrics
-from hermes_agent.server.queued import QueueService, check_queue_mode
-from hermes_agent.server.quotas import MemoryQuotaStore, Quotas, quota_store_for
-from hermes_agent.server.run_records import recover_interrupted
-from hermes_agent.server.runs import RunManager
-from hermes_agent.server.settings import ServiceSettings, store_url
+from hermes_agent.runs.in_process import serve_in_process
+from hermes_agent.runs.keys import KeyStore, open_key_store
+from hermes_agent.runs.local import RunManager
+from hermes_agent.runs.metrics import ServiceMetrics
+from hermes_agent.runs.quotas import MemoryQuotaStore, Quotas, quota_store_for
+from hermes_agent.runs.settings import ServiceSettings, store_url
+from hermes_agent.runs.trail import recover_interrupted
 from hermes_agent.storage.base import Storage
 from hermes_agent.storage.engine import safe_url
 from hermes_agent.storage.sql import SqlStorage
+from hermes_agent.worker.backend import QueueService, check_queue_mode
 
 logger = logging.getLogger("hermes_agent.server")
 

@@ -388,7 +388,7 @@ class HermesConfig(_Strict):
     workers (``hermes-agent worker``) take them from."""
     service: dict[str, Any] | None = None
     """The service's settings (``hermes-agent serve``, ``create_app``): validated by
-    ``hermes_agent.server.settings.service_settings`` when the agent is served, so a config
+    ``hermes_agent.runs.settings.service_settings`` when the agent is served, so a config
     with a ``service:`` section loads without the ``server`` extra."""
     source: str = Field(default="<config>", exclude=True)
     """Where the config came from (for error messages); set by the loader."""

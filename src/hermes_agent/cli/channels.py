@@ -61,7 +61,7 @@ def opened(
     require_server_extra("channels")
     from hermes_agent.channels.config import channel_settings
     from hermes_agent.channels.store import open_channel_store
-    from hermes_agent.server.settings import service_settings
+    from hermes_agent.runs.settings import service_settings
 
     try:
         loaded = load_config(config) if config else None

@@ -37,7 +37,7 @@ from hermes_agent.config import DEFAULT_STORAGE_URL, HermesConfig, load_config
 from hermes_agent.errors import HermesAgentError
 
 if TYPE_CHECKING:
-    from hermes_agent.server.auth import KeyStore
+    from hermes_agent.runs.keys import KeyStore
 
 KeysDbOption = Annotated[
     str | None,
@@ -58,7 +58,7 @@ keys_app = typer.Typer(
 def key_store_url(config: HermesConfig | None, db: str | None = None) -> str:
     """The key store ``hermes-agent serve`` and ``keys`` use for these options. Raises
     ``ConfigError`` for a bad ``service:`` section."""
-    from hermes_agent.server.settings import service_settings, store_url
+    from hermes_agent.runs.settings import service_settings, store_url
 
     if db is not None:
         return db
@@ -69,7 +69,7 @@ def key_store_url(config: HermesConfig | None, db: str | None = None) -> str:
 def opened_keys(db: str | None, config: Path | None) -> Iterator[KeyStore]:
     """The key store the options name; a usage error (exit 2) when it cannot be opened."""
     require_server_extra("keys")
-    from hermes_agent.server.auth import open_key_store
+    from hermes_agent.runs.keys import open_key_store
 
     try:
         url = key_store_url(load_config(config) if config else None, db)

@@ -160,7 +160,7 @@ def _backend_for(config: Any, agent: Any, *, http_keys: bool) -> Backends:
     runs go to."""
     from hermes_agent.backends import build_backend
     from hermes_agent.config import load_config
-    from hermes_agent.server.settings import service_settings
+    from hermes_agent.runs.settings import service_settings
 
     try:
         loaded = load_config(config) if config else None
@@ -181,7 +181,7 @@ def _serve_http(server: Any, host: str, port: int, path: str, settings: Any) -> 
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     from hermes_agent.cli.serve import with_header_timeout
-    from hermes_agent.server.settings import McpDoor
+    from hermes_agent.runs.settings import McpDoor
 
     door = settings.mcp or McpDoor()
     app = server.http_app(

@@ -47,8 +47,8 @@ from hermes_agent.errors import HermesAgentError
 from hermes_agent.heap import settle_heap
 
 if TYPE_CHECKING:
-    from hermes_agent.server.auth import KeyStore
-    from hermes_agent.server.settings import ServiceSettings
+    from hermes_agent.runs.keys import KeyStore
+    from hermes_agent.runs.settings import ServiceSettings
 
 LOCAL_KEY_FILE = Path(".hermes") / "api-key"
 """Where ``serve`` with no config keeps the key of the user ``local``."""
@@ -96,8 +96,8 @@ def serve(
     import uvicorn
 
     from hermes_agent.cli.keys import key_store_url
+    from hermes_agent.runs.settings import service_settings
     from hermes_agent.server import create_app, open_key_store
-    from hermes_agent.server.settings import service_settings
 
     level = log_level.lower()
     if level not in ("debug", "info", "warning", "error"):
@@ -152,7 +152,7 @@ def uvicorn_config(app: Any, settings: ServiceSettings, level: str = "info") -> 
     import uvicorn
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    from hermes_agent.server.auth import KeyRedaction
+    from hermes_agent.runs.keys import KeyRedaction
 
     config = uvicorn.Config(
         app,
@@ -325,7 +325,7 @@ def _stop(signum: int, _frame: object) -> None:
 def local_key(keys: KeyStore) -> Path:
     """The key file of the user ``local`` for ``serve`` with no config: the key it holds when
     the store still knows it, else a new key written there (mode 0600)."""
-    from hermes_agent.server.auth import LOCAL_USER
+    from hermes_agent.runs.principal import LOCAL_USER
 
     if LOCAL_KEY_FILE.is_file():
         principal = keys.lookup(LOCAL_KEY_FILE.read_text(encoding="utf-8").strip())

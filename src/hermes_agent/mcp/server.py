@@ -89,9 +89,9 @@ if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from hermes_agent.backends import Backends
-    from hermes_agent.server.auth import KeyStore
-    from hermes_agent.server.quotas import Quotas
-    from hermes_agent.server.settings import ServiceSettings
+    from hermes_agent.runs.keys import KeyStore
+    from hermes_agent.runs.quotas import Quotas
+    from hermes_agent.runs.settings import ServiceSettings
 
 CALL_PREFIX = "MCP tools/call "
 """How a call's run starts its user message (the trail shows it so)."""
@@ -196,7 +196,7 @@ class AgentMcpServer:
         self._own: Backends | None = None
         if backend is None:  # built where every door's is (its callers present no keys to it)
             from hermes_agent.backends import build_backend
-            from hermes_agent.server.settings import ServiceSettings
+            from hermes_agent.runs.settings import ServiceSettings
 
             self._own = build_backend(
                 agent, settings or ServiceSettings(), with_keys=False, quotas=quotas

@@ -110,6 +110,11 @@ class RunBackend(Protocol):
     """Whether a plain ``POST /v1/runs`` waits for the answer (in process) or is answered
     ``202`` as soon as the run is accepted (queued: any instance can be asked for it later)."""
 
+    @property
+    def accepting(self) -> bool:
+        """Whether new runs are taken here (``False`` once the service is shutting down)."""
+        ...
+
     async def start(
         self, principal: Principal, request: RunRequest, *, listening: bool = True
     ) -> RunView:

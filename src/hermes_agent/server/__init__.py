@@ -8,9 +8,11 @@ A public module: import from here, not from its submodules (docs/api.md).
 
 from hermes_agent.heap import settle_heap
 from hermes_agent.runs.events import ApprovalRequiredEvent, ApprovalResolvedEvent, RunStoppedEvent
+from hermes_agent.runs.keys import KeyStore, open_key_store
+from hermes_agent.runs.principal import Principal
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.server.app import create_app
-from hermes_agent.server.auth import KeyStore, Principal, current_user, open_key_store
-from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.server.auth import current_user
 
 __all__ = [
     "ApprovalRequiredEvent",

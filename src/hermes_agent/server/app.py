@@ -37,8 +37,11 @@ from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import build_agent, load_tools_file, on_owned_loops
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
 from hermes_agent.runs.gate import RunRejected
+from hermes_agent.runs.keys import KeyStore
 from hermes_agent.runs.principal import LOCAL_USER, Principal
 from hermes_agent.runs.principal import is_loopback as is_loopback
+from hermes_agent.runs.settings import ServiceSettings, service_settings
+from hermes_agent.runs.trail import StoreProbe
 from hermes_agent.server import (
     routes_channels,
     routes_console,
@@ -50,10 +53,8 @@ from hermes_agent.server import (
     stream_tokens,
     ws,
 )
-from hermes_agent.server.auth import KeyStore, LiveCheck
+from hermes_agent.server.auth import LiveCheck
 from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware, not_json_body
-from hermes_agent.server.run_records import StoreProbe
-from hermes_agent.server.settings import ServiceSettings, service_settings
 from hermes_agent.server.sse import OpenStreams
 
 logger = logging.getLogger("hermes_agent.server")
@@ -136,6 +137,7 @@ def create_app(
     app = FastAPI(title="Hermes Agent", version="1", lifespan=lifespan)
     app.state.settings = settings
     app.state.manager = composed.manager
+    app.state.quotas = composed.manager.quotas
     app.state.metrics = composed.metrics
     app.state.storage = served.storage
     app.state.store_probe = StoreProbe(served.storage)  # /readyz: can the store be written?

@@ -32,9 +32,9 @@ from hermes_agent.pipeline.client_tools import ClientTurn
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import ClientTools, RunRequest
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.server.openai_schema import NO_RETRY, OpenAIError, refuse
 from hermes_agent.server.openai_tools import Conversation
-from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.storage.base import SessionIdError, Storage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import TOOL_CHOICE_MODES, Message

@@ -8,7 +8,7 @@ window is ``401`` and nothing runs, the same signature twice within the window `
 every process of the service that shares its store, and after a restart (the signatures seen
 are kept in the channel store, ``hermes_channel_signatures``). The
 payload is mapped to a message and to the service's user ``<namespace>~<stable id>``
-(``hermes_agent.channels.inbound``); the run goes through the ``RunManager`` like every other, so
+(``hermes_agent.channels.inbound``); the run goes through the run backend like every other, so
 that user's limits and daily quotas apply. The answer is ``202`` with the request id at once;
 the run's answer, rendered with the channel's renderer (and for each ``copy_to`` channel with
 its own), goes out through the senders afterwards. Over quota, the user gets the channel's
@@ -41,11 +41,13 @@ from hermes_agent.channels.store import LogEntry, channel_store_for
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.runs.backend import RunBackend, RunView
+from hermes_agent.runs.gate import RunRejected
+from hermes_agent.runs.keys import KeyStore
 from hermes_agent.runs.principal import Principal
+from hermes_agent.runs.quotas import Quotas
+from hermes_agent.runs.request import RunRequest
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.server.api_models import errors
-from hermes_agent.server.auth import KeyStore
-from hermes_agent.server.runs import RunManager, RunRejected, RunRequest
-from hermes_agent.server.settings import ServiceSettings
 
 logger = logging.getLogger("hermes_agent.channels")
 
@@ -171,7 +173,7 @@ def router_for(
         except InboundRefused as exc:
             await _log(hub, name, exc.event, detail=exc.message)
             raise HTTPException(exc.status_code, exc.message) from None
-        manager: RunManager = request.app.state.manager
+        quotas: Quotas = request.app.state.quotas
         backend: RunBackend = request.app.state.backend
         inbound_id = uuid.uuid4().hex
         run_request = RunRequest(
@@ -181,7 +183,7 @@ def router_for(
             run = await backend.start(Principal(mapped.user_id), run_request, listening=False)
         except RunRejected as exc:
             if exc.status_code == 429 and await asyncio.to_thread(
-                _over_quota, manager, mapped.user_id
+                _over_quota, quotas, mapped.user_id
             ):
                 await _log(hub, name, "quota_rejected", mapped, detail=exc.message)
                 polite = OutboundMessage(
@@ -217,9 +219,8 @@ def router_for(
     return router
 
 
-def _over_quota(manager: RunManager, user_id: str) -> bool:
+def _over_quota(quotas: Quotas, user_id: str) -> bool:
     """Whether ``user_id`` has spent a daily quota (as opposed to another limit's 429)."""
-    quotas = manager.quotas
     if not quotas.applies_to(user_id):
         return False
     limits = quotas.settings.limits_for(user_id)

@@ -42,9 +42,9 @@ from hermes_agent.runs.events import (
     UnknownEvent,
     read_event,
 )
+from hermes_agent.runs.local import Run, RunManager
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import json_response
-from hermes_agent.server.runs import Run, RunManager
 from hermes_agent.storage.base import Storage
 
 router = APIRouter()

@@ -11,6 +11,11 @@ from fastapi import APIRouter, HTTPException, Request
 from starlette.responses import PlainTextResponse, Response
 
 from hermes_agent.audit.records import AuditRecord
+from hermes_agent.runs.backend import RunBackend
+from hermes_agent.runs.keys import KeyStore
+from hermes_agent.runs.metrics import ServiceMetrics
+from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
+from hermes_agent.runs.trail import StoreProbe
 from hermes_agent.server.api_models import (
     AUTHENTICATED,
     SessionBody,
@@ -19,11 +24,8 @@ from hermes_agent.server.api_models import (
     TraceBody,
     errors,
 )
-from hermes_agent.server.auth import CurrentUser, KeyStore, Principal
-from hermes_agent.server.metrics import ServiceMetrics
+from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import json_response
-from hermes_agent.server.run_records import StoreProbe
-from hermes_agent.server.runs import RunManager, client_session_id, stored_session_id
 from hermes_agent.storage.base import Storage
 
 router = APIRouter()
@@ -82,10 +84,9 @@ def delete_session(session_id: str, request: Request, user: CurrentUser) -> Resp
 
 
 def _owned_records(request: Request, request_id: str, user: Principal) -> list[AuditRecord]:
-    manager: RunManager = request.app.state.manager
+    # The trail says whose run it was (its session's owner): the run's first record is
+    # written before anything of it runs, whichever engine runs it.
     records = _storage(request).records(request_id)
-    if manager.get(request_id, user.user_id, admin=user.admin) is not None:
-        return records
     if not records or (
         client_session_id(user.user_id, records[0].session_id) is None and not user.admin
     ):
@@ -153,7 +154,7 @@ def readyz(request: Request) -> Response:
     """The store answers and can be written, the key store answers, and the model is warm
     (when the service was started to warm it up); 503 otherwise."""
     keys: KeyStore = request.app.state.keys
-    manager: RunManager = request.app.state.manager
+    backend: RunBackend = request.app.state.backend
     probe: StoreProbe = request.app.state.store_probe
     try:
         _storage(request).sessions.list_sessions(limit=1)
@@ -177,7 +178,7 @@ def readyz(request: Request) -> Response:
         return json_response(
             {"status": "unavailable", "error": "the model could not be loaded (see the log)"}, 503
         )
-    if not manager.accepting:
+    if not backend.accepting:
         return json_response({"status": "shutting down"}, 503)
     return json_response({"status": "ready"})
 

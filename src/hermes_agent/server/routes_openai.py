@@ -75,6 +75,7 @@ from starlette.responses import JSONResponse, Response
 
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.openai_answer import (
     AnswerText,
@@ -115,7 +116,6 @@ from hermes_agent.server.openai_tools import (
     output_schema,
     tool_choice_name,
 )
-from hermes_agent.server.settings import ServiceSettings
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, to_json
 from hermes_agent.types import Message
 

@@ -30,14 +30,14 @@ from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.models.base import Model
 from hermes_agent.replay import ReplayReport, replay
-from hermes_agent.runs.backend import RunBackend
+from hermes_agent.runs.backend import RunBackend, RunNotFound, RunView
 from hermes_agent.runs.gate import RunRejected
-from hermes_agent.runs.principal import client_session_id, stored_session_id
+from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import RunRequest
+from hermes_agent.runs.status import FINAL_STATUSES
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_console import ErrorAnswer
 from hermes_agent.server.routes_runs import json_response
-from hermes_agent.server.runs import RunManager
 from hermes_agent.storage.base import Storage, StorageError
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
@@ -119,15 +119,15 @@ async def replay_run(
 ) -> Response:
     """Replay a finished run against today's agent and compare step by step (a run of the
     caller's: admitted, counted and recorded)."""
-    manager: RunManager = request.app.state.manager
+    backend: RunBackend = request.app.state.backend
     storage: Storage = request.app.state.storage
     agent: Agent = request.app.state.agent
-    run = manager.get(request_id, user.user_id, admin=user.admin)
-    if run is not None and not run.done:
+    view = await _caller_view(backend, request_id, user)
+    if view is not None and view.status not in FINAL_STATUSES:
         raise HTTPException(409, f"run {request_id!r} is still in flight; replay it once it ends")
     records = await run_in_threadpool(storage.records, request_id)
     if not records or (
-        run is None
+        view is None
         and client_session_id(user.user_id, records[0].session_id) is None
         and not user.admin
     ):
@@ -136,7 +136,6 @@ async def replay_run(
     if limiter is None:
         limiter = anyio.CapacityLimiter(MAX_CONCURRENT_REPLAYS)
         request.app.state.replay_limiter = limiter
-    backend: RunBackend = request.app.state.backend
     # A replay is a run of its owner's: the same gate, counted in flight (with the queue's
     # runs in queue mode) and against the day's runs.
     who = RunRequest(message=f"replay {request_id}", session_id=f"replay-{request_id}")
@@ -171,3 +170,12 @@ def _keep_trail(agent: Agent, report: ReplayReport, session_id: str) -> str | No
     sink.write(kept)
     sink.flush()
     return kept[0].request_id
+
+
+async def _caller_view(backend: RunBackend, request_id: str, user: Principal) -> RunView | None:
+    """The run as the run backend knows it, if it is the caller's (``None`` otherwise, or
+    when only its trail is left)."""
+    try:
+        return await backend.view(request_id, user)
+    except RunNotFound:
+        return None

@@ -12,7 +12,10 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from hermes_agent.runs.backend import RunBackend, RunView
+from hermes_agent.runs.keys import KeyStore
+from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.request import RunRequest
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.runs.status import STOP_CODES
 from hermes_agent.server.api_models import (
     AUTHENTICATED,
@@ -27,8 +30,7 @@ from hermes_agent.server.api_models import (
     RunResultBody,
     errors,
 )
-from hermes_agent.server.auth import CurrentUser, KeyStore, Principal, current_user
-from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.server.auth import CurrentUser, current_user
 from hermes_agent.server.sse import EventStreamResponse, frames, to_json
 
 router = APIRouter(prefix="/v1")

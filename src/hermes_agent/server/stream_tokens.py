@@ -34,9 +34,10 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from hermes_agent.runs.backend import RunBackend
+from hermes_agent.runs.keys import KeyStore, key_id_of
 from hermes_agent.runs.principal import Principal
 from hermes_agent.server.api_models import AUTHENTICATED, errors
-from hermes_agent.server.auth import CurrentUser, KeyStore, key_id_of
+from hermes_agent.server.auth import CurrentUser
 from hermes_agent.storage.engine import shared_engine
 from hermes_agent.storage.schema import stream_tokens as stream_tokens
 from hermes_agent.storage.schema import upgrade

@@ -59,10 +59,10 @@ from hermes_agent.runs.events import (
     result_wire,
 )
 from hermes_agent.runs.gate import RunRejected, Tally, admitted_here, cut_mid_turn, tokens_used
+from hermes_agent.runs.local import RunManager
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import QueuedRequest, RunRequest
-from hermes_agent.server.runs import RunManager
-from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.storage.base import Storage
 from hermes_agent.tracing import outgoing_context
 from hermes_agent.worker.client import QueueClient
@@ -176,6 +176,10 @@ class QueueService:
         self.manager = manager
         self._settled: OrderedDict[str, None] = OrderedDict()
         """Runs this instance settled already (the store's own guard is the last word)."""
+
+    @property
+    def accepting(self) -> bool:
+        return self.manager.accepting
 
     def close(self) -> None:
         """Let go of the broker's connections."""

@@ -40,8 +40,8 @@ from typing import Literal, Protocol
 
 import sqlalchemy as sa
 
-from hermes_agent.server.auth import KeyStore
-from hermes_agent.server.settings import QuotaLimits, QuotaSettings
+from hermes_agent.runs.keys import KeyStore
+from hermes_agent.runs.settings import QuotaLimits, QuotaSettings
 from hermes_agent.storage.engine import WRITE, shared_engine
 from hermes_agent.storage.schema import quota_runs as quota_runs
 from hermes_agent.storage.schema import quota_usage as quota_usage

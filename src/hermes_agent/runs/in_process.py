@@ -12,16 +12,16 @@ from typing import Any
 
 from hermes_agent.agent import Agent
 from hermes_agent.audit.records import Role
+from hermes_agent.runs.approvals import ApprovalAnswered, ApprovalBook
 from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
 from hermes_agent.runs.gate import RunRejected, Tally, admitted_here
+from hermes_agent.runs.local import RunManager
+from hermes_agent.runs.metrics import ServiceMetrics
 from hermes_agent.runs.principal import Principal, client_session_id
+from hermes_agent.runs.quotas import Quotas
 from hermes_agent.runs.request import RunRequest
-from hermes_agent.server.approvals import ApprovalAnswered, ApprovalBook
-from hermes_agent.server.metrics import ServiceMetrics
-from hermes_agent.server.quotas import Quotas
-from hermes_agent.server.run_log import Run, follow_run
-from hermes_agent.server.runs import RunManager
-from hermes_agent.server.settings import ServiceSettings
+from hermes_agent.runs.run_log import Run, follow_run
+from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.stages import StageName
 from hermes_agent.storage.base import Storage
 
@@ -49,6 +49,10 @@ class InProcessBackend:
     def __init__(self, manager: RunManager, storage: Storage | None) -> None:
         self.manager = manager
         self.storage = storage
+
+    @property
+    def accepting(self) -> bool:
+        return self.manager.accepting
 
     def _held(self, request_id: str, principal: Principal) -> Run:
         run = self.manager.get(request_id, principal.user_id, admin=principal.admin)

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from hermes_agent.errors import HermesAgentError
-from hermes_agent.server.settings import FINAL_STATUSES, RunStatus
+from hermes_agent.runs.settings import FINAL_STATUSES, RunStatus
 
 
 class Run:

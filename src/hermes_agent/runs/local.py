@@ -42,28 +42,28 @@ from hermes_agent.events import Event, InputEvent, ResultEvent
 from hermes_agent.late_cancels import finish_despite_cancels
 from hermes_agent.pipeline.watch import AbandonedCall, RunWatch, watching
 from hermes_agent.protocol.chatml import to_json
+from hermes_agent.runs.approvals import EXPIRED, ApprovalBook
 from hermes_agent.runs.drive import drive
 from hermes_agent.runs.events import ApprovalResolvedEvent, RunStoppedEvent
 from hermes_agent.runs.gate import Admission, Gate, tokens_used
 from hermes_agent.runs.gate import RunRejected as RunRejected
+from hermes_agent.runs.metrics import ServiceMetrics
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.principal import client_session_id as client_session_id
 from hermes_agent.runs.principal import stored_session_id as stored_session_id
+from hermes_agent.runs.quotas import MemoryQuotaStore, Quotas
 from hermes_agent.runs.request import RunRequest as RunRequest
+from hermes_agent.runs.run_log import Run as Run
+from hermes_agent.runs.settings import RunStatus, ServiceSettings
 from hermes_agent.runs.status import STOP_CODES as STOP_CODES
 from hermes_agent.runs.status import ending_status
-from hermes_agent.server.approvals import EXPIRED, ApprovalBook
-from hermes_agent.server.metrics import ServiceMetrics
-from hermes_agent.server.quotas import MemoryQuotaStore, Quotas
-from hermes_agent.server.run_log import Run as Run
-from hermes_agent.server.run_records import (
+from hermes_agent.runs.trail import (
     dropped,
     lost_records,
     write_accepted,
     write_stopped,
     writes_at_once,
 )
-from hermes_agent.server.settings import RunStatus, ServiceSettings
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import RunResult, ToolCall
 
@@ -186,7 +186,7 @@ class RunManager:
             await gate.give_back(admission)
             self._stop(run, "cancelled", "the service shut down before the run started")
             if not request.dry_run:
-                await self._record_stop(run, agent)
+                await self._record_stop(run, agent, run.status, run.error)
             raise RunRejected(503, "the service is shutting down; try again on another instance")
         self._register(run, run.id)
         run.listeners = int(listening)
@@ -322,7 +322,14 @@ class RunManager:
                     await _beyond_cancel(settled)
             finally:  # ...before anyone hears of the ending: the owner's next run is admitted
                 if ending is not None:  # against a day that counts this one
-                    self._publish(run, ending)
+                    try:
+                        if ending.result is None and not request.dry_run:
+                            # Stopped without an output record: the trail's ending is
+                            # written before the run is said to have ended, as a queued
+                            # run's is, so whoever hears of the ending can read it.
+                            await self._record_stop(run, agent, ending.status, ending.error)
+                    finally:
+                        self._publish(run, ending)
             run.finished = time.time()
             self._live.discard(run)
             self.metrics.in_flight.dec()
@@ -331,9 +338,9 @@ class RunManager:
                 self._finished.append(run)
             run.ready.set()
             run.poke()
-            if run.result is None and run.error is not None and not request.dry_run:
-                # Stopped without an output record (or refused after its first record).
-                await self._record_stop(run, agent, 422 if not given_out else None)
+            if ending is None and run.error is not None and not request.dry_run:
+                # Refused after its first record was written: its trail ends here.
+                await self._record_stop(run, agent, run.status, run.error, 422)
             for call in watch.abandoned:  # after the ending: their results come too late
                 self._record_late(run, agent, call)
 
@@ -425,7 +432,14 @@ class RunManager:
             logger.exception("cannot check what the store kept of run %s", run.id)
             return [f"audit: this run's trail could not be checked: {type(exc).__name__}"]
 
-    async def _record_stop(self, run: Run, agent: Agent, code: int | None = None) -> None:
+    async def _record_stop(
+        self,
+        run: Run,
+        agent: Agent,
+        status: RunStatus,
+        error: str | None,
+        code: int | None = None,
+    ) -> None:
         """End the audit trail of a run that stopped without an output (cancelled, timed out,
         failed) with one record saying so: stage ``RunManager``, role ``stopped``, the status
         code of ``STOP_CODES``, content ``{"status", "error"}`` as JSON, numbered after the
@@ -443,8 +457,8 @@ class RunManager:
                 storage.records(run.id),  # flushes what the run's recorder handed over
                 request_id=run.id,
                 session_id=stored_session_id(run.owner, run.session_id),
-                content={"status": run.status, "error": run.error},
-                status_code=code or STOP_CODES.get(run.status, 500),
+                content={"status": status, "error": error},
+                status_code=code or STOP_CODES.get(status, 500),
                 latency_ms=(stopped_at - run.created) * 1000,
             )
 
