@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -32,7 +32,8 @@ from hermes_agent.runs.request import RunRequest
 from hermes_agent.runs.status import FINAL_STATUSES
 
 if TYPE_CHECKING:
-    from hermes_agent.runs.gate import Tally
+    from hermes_agent.agent import Agent
+    from hermes_agent.runs.gate import Gate, Tally
 
 Item = tuple[int | None, dict[str, Any]] | None
 """What following a run yields: an event as ``(id, wire)`` (``id`` ``None`` for an ending made
@@ -175,4 +176,29 @@ class RunBackend(Protocol):
         replay, an MCP server's direct tool call; ``what`` names it): admitted by the same gate
         as a run (``RunRejected``), counted among the runs in flight while it lasts, and its
         tokens (the yielded ``Tally``) settled on the caller's day however it ends."""
+        ...
+
+
+class LocalWork(Protocol):
+    """What an engine shares with the process serving it: the gate (the service's limits and
+    daily quotas), the agent the gate checks requests against, whether the process still
+    takes runs, and the work it runs itself (its in-process runs, replays), which the limits
+    count beside the engine's own runs. The in-process engine's ``RunManager`` is one; the
+    queued engine takes it instead of an engine of its own kind."""
+
+    @property
+    def agent(self) -> Agent | None: ...
+
+    @property
+    def accepting(self) -> bool: ...
+
+    @property
+    def gate(self) -> Gate: ...
+
+    def in_flight(self, owner: str | None = None) -> int:
+        """Work in flight here, of one owner or of all."""
+        ...
+
+    def holding(self, owner: str, what: str) -> AbstractContextManager[None]:
+        """Count ``owner``'s work ``what`` as one run in flight while it lasts."""
         ...

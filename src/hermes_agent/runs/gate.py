@@ -95,7 +95,7 @@ class QuotaRefusal(Protocol):
 
 
 class QuotaBook(Protocol):
-    """The daily quotas the gate counts against (``server.quotas.Quotas``)."""
+    """The daily quotas the gate counts against (``runs.quotas.Quotas``)."""
 
     def applies_to(self, user_id: str) -> bool: ...
 

@@ -48,7 +48,7 @@ from sqlalchemy import Connection, case, func, select
 
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import ConfigError
-from hermes_agent.runs.backend import ApprovalConflict, Item, RunNotFound, RunView
+from hermes_agent.runs.backend import ApprovalConflict, Item, LocalWork, RunNotFound, RunView
 from hermes_agent.runs.events import (
     END_EVENTS,
     ApprovalRequiredEvent,
@@ -59,7 +59,6 @@ from hermes_agent.runs.events import (
     result_wire,
 )
 from hermes_agent.runs.gate import RunRejected, Tally, admitted_here, cut_mid_turn, tokens_used
-from hermes_agent.runs.local import RunManager
 from hermes_agent.runs.principal import Principal, client_session_id, stored_session_id
 from hermes_agent.runs.request import QueuedRequest, RunRequest
 from hermes_agent.runs.settings import ServiceSettings
@@ -157,15 +156,16 @@ def _iso(ns: int) -> str:
 
 class QueueService:
     """The service's side of queued runs: submits them, reads them back, follows their events,
-    cancels them and answers their approvals. ``manager`` lends its quotas, metrics and
-    shutdown (a service shutting down stops following runs; the workers go on)."""
+    cancels them and answers their approvals. ``local`` is the process it serves in (its gate
+    and quotas, its agent, its shutdown: a service shutting down stops following runs; the
+    workers go on)."""
 
     def __init__(
         self,
         config: HermesConfig,
         storage: Storage,
         settings: ServiceSettings,
-        manager: RunManager,
+        local: LocalWork,
     ) -> None:
         check_queue_mode(config, storage)
         assert config.queue is not None
@@ -173,13 +173,13 @@ class QueueService:
         self.store = self.client.store
         self.storage = storage
         self.settings = settings
-        self.manager = manager
+        self.local = local
         self._settled: OrderedDict[str, None] = OrderedDict()
         """Runs this instance settled already (the store's own guard is the last word)."""
 
     @property
     def accepting(self) -> bool:
-        return self.manager.accepting
+        return self.local.accepting
 
     def close(self) -> None:
         """Let go of the broker's connections."""
@@ -199,10 +199,10 @@ class QueueService:
             raise RunRejected(
                 422, "dry_run is not available with execution: queue; run it in process"
             )
-        if not self.manager.accepting or self.manager.agent is None:
+        if not self.local.accepting or self.local.agent is None:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
-        owner, gate = principal.user_id, self.manager.gate
-        await gate.check_apart(principal, body, self.manager.agent, self.storage.max_id_length)
+        owner, gate = principal.user_id, self.local.gate
+        await gate.check_apart(principal, body, self.local.agent, self.storage.max_id_length)
         stored = stored_session_id(owner, body.session_id or uuid.uuid4().hex)
         gate.check_room(*await self._in_flight(owner))  # early, before the quota is asked
         await self.settle_finished(owner)  # turns of runs nobody read back count too
@@ -314,7 +314,7 @@ class QueueService:
         that turn is not in the store (a cancelled run's worker is fenced out)."""
         if not run.finished or run.request_id in self._settled:
             return
-        quotas = self.manager.quotas
+        quotas = self.local.gate.quotas
         if not quotas.applies_to(run.owner):
             return
         reserved = quotas.reservation(run.owner)
@@ -328,7 +328,7 @@ class QueueService:
             if run.result is None and cut_mid_turn(events, started=run.claims > 0):
                 tokens = max(tokens, reserved)
         day = datetime.fromtimestamp(run.created_ns / 1e9, UTC).date().isoformat()
-        await self.manager.gate.settle(
+        await self.local.gate.settle(
             run.owner, run.request_id, tokens, once=True, day=day, reserved=reserved
         )
         self._settled[run.request_id] = None
@@ -339,7 +339,7 @@ class QueueService:
         """Settle ``owner``'s runs of today that ended without anyone reading them back (a run
         cancelled before its answer still spent its turns), before the gate asks the quota:
         every one of the quota's day, not only the latest."""
-        quotas = self.manager.quotas
+        quotas = self.local.gate.quotas
         if not quotas.applies_to(owner):
             return
         day_start = datetime.fromisoformat(quotas.today()).replace(tzinfo=UTC)
@@ -364,7 +364,7 @@ class QueueService:
         rid = run.request_id
         quiet_since = time.monotonic()
         finished_since: float | None = None
-        while self.manager.accepting:
+        while self.local.accepting:
             events = await asyncio.to_thread(self.store.events, rid, after)
             for seq, wire in events:
                 after = seq
@@ -454,7 +454,7 @@ class QueueService:
         state = await asyncio.to_thread(self.store.approval, request_id, key)
         if state is None:
             raise RunNotFound(f"no approval {ref!r}")
-        gate = self.manager.gate
+        gate = self.local.gate
         if state[0] == "pending":
             # The answer puts the run back on the queue: it must have room, like a new run
             # (a parked run holds no worker, so parking many must not run many at once).
@@ -498,7 +498,7 @@ class QueueService:
     ) -> RunView:
         """Poll the store until the run has ended or waits for an approval."""
         run = await self.owned(request_id, principal)
-        while not run.finished and run.status != "waiting_approval" and self.manager.accepting:
+        while not run.finished and run.status != "waiting_approval" and self.local.accepting:
             await asyncio.sleep(POLL_S)
             latest = await asyncio.to_thread(self.store.get, request_id)
             run = latest if latest is not None else run
@@ -515,18 +515,18 @@ class QueueService:
     def admitted(
         self, principal: Principal, request: RunRequest, what: str
     ) -> contextlib.AbstractAsyncContextManager[Tally]:
-        manager, owner = self.manager, principal.user_id
-        if manager.agent is None:
+        local, owner = self.local, principal.user_id
+        if local.agent is None:
             raise RunRejected(503, "the service is shutting down; try again on another instance")
 
         async def counts() -> tuple[int, int]:
             # The workers' runs of every instance, and this process's own local work.
             total, mine = await self._in_flight(owner)
-            return total + manager.in_flight(), mine + manager.in_flight(owner)
+            return total + local.in_flight(), mine + local.in_flight(owner)
 
         return admitted_here(
-            manager.gate, principal, request, manager.agent, counts,
-            lambda: manager.holding(owner, what),
+            local.gate, principal, request, local.agent, counts,
+            lambda: local.holding(owner, what),
         )  # fmt: skip
 
     async def pending_of(self, user: Principal) -> list[dict[str, Any]]:
