@@ -3,7 +3,6 @@ keeps things, and the line between the library and the command line."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -207,43 +206,3 @@ def test_the_command_line_keeps_its_default_storage(tmp_path: Path) -> None:
     assert (tmp_path / ".hermes" / "state.db").is_file()
     shown = hermes("sessions", "list", "--json")
     assert [s["id"] for s in json.loads(shown.stdout)] == ["kept"]
-
-
-# -- the line between the library and the command line ------------------------------------
-
-
-def _imported_modules(path: Path) -> set[str]:
-    """Every module a file imports, anywhere in it (``from x import y`` counts x and x.y)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
-
-
-def test_nothing_in_the_library_imports_the_cli_or_typer() -> None:
-    offenders = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        relative = path.relative_to(PACKAGE)
-        # cli/ is the command; __main__.py is its other entry point (python -m hermes_agent).
-        if relative.parts[0] == "cli" or relative.parts == ("__main__.py",):
-            continue
-        bad = {
-            name
-            for name in _imported_modules(path)
-            if name.split(".")[0] == "typer"
-            or name == "hermes_agent.cli"
-            or name.startswith("hermes_agent.cli.")
-        }
-        if bad:
-            offenders[str(relative)] = sorted(bad)
-    assert offenders == {}
-    assert "typer" in _imported_modules(PACKAGE / "cli" / "app.py")  # the walk does see imports
-
-
-def test_from_hermes_agent_import_cli_is_caught(tmp_path: Path) -> None:
-    sneaky = write(tmp_path / "m.py", "from hermes_agent import cli\nimport typer.testing\n")
-    assert {"hermes_agent.cli", "typer.testing"} <= _imported_modules(sneaky)

@@ -309,16 +309,6 @@ def test_no_module_imports_a_private_name_of_another() -> None:
     assert private == []
 
 
-def test_the_channels_package_does_not_import_the_server_package() -> None:
-    wrong = [
-        f"{path.name}: {module}"
-        for path in (SRC / "channels").glob("*.py")
-        for module, _ in _imports(path)
-        if module.startswith("hermes_agent.server")
-    ]
-    assert wrong == []
-
-
 def test_a_new_database_is_made_quietly_and_an_upgrade_is_one_line(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

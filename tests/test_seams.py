@@ -1,9 +1,9 @@
-"""The seams the service layers build on: import layering, the model registry, declared model
-capabilities, typed events, the hook context, and the config vocabulary kept in one place."""
+"""The seams the service layers build on: the model registry, declared model capabilities,
+typed events, the hook context, and the config vocabulary kept in one place (the import
+layering is import-linter's: tests/test_architecture.py)."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import doctest
 import importlib
@@ -57,138 +57,6 @@ from hermes_agent.tools.registry import SETTINGS
 from hermes_agent.types import RunResult, Step, ToolCallRecord
 
 SRC = Path(hermes_agent.__file__).parent
-
-
-# -- imports: layered, no cycles ---------------------------------------------------------------
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _top_level_imports(
-    tree: ast.Module, module: str, is_package: bool, *, everywhere: bool = False
-) -> set[str]:
-    """Imports at module level, including those under ``if TYPE_CHECKING:`` and ``try``; with
-    ``everywhere``, those inside functions and classes too (an import deferred to call time
-    still ties the two modules together)."""
-    found: set[str] = set()
-    pending: list[ast.AST] = list(ast.walk(tree)) if everywhere else list(tree.body)
-    while pending:
-        node = pending.pop()
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                base = base if is_package else base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            for alias in node.names:
-                # ``from package import module`` names the module, ``from module import name``
-                # the module; which one it is is decided against the module list later.
-                found.add(f"{prefix}.{alias.name}|{prefix}")
-        elif isinstance(node, ast.If | ast.Try) and not everywhere:
-            pending.extend(node.body)
-            pending.extend(node.orelse)
-            if isinstance(node, ast.Try):
-                for handler in node.handlers:
-                    pending.extend(handler.body)
-                pending.extend(node.finalbody)
-    return found
-
-
-def _import_graph(*, everywhere: bool = False) -> dict[str, set[str]]:
-    modules = {
-        _module_name(path): path for path in SRC.rglob("*.py") if "__pycache__" not in path.parts
-    }
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        imported = _top_level_imports(tree, name, path.name == "__init__.py", everywhere=everywhere)
-        # Implicit imports of parent packages are not edges (the root package re-exports
-        # everything, which is not a dependency of its submodules).
-        targets = set()
-        for target in imported:
-            submodule, _, parent = target.partition("|")
-            chosen = submodule if submodule in modules else parent or submodule
-            if chosen in modules and chosen != name:
-                targets.add(chosen)
-        graph[name] = targets
-    return graph
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = 0
-
-    def visit(node: str) -> None:
-        nonlocal counter
-        index[node] = low[node] = counter
-        counter += 1
-        stack.append(node)
-        on_stack.add(node)
-        for target in sorted(graph.get(node, ())):
-            if target not in index:
-                visit(target)
-                low[node] = min(low[node], low[target])
-            elif target in on_stack:
-                low[node] = min(low[node], index[target])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
-
-def test_no_import_cycles_among_the_package_modules() -> None:
-    graph = _import_graph()
-    assert len(graph) > 40  # the walk found the package
-    assert _cycles(graph) == []
-
-
-def test_no_import_cycles_counting_imports_inside_functions() -> None:
-    graph = _import_graph(everywhere=True)
-    assert sum(len(targets) for targets in graph.values()) > sum(
-        len(targets) for targets in _import_graph().values()
-    )  # the deferred imports were found
-    assert _cycles(graph) == []
-
-
-def test_the_cycle_check_finds_a_cycle() -> None:
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-
-
-def test_lower_layers_do_not_import_upper_ones() -> None:
-    graph = _import_graph()
-    lower = ("hermes_agent.protocol", "hermes_agent.tools", "hermes_agent.models.base")
-    upper = ("hermes_agent.agent", "hermes_agent.loading", "hermes_agent.cli")
-    for module, targets in graph.items():
-        if module.startswith(lower):
-            assert not [t for t in targets if t.startswith(upper)], module
-    for module, targets in graph.items():
-        if module.startswith("hermes_agent.audit"):
-            assert not [t for t in targets if t.startswith("hermes_agent.pipeline")], module
 
 
 # -- the model seam: declared profile, a registry, per-provider config ---------------------------

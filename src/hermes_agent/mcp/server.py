@@ -251,8 +251,6 @@ class AgentMcpServer:
         request = ctx.request if ctx is not None else None
         if self.keys is None or request is None:
             return self.local_user
-        from hermes_agent.server.auth import authenticate
-
         headers = getattr(request, "headers", None)
         return authenticate(self.keys, headers.get("authorization") if headers else None)
 
@@ -425,8 +423,6 @@ class AgentMcpServer:
         if self.keys is None:
             return self.local_user
         from starlette.concurrency import run_in_threadpool
-
-        from hermes_agent.server.auth import authenticate
 
         return await run_in_threadpool(authenticate, self.keys, authorization)
 

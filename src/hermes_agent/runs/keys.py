@@ -278,3 +278,11 @@ def key_id_of(key: str) -> str | None:
     """The key id part of a well-formed key (``hk_<key_id>.<secret>``), else ``None``."""
     match = _KEY.match(key.strip())
     return match.group(1) if match else None
+
+
+def authenticate(keys: KeyStore, header: str | None) -> Principal | None:
+    """The principal for an ``Authorization`` header value, if any."""
+    scheme, _, key = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        return None
+    return keys.lookup(key.strip())

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from hermes_agent.runs.keys import KeyStore
+from hermes_agent.runs.keys import KeyStore, authenticate
 from hermes_agent.runs.principal import LOCAL_USER, Principal
 
 STREAM_ROUTES = frozenset({"/v1/runs/{request_id}/events"})
@@ -47,14 +47,6 @@ def current_user(request: Request) -> Principal:
         )
     request.state.user_id = principal.user_id
     return principal
-
-
-def authenticate(keys: KeyStore, header: str | None) -> Principal | None:
-    """The principal for an ``Authorization`` header value, if any."""
-    scheme, _, key = (header or "").partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
-        return None
-    return keys.lookup(key.strip())
 
 
 def _stream_token_user(request: Request) -> Principal | None:
