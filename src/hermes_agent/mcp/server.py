@@ -60,6 +60,7 @@ from hermes_agent.protocol.chatml import to_json, wrap_tool_call
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound, RunView
 from hermes_agent.runs.events import ApprovalRequiredEvent, read_known
 from hermes_agent.runs.gate import RunRejected, widening
+from hermes_agent.runs.keys import authenticate
 from hermes_agent.runs.principal import (
     Principal,
     is_loopback,

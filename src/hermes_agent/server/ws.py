@@ -33,9 +33,10 @@ from pydantic import ValidationError
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
 from hermes_agent.runs.gate import RunRejected
+from hermes_agent.runs.keys import authenticate
 from hermes_agent.runs.principal import LOCAL_USER, Principal
 from hermes_agent.runs.request import RunRequest
-from hermes_agent.server.auth import Credential, LiveCheck, authenticate
+from hermes_agent.server.auth import Credential, LiveCheck
 from hermes_agent.server.sse import OpenStreams
 
 router = APIRouter()
