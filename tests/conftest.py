@@ -135,3 +135,9 @@ def cleanup() -> Iterator[list[Any]]:
     yield things
     for thing in reversed(things):
         thing.close()
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    """A throwaway PostgreSQL database's URL (skipped when no server answers)."""
+    yield from _url("postgresql", tmp_path)

@@ -28,6 +28,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from server_harness import free_port as free_port  # one definition, shared
+
 MODEL = "scripted-model"
 PIECE = 4  # characters per streamed delta: small, so boundaries fall inside tags and JSON
 
@@ -206,14 +208,6 @@ async def _raw_sse(chunks: list[str]) -> AsyncIterator[str]:
 async def _nothing() -> AsyncIterator[str]:
     return
     yield  # an async generator that yields nothing: the stream ends at once
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (for connection-refused tests)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

@@ -30,7 +30,6 @@ import pytest
 
 from fault_harness import FaultModel, OwnPostgres
 from step_model import running_step_model
-from storage_backends import _url
 from worker_harness import REDIS, TOOLS, Cluster, broker_up, cluster, free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -321,11 +320,6 @@ class RecipeCluster(Cluster):
     def noted(self, sql: str, *args: Any) -> list[Any]:
         with _sqlite(self.notes) as conn:
             return conn.execute(sql, args).fetchall()
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
 
 
 @pytest.mark.parametrize("recipe", list(RECIPES))

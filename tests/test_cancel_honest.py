@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ from hermes_agent.types import Message
 from hermes_agent.worker.store import RunStore
 from server_harness import only_run_id, post_in_background, serve, wait_for
 from step_model import running_step_model
-from storage_backends import _url
 from worker_harness import REDIS, cluster, free_port
 
 started = threading.Event()
@@ -142,11 +141,6 @@ def test_a_cancel_stops_an_async_tool_and_leaves_nothing_running(tmp_path: Path)
 
 
 # -- queued: the worker's journal says which calls started ------------------------------------
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
 
 
 @pytest.mark.timeout(240)

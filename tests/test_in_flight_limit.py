@@ -42,11 +42,6 @@ LIMIT = 8
 SUBMITS = 12
 
 
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
-
-
 def _key(db_url: str) -> str:
     store = SqlKeyStore(db_url)
     try:

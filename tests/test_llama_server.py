@@ -19,7 +19,6 @@ import asyncio
 import logging
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[serve
 from hermes_agent.config import parse_config
 from hermes_agent.loading import build_agent
 from hermes_agent.models.openai import OpenAICompatible
+from server_harness import free_port
 
 pytestmark = pytest.mark.embedded
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
@@ -50,16 +50,10 @@ def guide_block(label: str) -> str:
     return found.group(1)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _serve(mode: str) -> Iterator[str]:
     """The guide's command for ``mode``, on a free port, with a smaller context and two
     threads so that the tests stay quick on small machines."""
-    port = _free_port()
+    port = free_port()
     (line,) = guide_block(f"llama-server: {mode}").strip().splitlines()
     program, *documented = shlex.split(line)
     assert program == "hermes-agent"

@@ -26,6 +26,7 @@ from hermes_agent.config import parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message, RunResult
+from server_harness import free_port
 
 pytest.importorskip("mcp")
 
@@ -49,13 +50,6 @@ def echo_the_user(messages: Sequence[Message], _tools: Sequence[dict[str, Any]])
     if messages[-1].role == "tool":
         return f"done: {messages[-1].content}"
     return str(next(m for m in reversed(messages) if m.role == "user").content)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def process_gone(pid: int) -> bool:

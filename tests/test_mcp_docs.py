@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from server_harness import free_port
+
 pytest.importorskip("mcp")
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "mcp.md"
@@ -37,13 +39,6 @@ PORT_ON_THE_PAGE = "8001"
 
 def blocks() -> list[tuple[str, str, str]]:
     return [(m["mark"] or "", m["lang"], m["body"]) for m in BLOCK.finditer(PAGE.read_text())]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def test_every_block_is_marked() -> None:

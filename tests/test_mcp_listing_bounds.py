@@ -29,6 +29,7 @@ from hermes_agent.loading import build_agent
 pytest.importorskip("mcp")
 
 from hermes_agent.tools.mcp import open_mcp_toolsets
+from server_harness import free_port
 
 SERVER = Path(__file__).with_name("mcp_misbehaving_server.py")
 HUGE_LISTING = 40_000_000
@@ -40,15 +41,8 @@ def _stdio(listing_bytes: int = 0, **extra: Any) -> McpServerConfig:
     return McpServerConfig(command=sys.executable, args=[str(SERVER)], env=env, **extra)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _http_server(kind: str, listing_bytes: int) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "MISBEHAVE_LISTING_BYTES": str(listing_bytes)}
     process = subprocess.Popen(
         [sys.executable, str(SERVER), kind, str(port)],

@@ -22,6 +22,7 @@ import pytest
 from hermes_agent import Agent, ScriptedModel, tool
 from hermes_agent.memory.session import InMemorySessionStore
 from hermes_agent.storage import open_storage
+from server_harness import free_port
 
 pytest.importorskip("mcp")
 
@@ -67,13 +68,6 @@ def drop_table(table: str) -> str:
     _ran("drop_table")
     return f"dropped {table}"
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture

@@ -30,7 +30,6 @@ from openai_server import (  # noqa: F401  (the fixtures)
 )
 from server_harness import serve
 from step_model import running_step_model
-from storage_backends import _url
 from worker_harness import REDIS, cluster, free_port
 
 UNCLOSED = "Unclosed"  # aiohttp's "Unclosed client session" and "Unclosed connector"
@@ -176,11 +175,6 @@ queue: {{broker: "{REDIS}", queue_name: hermes-test-transport}}
     finally:
         served.close()
         plain.close()
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path):  # type: ignore[no-untyped-def]
-    yield from _url("postgresql", tmp_path)
 
 
 @pytest.mark.timeout(180)

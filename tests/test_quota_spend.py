@@ -293,11 +293,6 @@ def test_the_cancel_answer_keeps_its_shape_for_a_run_with_nothing_left_running(
 # -- queued: the same reservations, taken by every instance in the store ---------------------
 
 
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
-
-
 @pytest.mark.timeout(240)
 def test_parallel_queued_runs_overshoot_the_day_by_at_most_one_reservation(
     tmp_path: Path, pg_url: str

@@ -6,7 +6,6 @@ still spends the tokens of every model turn its worker took."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,15 +17,9 @@ from hermes_agent.storage import open_storage
 from hermes_agent.worker.store import RunStore
 from server_harness import serve, sse_events
 from step_model import running_step_model
-from storage_backends import _url
 from worker_harness import REDIS, cluster, free_port
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
 
 
 def _alice(pg_url: str) -> str:

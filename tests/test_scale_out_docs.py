@@ -24,12 +24,10 @@ import sys
 import time
 import tomllib
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from storage_backends import _url
 from worker_harness import REDIS, broker_up, drop_queue
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "scale-out.md"
@@ -53,11 +51,6 @@ def test_every_block_is_marked() -> None:
     extras = project["project"]["optional-dependencies"]
     assert any(r.startswith("celery[redis]>=") for r in extras["worker"])
     assert "local" in extras
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
 
 
 @pytest.mark.timeout(600)

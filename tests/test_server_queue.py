@@ -23,15 +23,9 @@ from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.worker.backend import approval_ref, parse_approval_ref
 from server_harness import serve, sse_events
 from step_model import running_step_model
-from storage_backends import _url
 from worker_harness import REDIS, Cluster, cluster, free_port
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
 
 
 def _settings(**overrides: Any) -> ServiceSettings:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.runs.in_process import stored_status
 from hermes_agent.storage import open_storage
 from processes import alive
+from server_harness import free_port
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 
 RUNS = 100
@@ -171,16 +171,9 @@ def _model_app(released: threading.Event) -> FastAPI:
     return app
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def model_endpoint(released: threading.Event) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     config = uvicorn.Config(
         _model_app(released), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
     )
@@ -326,7 +319,7 @@ def test_sigterm_during_100_runs_completes_or_records_each_and_leaves_whole_trai
     program.write_text(textwrap.dedent(SERVICE))
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (tmp_path / "service.log").open("w+")
     runs = [Followed(kind, f"s{index}") for index, kind in enumerate(KINDS)]

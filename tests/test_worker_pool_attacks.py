@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -27,7 +26,6 @@ from hermes_agent.worker import submit
 from hermes_agent.worker.store import RunStore
 from server_harness import serve, sse_events
 from step_model import running_step_model
-from storage_backends import _url
 from worker_harness import REDIS, TOOLS, cluster, free_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -48,11 +46,6 @@ POISON_TOOLS = TOOLS.replace(
     "        os.kill(os.getpid(), signal.SIGKILL)\n",
     1,
 )
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path) -> Iterator[str]:
-    yield from _url("postgresql", tmp_path)
 
 
 def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]

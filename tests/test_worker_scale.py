@@ -19,15 +19,9 @@ from hermes_agent import build_agent
 from hermes_agent.worker import submit
 from hermes_agent.worker.store import RunStore
 from step_model import running_step_model
-from storage_backends import _url
 from worker_harness import RABBITMQ, REDIS, cluster, free_port
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def pg_url(tmp_path: Path):  # type: ignore[no-untyped-def]
-    yield from _url("postgresql", tmp_path)
 
 
 def _wait_all(store: RunStore, ids: list[str], timeout: float) -> None:

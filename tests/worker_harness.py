@@ -28,6 +28,7 @@ import pytest
 from hermes_agent import current_call
 from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message
+from server_harness import free_port as free_port  # one definition, shared
 
 REDIS = "redis://127.0.0.1:6379/0"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
@@ -67,12 +68,6 @@ def step(tag: str, n: int) -> str:
         )
     return f"step {n} of {tag} done"
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def broker_up(url: str) -> bool:
