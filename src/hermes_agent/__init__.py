@@ -81,7 +81,8 @@ from hermes_agent.models.base import (
 from hermes_agent.models.profiles import ThoughtPolicy, thought_policy
 from hermes_agent.models.registry import build_model, register_model
 from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
-from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
+from hermes_agent.pipeline.client_tools import client_tool
+from hermes_agent.pipeline.context import ClientTurn
 from hermes_agent.pipeline.hook_classes import (
     HookBase,
     PostExecutionHook,
@@ -226,7 +227,6 @@ __all__ = [
     "build_agent",
     "build_model",
     "client_tool",
-    "client_turn",
     "current_call",
     "enable_debug_logging",
     "load_config",

@@ -55,7 +55,13 @@ from hermes_agent.memory.session import (
 )
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
-from hermes_agent.pipeline.context import Approver, EventListener, LoopLimits, StreamChoice
+from hermes_agent.pipeline.context import (
+    Approver,
+    ClientTurn,
+    EventListener,
+    LoopLimits,
+    StreamChoice,
+)
 from hermes_agent.pipeline.hook_classes import HookBase
 from hermes_agent.pipeline.hooks import Hook, Hooks, as_hook, config_hooks, config_renderers
 from hermes_agent.pipeline.journal import RunJournal
@@ -583,6 +589,7 @@ class Agent:
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
         new_session: bool = False,
+        client: ClientTurn | None = None,
     ) -> RunResult:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
         delta when ``stream`` is true; ``stream`` may also be a callable, asked before each
@@ -612,6 +619,11 @@ class Agent:
         A durable run (the queue workers; ``hermes_agent.worker``) passes its ``request_id``,
         a ``journal`` (``pipeline.journal``: model turns and tool calls of an earlier attempt
         are taken from it, and the turn is saved through it) and the ``approver`` of that run.
+
+        ``client``: what the caller brings and runs itself (``pipeline.client_tools``): its
+        own tools, shown to the model beside the agent's, whose valid calls end the run for
+        the caller to run; or the results of the calls the previous run handed out, in place
+        of ``message``.
         """
         options = checked_options(
             self,
@@ -645,6 +657,7 @@ class Agent:
                 journal=journal,
                 approver=approver,
                 new_session=new_session,
+                client=client,
             )
             try:
                 result = await run_turn(ctx, self.hooks)

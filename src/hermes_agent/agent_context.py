@@ -26,6 +26,7 @@ from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.budget import RunBudget
 from hermes_agent.pipeline.context import (
     Approver,
+    ClientTurn,
     EventListener,
     LoopLimits,
     RunContext,
@@ -140,6 +141,7 @@ def build_context(
     journal: RunJournal | None,
     approver: Approver | None,
     new_session: bool = False,
+    client: ClientTurn | None = None,
 ) -> RunContext:
     """The whole context of one run of ``agent``; ``HermesAgentError`` for a tool choice that
     names no visible tool, two models of one name, or an unknown format or channel.
@@ -191,6 +193,7 @@ def build_context(
         renderer_name=name,
         renderer=agent.renderers[name],
         channel=channel,
+        client=client,
     )
     ctx.load_history = lambda: _load_history(agent, ctx, new_session)
     ctx.redactor = agent.redactor

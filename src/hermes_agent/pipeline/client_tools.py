@@ -18,25 +18,21 @@ How a turn with client calls ends:
   never receives half of a turn that the model has to redo.
 
 The declaration is part of the run's request (``runs.request.RunRequest.client``, plain
-data, so it reaches the queue's workers too); the engine running the run opens
-``client_turn(turn)`` around ``agent.arun`` and the InputParser takes it up. In a program of
-your own::
+data, so it reaches the queue's workers too); the engine running the run passes it to
+``agent.arun`` as ``client`` and the InputParser takes it up. In a program of your own::
 
-    with client_turn(ClientTurn(tools=[client_tool("lookup", "Find a word", schema)])):
-        result = await agent.arun("What does 'ubiquitous' mean?")
+    turn = ClientTurn(tools=[client_tool("lookup", "Find a word", schema)])
+    result = await agent.arun("What does 'ubiquitous' mean?", client=turn)
     result.loop_status   # "client_tool_calls": result.tool_calls holds the calls to run
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from hermes_agent.errors import HermesAgentError, ToolDefinitionError
-from hermes_agent.pipeline.context import RunContext, error_result
+from hermes_agent.pipeline.context import ClientTurn, RunContext, error_result
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.structured import schema_budget_problem
 from hermes_agent.tools.registry import Tool
@@ -47,43 +43,6 @@ CLIENT_TOOLSET = "client"
 MAX_CLIENT_TOOLS = 128
 """How many tools one request may declare (as many as OpenAI accepts)."""
 MAX_DESCRIPTION_CHARS = 4_000
-
-
-@dataclass(frozen=True, slots=True)
-class ClientTurn:
-    """What a run's caller brings: its own ``tools`` (built with ``client_tool``), the
-    ``tool_choice`` among all the run's tools (``auto``, ``none``, ``required`` or a tool's
-    name; ``None``: the run's own), and, when the run continues after the caller ran the calls
-    the previous run handed out, their ``results`` (one ``tool`` turn, the run's input)."""
-
-    tools: Sequence[Tool] = ()
-    tool_choice: str | None = None
-    results: Sequence[ToolResult] = field(default_factory=tuple)
-
-
-_declared: contextvars.ContextVar[ClientTurn | None] = contextvars.ContextVar(
-    "hermes_client_turn", default=None
-)
-
-
-@contextmanager
-def client_turn(turn: ClientTurn) -> Iterator[ClientTurn]:
-    """Declare ``turn`` for the next run started inside the block (in this task, or in a
-    task created inside it)."""
-    token = _declared.set(turn)
-    try:
-        yield turn
-    finally:
-        _declared.reset(token)
-
-
-def take_declared() -> ClientTurn | None:
-    """The client turn declared around this run, if any, taken up by it (the InputParser
-    calls this): a run that this run's tools start in turn does not see it."""
-    turn = _declared.get()
-    if turn is not None:
-        _declared.set(None)
-    return turn
 
 
 def _not_run_here(**_: Any) -> Any:

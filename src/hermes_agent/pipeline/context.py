@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,6 +87,18 @@ class PlannedCall:
     """Where the call stands in the model's turn (its result goes back in that place)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClientTurn:
+    """What a run's caller brings: its own ``tools`` (built with ``client_tool``), the
+    ``tool_choice`` among all the run's tools (``auto``, ``none``, ``required`` or a tool's
+    name; ``None``: the run's own), and, when the run continues after the caller ran the calls
+    the previous run handed out, their ``results`` (one ``tool`` turn, the run's input)."""
+
+    tools: Sequence[Tool] = ()
+    tool_choice: str | None = None
+    results: Sequence[ToolResult] = field(default_factory=tuple)
+
+
 @dataclass(slots=True)
 class RunContext:
     """Everything one run knows. Created by the Agent, passed through the five stages."""
@@ -101,6 +113,9 @@ class RunContext:
     """The tools visible to this run, by name (what the model is shown)."""
     all_tool_names: list[str]
     executor: Executor
+    client: ClientTurn | None = None
+    """What the caller brought for this run: its own tools, their tool choice, or the
+    results of the calls the previous run handed out (``pipeline.client_tools``)."""
     client_tools: frozenset[str] = frozenset()
     """Which of ``tools`` the caller runs itself (``pipeline.client_tools``)."""
     system_prompt: str | None = None

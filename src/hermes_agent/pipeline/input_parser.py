@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hermes_agent.events import InputEvent
-from hermes_agent.pipeline.client_tools import take_declared, take_up
+from hermes_agent.pipeline.client_tools import take_up
 from hermes_agent.pipeline.context import RunContext, run_instructions, system_turn
 from hermes_agent.pipeline.status import Status
 from hermes_agent.stages import StageName
@@ -33,7 +33,7 @@ class InputParser:
             ctx.output = problem
             ctx.log_stage(self.name, Status.INVALID, error=problem)
             return ctx
-        turn = take_declared()
+        turn = ctx.client
         problem = take_up(ctx, turn) if turn is not None else None
         if problem:
             ctx.fail(Status.INVALID, problem)

@@ -32,24 +32,24 @@ async def drive(
     """Run ``request`` on ``agent`` and return its result: the caller's own tools declared for
     the run (``request.client``), and an answer that never matched the request's output schema
     given back as the run's result (status 422), as a run that went through to its end."""
-    with declared_client(request):
-        try:
-            return await agent.arun(
-                request.message,
-                session_id=session_id,
-                tool_choice=request.tool_choice,
-                toolsets=request.toolsets,
-                listener=listener,
-                stream=stream,
-                dry_run=request.dry_run,
-                output_format=request.output_format,
-                channel=request.channel,
-                output_type=request.output_schema,
-                variables=request.variables,
-                request_id=request_id,
-                new_session=new_session,
-                journal=journal,
-                approver=approver,
-            )
-        except OutputValidationError as exc:
-            return exc.result
+    try:
+        return await agent.arun(
+            request.message,
+            session_id=session_id,
+            tool_choice=request.tool_choice,
+            toolsets=request.toolsets,
+            listener=listener,
+            stream=stream,
+            dry_run=request.dry_run,
+            output_format=request.output_format,
+            channel=request.channel,
+            output_type=request.output_schema,
+            variables=request.variables,
+            request_id=request_id,
+            new_session=new_session,
+            journal=journal,
+            approver=approver,
+            client=declared_client(request),
+        )
+    except OutputValidationError as exc:
+        return exc.result

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr
 
-from hermes_agent.pipeline.client_tools import ClientTurn, client_tool, client_turn
+from hermes_agent.pipeline.client_tools import client_tool
+from hermes_agent.pipeline.context import ClientTurn
 from hermes_agent.types import Message, ToolResult
 
 
@@ -140,9 +140,7 @@ class QueuedRequest(RunRequest):
         )
 
 
-def declared_client(request: RunRequest) -> AbstractContextManager[object]:
-    """What an engine opens around ``agent.arun`` for ``request``: its client tools declared
-    for the run (``pipeline.client_tools.client_turn``), or nothing."""
-    if request.client is None:
-        return nullcontext()
-    return client_turn(request.client.turn())
+def declared_client(request: RunRequest) -> ClientTurn | None:
+    """What ``request``'s caller brings and runs itself, as ``agent.arun`` takes it
+    (``client``), or ``None``."""
+    return request.client.turn() if request.client is not None else None

@@ -28,7 +28,7 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
 from hermes_agent.audit.redaction import redact_messages
-from hermes_agent.pipeline.client_tools import ClientTurn
+from hermes_agent.pipeline.context import ClientTurn
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import ClientTools, RunRequest
