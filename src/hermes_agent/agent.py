@@ -297,12 +297,16 @@ class Agent:
         answer_model: Model | _Keep | None = _Keep.KEEP,
         storage: Storage | str | _Keep | None = _Keep.KEEP,
         approver: Approver | _Keep | None = _Keep.KEEP,
+        sessions: SessionStore | _Keep = _Keep.KEEP,
+        audit_sink: AuditSink | _Keep | None = _Keep.KEEP,
     ) -> Agent:
         """A new agent with this one's tools, hooks, renderers, prompts, settings and secrets
         — shared, not copied: a tool added to either shows in both — and the given parts
         replaced. ``storage`` replaces the store and its sessions (a URL is opened, and closed
-        by the fork's ``close``; ``None``: sessions in memory, no trail). The fork has its own
-        thread pool, worker processes, tool caches, rate limits and history summaries.
+        by the fork's ``close``; ``None``: sessions in memory, no trail); ``sessions`` and
+        ``audit_sink`` replace only where the fork keeps sessions and writes its trail (a
+        view of the store's, say). The fork has its own thread pool, worker processes, tool
+        caches, rate limits and history summaries.
 
             twin = agent.fork(model=ScriptedModel(["ok"]), storage="memory://")
         """
@@ -329,6 +333,10 @@ class Agent:
         if not isinstance(storage, _Keep):
             twin._session_store = None
             twin._attach(storage)
+        if not isinstance(sessions, _Keep):
+            twin._session_store = twin.sessions = sessions
+        if not isinstance(audit_sink, _Keep):
+            twin.audit_sink = audit_sink
         return twin
 
     def _attach(self, storage: Storage | str | None) -> None:

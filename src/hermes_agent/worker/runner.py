@@ -197,20 +197,22 @@ class RunWorker:
         name: str,
         lease_ttl: float = 30.0,
     ) -> None:
-        self.agent = agent
         self.store = store
         self.enqueue = enqueue
         self.name = name
         self.lease_ttl = lease_ttl
-        # The agent's trail goes through the attempt running each run (``worker.trail``).
+        # The agent runs here as a fork whose trail goes through the attempt running each run
+        # (``worker.trail``) and whose sessions are read as a durable run reads them: the
+        # agent given is left as it was.
         self.trail: AttemptTrail | None = None
         if agent.audit_sink is not None:
             inner = agent.audit_sink
             self.trail = inner if isinstance(inner, AttemptTrail) else AttemptTrail(inner)
-            agent.audit_sink = self.trail
-        if not isinstance(agent.sessions, _StoreSessions):
-            agent.sessions = _StoreSessions(agent.sessions)  # type: ignore[assignment]
-        self.sessions: _StoreSessions = agent.sessions  # type: ignore[assignment]
+        self.sessions = _StoreSessions(agent.sessions)
+        if self.trail is not None:
+            self.agent = agent.fork(sessions=self.sessions, audit_sink=self.trail)
+        else:
+            self.agent = agent.fork(sessions=self.sessions)
         self.leases = LeaseKeeper(store, lease_ttl)
         self.calls = CallGate()  # the tool calls in progress in this process (its one loop)
         self._loop = asyncio.new_event_loop()
@@ -344,6 +346,7 @@ class RunWorker:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._loop_thread.join(timeout=5)
         self.leases.close()
+        self.agent.close()  # the fork's own tool pools (the agent given is its owner's)
 
     async def _close_when_idle(self) -> None:
         if any(task is not asyncio.current_task() for task in asyncio.all_tasks()):
