@@ -44,7 +44,7 @@ class DebugHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().__init__()
         self.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO:
         return sys.stderr
 

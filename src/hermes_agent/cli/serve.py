@@ -218,7 +218,7 @@ def with_header_timeout(
             closing[oldest] = now
             oldest.transport.close()
 
-    class HeadTimeoutProtocol(protocol):  # type: ignore[misc, valid-type]
+    class HeadTimeoutProtocol(protocol):  # type: ignore[misc]
         _head_timer: asyncio.TimerHandle | None = None
         connections: Any  # uvicorn's set, then the view of it its limit check reads
 
@@ -305,7 +305,7 @@ def _draining_server(uvicorn: Any, manager: Any, grace: float) -> Any:
     end. Starting ``RunManager.shutdown`` with uvicorn's shutdown makes it one grace period,
     after which followers receive ``run_stopped`` and close."""
 
-    class DrainingServer(uvicorn.Server):  # type: ignore[misc, name-defined]
+    class DrainingServer(uvicorn.Server):  # type: ignore[misc]
         async def shutdown(self, sockets: Any = None) -> None:
             draining = asyncio.ensure_future(manager.shutdown(grace))
             await super().shutdown(sockets)

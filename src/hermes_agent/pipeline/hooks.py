@@ -667,7 +667,7 @@ def load_hook(
         if hook_class and callable(getattr(hook, "execute", None)):
             return _Executing(hook)
         raise ConfigError(f"{where}: {class_name} instances must be callable (define __call__)")
-    return hook  # type: ignore[no-any-return]
+    return hook
 
 
 class _Executing:

@@ -149,7 +149,7 @@ def _arguments_model(fn: Callable[..., Any]) -> type[BaseModel]:
             # A parameter may well be called ``schema`` or ``json``: on this private model it
             # shadows nothing anyone calls.
             warnings.filterwarnings("ignore", "Field name .* shadows an attribute", UserWarning)
-            model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            model: type[BaseModel] = create_model(
                 f"{fn.__name__}_arguments",
                 __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
                 **fields,

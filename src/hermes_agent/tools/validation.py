@@ -133,7 +133,7 @@ def make_fast_check(schema: dict[str, Any]) -> Callable[[Any], Any] | None:
     if reference_problem(schema) is not None or _declares_id(schema):
         return None
     try:
-        return fastjsonschema.compile(  # type: ignore[no-any-return]
+        return fastjsonschema.compile(
             schema, use_default=False, use_formats=True, formats=dict(FORMATS)
         )
     except Exception:
