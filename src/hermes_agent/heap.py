@@ -4,7 +4,7 @@ A service or worker process imports a great deal before its first run (FastAPI, 
 SQLAlchemy, Celery) and then allocates many short-lived objects per run. With CPython's
 defaults the cyclic collector walks the whole startup heap at every full collection, and runs
 a young collection every 700 allocations: on the service benchmark 6–21% of the process's
-CPU went to the collector, and 1–5% once settled (docs/benchmarks.md, tenth round).
+CPU went to the collector, and 1–5% once settled (benchmarks/HISTORY.md, tenth round).
 
 ``settle_heap`` is called once the process has built what it keeps: ``hermes-agent serve``
 after ``create_app``, ``hermes-agent worker`` after its agent (a prefork pool's main process
