@@ -177,8 +177,22 @@ def create_app(
     app.include_router(routes_replay.router)
     app.include_router(routes_console.router)  # the web console, at /console/
     app.include_router(routes_channels.router_for(settings, served, keys, hermes_config))
+    for door in _optional_doors():
+        app.include_router(door)
     app.include_router(routes_openai.fallback)  # last: any other /v1/... path
     return app
+
+
+def _optional_doors() -> list[Any]:
+    """The routers of the doors whose protocol package is installed (extras ``agui``)."""
+    doors: list[Any] = []
+    try:
+        from hermes_agent.server import routes_agui
+    except ImportError:  # pip install 'hermes-agent-core[agui]'
+        logger.debug("AG-UI door off: ag-ui-protocol is not installed")
+    else:
+        doors.append(routes_agui.router)
+    return doors
 
 
 class WarmState:
