@@ -3,7 +3,7 @@ in one terminal, curl in another) against the embedded model, the service page's
 against a scripted OpenAI-compatible endpoint (a key made by ``keys create`` works against
 ``serve`` with the same config, and stops working at ``keys revoke``), and the errors.
 
-The commands are read from README.md and docs/service.md, not copied here. The servers listen on
+The commands are read from README.md and docs/operating.md, not copied here. The servers listen on
 a free port: ``--port`` is added to ``serve`` and the URL's port changed to match; nothing else
 in a command is changed.
 """
@@ -38,7 +38,7 @@ from server_harness import free_port
 from test_readme_commands import CURL, README, SERVE, hermes_agent_command, readme_command
 
 ROOT = Path(__file__).resolve().parents[1]
-SERVICE_PAGE = ROOT / "docs" / "service.md"
+OPERATING_PAGE = ROOT / "docs" / "operating.md"
 README_PORT = "8000"
 
 
@@ -187,7 +187,7 @@ def _run(argv: list[str], cwd: Path, home: Path, **placeholders: str) -> Any:
 
 def test_keys_made_by_the_cli_work_against_serve_with_the_same_config(tmp_path: Path) -> None:
     cwd, home = _folders(tmp_path)
-    section = _section(SERVICE_PAGE, "Running it")
+    section = _section(OPERATING_PAGE, "Running it")
     [config] = _blocks(section, "yaml")
     [commands] = _blocks(section, "bash")
     argvs = [shlex.split(line, comments=True) for line in commands.splitlines() if line.strip()]
@@ -244,8 +244,8 @@ def test_keys_made_by_the_cli_work_against_serve_with_the_same_config(tmp_path: 
         assert rows["ops"]["name"] == "on-call"
 
 
-def test_the_service_page_s_quota_example_is_a_valid_service_section(tmp_path: Path) -> None:
-    [example] = _blocks(_section(SERVICE_PAGE, "Quotas"), "yaml")
+def test_the_operating_page_s_quota_example_is_a_valid_service_section(tmp_path: Path) -> None:
+    [example] = _blocks(_section(OPERATING_PAGE, "Quotas"), "yaml")
     (tmp_path / "config.yaml").write_text(example, encoding="utf-8")
     quotas = service_settings(load_config(tmp_path / "config.yaml")).quotas
     assert quotas.limits_for("bob").runs_per_day == 200

@@ -252,7 +252,7 @@ def test_pydantic_ai_structured_output(facade: Facade, mode: str) -> None:
 
 # -- the service docs ---------------------------------------------------------------------------
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "service.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "openai-facade.md"
 
 
 def test_the_service_docs_client_tool_examples_run(
@@ -272,7 +272,7 @@ def test_the_service_docs_client_tool_examples_run(
     base = facade.url.removesuffix("/v1")
     for number, block in enumerate(blocks, start=1):
         code = block.replace("http://127.0.0.1:8000", base)
-        exec(compile(code, f"service.md (client tools block {number})", "exec"), {"key": "k"})
+        exec(compile(code, f"openai-facade.md (client tools block {number})", "exec"), {"key": "k"})
     assert capsys.readouterr().out.splitlines() == [
         'tool_calls get_weather {"city": "Paris"}',
         "It is 21 C and sunny in Paris.",

@@ -32,7 +32,7 @@ from server_harness import call, delete_file, poll_run, serve, wait, wait_for
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 
 MODEL = "hermes-agent"
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "service.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "openai-facade.md"
 
 
 def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
@@ -553,7 +553,7 @@ def multiply(a: int, b: int) -> int:
 
 def test_the_service_docs_openai_example_runs(tmp_path: Path) -> None:
     text = DOCS.read_text(encoding="utf-8")
-    section = text.split("## OpenAI-compatible facade", 1)[1].split("\n## ", 1)[0]
+    section = text.split("## Chat completions", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     assert blocks
     keys = MemoryKeyStore()
@@ -566,7 +566,7 @@ def test_the_service_docs_openai_example_runs(tmp_path: Path) -> None:
         with contextlib.redirect_stdout(out):
             for number, block in enumerate(blocks, start=1):
                 code = block.replace("http://127.0.0.1:8000", url)
-                exec(compile(code, f"service.md (openai block {number})", "exec"), namespace)
+                exec(compile(code, f"openai-facade.md (openai block {number})", "exec"), namespace)
     printed = out.getvalue().splitlines()
     assert printed[:2] == ["What is 17 * 23 = 391", "['multiply']"]
     assert printed[2] == "And times 2 = 782"

@@ -1,4 +1,4 @@
-"""The service with ``execution: queue`` (docs/service.md, "Queued runs"): a real uvicorn on
+"""The service with ``execution: queue`` (docs/operating.md, "Queued runs"): a real uvicorn on
 loopback queues runs on real ``hermes-agent worker`` processes over Redis, with PostgreSQL as the
 store they share and the step model (tests/step_model.py) as the model. ``POST /v1/runs``
 answers 202 at once; the run's events reach the caller from the store (SSE, WebSocket, ``GET``)

@@ -1,5 +1,6 @@
 """Every example on docs/service.md that is marked runnable runs against a real service (uvicorn
-on loopback) and prints what the page says it prints.
+on loopback) and prints what the page says it prints; every example on docs/openai-facade.md and
+docs/operating.md names the test that runs it.
 
 How a block is marked: an HTML comment (invisible on the rendered page) on the line before its
 fence.
@@ -58,6 +59,9 @@ from server_harness import call, free_port, serve
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "service.md"
 ROOT = PAGE.parents[1]
+SERVICE_PAGES = (PAGE, ROOT / "docs" / "openai-facade.md", ROOT / "docs" / "operating.md")
+"""The service's pages: the API (whose examples this file runs), the OpenAI-compatible facade
+and operating the service (whose examples other tests run)."""
 BLOCK_TIMEOUT_S = 30
 CHROMIUM = "/usr/bin/chromium"
 DOCS_PAGE = "/docs-examples"
@@ -376,8 +380,9 @@ def _server_program(code: str, environment: dict[str, str], folder: Path, block:
 # -- the tests -------------------------------------------------------------------------------
 
 
-def test_every_code_block_is_run_by_a_test() -> None:
-    blocks = page_blocks(PAGE.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("page", SERVICE_PAGES, ids=lambda p: p.name)
+def test_every_code_block_is_run_by_a_test(page: Path) -> None:
+    blocks = page_blocks(page.read_text(encoding="utf-8"))
     unmarked = [
         f"line {b.line} ({b.language})"
         for b in blocks
@@ -388,11 +393,13 @@ def test_every_code_block_is_run_by_a_test() -> None:
         if block.marker == "tested":
             test_file = ROOT / block.argument
             assert test_file.is_file(), f"line {block.line}: no test file {block.argument}"
-            assert "service.md" in test_file.read_text(encoding="utf-8"), block.argument
+            assert page.name in test_file.read_text(encoding="utf-8"), block.argument
         if block.marker == "run":
+            assert page == PAGE, f"{page.name} line {block.line}: run: blocks live on service.md"
             assert block.runner in ("bash", "python", "javascript", "python server"), block
-    languages = {b.runner for b in blocks if b.marker == "run"}
-    assert {"bash", "python", "javascript"} <= languages
+    if page == PAGE:
+        languages = {b.runner for b in blocks if b.marker == "run"}
+        assert {"bash", "python", "javascript"} <= languages
 
 
 @pytest.mark.parametrize("block", runnable_blocks(), ids=lambda b: b.label)
