@@ -8,6 +8,7 @@ workers (tests/test_agui_queue.py is not needed: the last test here runs it)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,11 @@ def post(client: httpx.Client, body: dict[str, Any]) -> list[Any]:
         assert reply.status_code == 200, reply.read()
         assert reply.headers["content-type"].startswith("text/event-stream")
         return events_of(reply.iter_lines())
+
+
+def approving(interrupt_id: str) -> list[dict[str, Any]]:
+    """A ``resume`` that approves one interrupt."""
+    return [{"interruptId": interrupt_id, "status": "resolved", "payload": {"approved": True}}]
 
 
 def types(events: list[Any]) -> list[str]:
@@ -169,7 +175,7 @@ def test_an_approval_interrupts_and_a_resume_continues_the_same_run(
     request_id = first[0].metadata["request_id"]
     assert alice.get(f"/v1/runs/{request_id}").json()["status"] == "waiting_approval"
 
-    resume = [{"interruptId": interrupt.id, "status": "resolved", "payload": {"approved": True}}]
+    resume = approving(interrupt.id)
     # Bob cannot answer Alice's approval: 404, as for any id that is not his.
     refused = bob.post("/v1/agui", json=agui_input("t3", "r3b", "", resume=resume))
     assert refused.status_code == 404, refused.text
@@ -213,3 +219,55 @@ def test_keys_and_ownership_are_the_run_layers(service: tuple[str, dict[str, str
     tools = agui_input("t6", "r11", "hello")
     tools["tools"] = [{"name": "x", "description": "", "parameters": {}}]
     assert alice.post("/v1/agui", json=tools).status_code == 422
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["in_process", "queue"])
+def test_the_door_in_both_engines(tmp_path: Path, mode: str) -> None:
+    """The step model and its ``step`` tool (which needs an approval) in the run matrix's
+    world: in process, and on real ``hermes-agent worker`` processes over Redis."""
+    from test_run_matrix import world
+
+    with world(tmp_path / mode, mode, approvals=True) as here:
+        alice, bob = here.client("alice"), here.client("bob")
+        assert (
+            httpx.post(
+                f"{here.url}/v1/agui", json=agui_input("q", "r1", "job q1 steps=1"), timeout=30
+            ).status_code
+            == 401
+        )
+        first = post(alice, agui_input("q", "r1", "job q1 steps=1"))
+        assert types(first) == [
+            "RUN_STARTED",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "RUN_FINISHED",
+        ]
+        assert json.loads(first[2].delta) == {"tag": "q1", "n": 1}
+        (interrupt,) = first[-1].outcome.interrupts
+        resume = [
+            {"interruptId": interrupt.id, "status": "resolved", "payload": {"approved": True}}
+        ]
+        assert bob.post("/v1/agui", json=agui_input("q", "x", "", resume=resume)).status_code == 404
+        second = post(alice, agui_input("q", "r2", "", resume=resume))
+        kinds = types(second)
+        assert kinds[:2] == ["RUN_STARTED", "TOOL_CALL_RESULT"], kinds
+        assert second[1].tool_call_id == interrupt.tool_call_id
+        assert kinds[-1] == "RUN_FINISHED" and second[-1].outcome is None
+        text = "".join(e.delta for e in second if e.type == EventType.TEXT_MESSAGE_CONTENT)
+        assert text.startswith("done q1 after 1 steps")
+        assert here.executions("q1") == 1
+
+
+def test_the_pages_example_runs(service: tuple[str, dict[str, str]]) -> None:
+    """docs/agui.md's Python client, against this service and with alice's key."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "agui.md").read_text()
+    (block,) = re.findall(r"<!-- run: python -->\n```python\n(.*?)```", page, re.S)
+    url, keys = service
+    code = block.replace('"http://127.0.0.1:8000"', repr(url)).replace(
+        '"hk_your_key"', repr(keys["alice"])
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/agui.md", "exec"), namespace)
+    assert namespace["answer"] == "Hello!"
