@@ -383,6 +383,9 @@ class HermesConfig(_Strict):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     """MCP servers whose tools the agent gets (``hermes_agent.mcp``; needs the ``mcp`` extra)."""
+    mcp_pins: str | None = None
+    """The file of approved MCP tool definitions (``tools.mcp.pins``); default
+    ``.hermes/mcp_pins.json`` beside the config file, in memory for a config from no file."""
     queue: QueueConfig | None = None
     """Where ``agent.submit`` and the service (``execution: queue``) send runs, and where the
     workers (``hermes-agent worker``) take them from."""

@@ -159,8 +159,10 @@ def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:
     """Start the config's MCP servers and give the agent their tools; ``agent.close`` stops
     the servers. The SDK is imported only here, when the config names a server."""
     from hermes_agent.tools.mcp.client import open_mcp_toolsets
+    from hermes_agent.tools.mcp.pins import PinStore, default_pins_path
 
-    toolsets = open_mcp_toolsets(settings.mcp_servers, source=settings.source)
+    pins = PinStore(settings.mcp_pins or default_pins_path(settings.source))
+    toolsets = open_mcp_toolsets(settings.mcp_servers, source=settings.source, pins=pins)
     agent.on_close(toolsets.close)
     for item in toolsets.tools:
         try:

@@ -15,6 +15,7 @@ quotas; ``--auth none`` runs every call as the local MCP user and is allowed on 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 
 mcp_app = typer.Typer(
     name="mcp",
-    help="Model Context Protocol: serve the agent's tools to MCP clients.",
+    help="Model Context Protocol: serve the agent's tools to MCP clients; approve the "
+    "tool definitions of the MCP servers the agent uses.",
     no_args_is_help=True,
 )
 
@@ -150,6 +152,57 @@ def serve(
         server.close()
         served.close()  # the queue's connections, the serving fork and the keys
         agent.close()
+
+
+@mcp_app.command("approve-tools")
+def approve_tools(
+    server: Annotated[str, typer.Argument(help="The server (a key of mcp_servers).")],
+    config: ConfigOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Approve without asking.")] = False,
+) -> None:
+    """Review and approve the tool definitions an MCP server lists now (docs/mcp-security.md).
+
+    A tool whose name, description or input schema changed since it was approved is refused
+    until this command approves it again.
+    """
+    from hermes_agent.config import load_config
+    from hermes_agent.tools.mcp.client import McpToolsets, require_sdk
+    from hermes_agent.tools.mcp.pins import PinStore, default_pins_path
+
+    try:
+        require_sdk()
+        settings = load_config(config) if config else None
+    except Exception as exc:
+        fail(str(exc))
+    if settings is None or server not in settings.mcp_servers:
+        fail(f"no MCP server {server!r} in the config's mcp_servers")
+    path = settings.mcp_pins or default_pins_path(settings.source)
+    if path is None:
+        fail("the config came from no file: give it mcp_pins (where approvals are kept)")
+    pins = PinStore(path)
+    toolsets = McpToolsets({server: settings.mcp_servers[server]})
+    connection = toolsets.connections[server]
+    try:
+        listing = toolsets.run(connection.list_tools(), connection.config.connect_timeout + 15)
+    except Exception as exc:
+        fail(f"MCP server {server!r}: {exc}")
+    finally:
+        toolsets.close()
+    pinned = pins.pins().get(server, {})
+    changed = [t for t in listing if pinned.get(t.name) != connection.definitions[t.name]]
+    if not changed:
+        err().print(f"Every tool of {server!r} is approved as it is listed now.")
+        return
+    for tool in changed:
+        state = "new" if tool.name not in pinned else "changed"
+        err().print(styled((f"{tool.name} ({state})", "bold")))
+        err().print(f"  description: {tool.description or ''}", markup=False)
+        schema = json.dumps(tool.input_schema, sort_keys=True)
+        err().print(f"  input schema: {schema}", markup=False)
+    if not yes and not typer.confirm(f"Approve these {len(changed)} tool definitions?"):
+        fail("nothing approved")
+    pins.approve(server, {t.name: connection.definitions[t.name] for t in changed})
+    err().print(f"Approved {len(changed)} tool definitions of {server!r} in {path}")
 
 
 def _backend_for(config: Any, agent: Any, *, http_keys: bool) -> Backends:

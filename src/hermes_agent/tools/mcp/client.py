@@ -75,6 +75,7 @@ from hermes_agent.errors import (
     ToolDefinitionError,
 )
 from hermes_agent.tools.mcp._loop import LoopThread
+from hermes_agent.tools.mcp.pins import PinStore, definition_hash, refusal
 from hermes_agent.tools.mcp.schemas import normalise
 from hermes_agent.tools.registry import Tool
 
@@ -136,9 +137,13 @@ class McpConnection:
     thread only.
     """
 
-    def __init__(self, name: str, config: McpServerConfig) -> None:
+    def __init__(self, name: str, config: McpServerConfig, pins: PinStore | None = None) -> None:
         self.name = name
         self.config = config
+        self.pins = pins
+        self.definitions: dict[str, str] = {}
+        """The hash of each tool's definition (``pins.definition_hash``) in the last listing."""
+        self._listed: Client | None = None  # the session whose listing ``definitions`` holds
         self._client: Client | None = None
         self._ready: asyncio.Future[Client] | None = None
         self._stop: asyncio.Event | None = None
@@ -160,7 +165,11 @@ class McpConnection:
         client = await self._connected(
             time.monotonic() + self.config.connect_timeout + CLOSE_TIMEOUT
         )
-        deadline = time.monotonic() + self.config.connect_timeout
+        return await self._list(client, time.monotonic() + self.config.connect_timeout)
+
+    async def _list(self, client: Client, deadline: float) -> list[McpTool]:
+        """The listing of ``client``'s server, bounded in count (``max_tools``, each page cut
+        as it comes) and, by the transport, in bytes per message; its definitions noted."""
         tools: list[McpTool] = []
         cursor: str | None = None
         limit = self.config.max_tools
@@ -180,7 +189,27 @@ class McpConnection:
             cursor = page.next_cursor
             if not cursor:
                 break
+        self.definitions = {
+            tool.name: definition_hash(tool.name, tool.description, tool.input_schema)
+            for tool in tools
+        }
+        self._listed = client
         return tools
+
+    async def _check_pin(self, client: Client, tool: str, deadline: float) -> None:
+        """Raise ``McpError`` when ``tool``'s definition, as the server lists it in this
+        session, is not the one approved. A new session, or a server that said its list
+        changed, is listed again first: a server that was restarted or updated is checked."""
+        if self.pins is None:
+            return
+        if self._listed is not client:
+            await self._list(client, deadline)
+        digest = self.definitions.get(tool)
+        if digest is None:
+            raise McpError(f"MCP server {self.name!r} no longer lists tool {tool!r}")
+        if self.pins.changed(self.name, {tool: digest}):
+            logger.warning("MCP server %r changed tool %r: calls refused", self.name, tool)
+            raise McpError(refusal(self.name, tool))
 
     async def call(self, tool: str, arguments: dict[str, Any], timeout: float) -> Any:
         """Call ``tool`` with ``arguments`` within ``timeout`` seconds (connecting, or starting
@@ -191,6 +220,7 @@ class McpConnection:
 
         deadline = time.monotonic() + timeout
         client = await self._connected(deadline)
+        await self._check_pin(client, tool, deadline)
         remaining = max(deadline - time.monotonic(), 0.001)
         try:
             # The SDK's own read timeout, and one around it: the SDK's covers the request it
@@ -412,7 +442,17 @@ class McpConnection:
                 str(config.url), http_client=http, max_sse_event_size=noted.limit
             )
             transport = _closing(session, http)
-        return Client(transport, read_timeout_seconds=config.timeout, cache=None)
+        return Client(
+            transport,
+            read_timeout_seconds=config.timeout,
+            cache=None,
+            message_handler=self._on_message,
+        )
+
+    async def _on_message(self, message: Any) -> None:
+        """A server that says its tools changed is listed again before the next call."""
+        if type(getattr(message, "root", message)).__name__ == "ToolListChangedNotification":
+            self._listed = None
 
 
 class McpToolsets:
@@ -422,8 +462,15 @@ class McpToolsets:
     exit too, for toolsets still open then.
     """
 
-    def __init__(self, configs: Mapping[str, McpServerConfig]) -> None:
-        self.connections = {name: McpConnection(name, config) for name, config in configs.items()}
+    def __init__(
+        self, configs: Mapping[str, McpServerConfig], pins: PinStore | None = None
+    ) -> None:
+        self.connections = {
+            name: McpConnection(name, config, pins) for name, config in configs.items()
+        }
+        self.pins = pins
+        self.refused: dict[str, list[str]] = {}
+        """Per server, the tools left out because their definition changed since approved."""
         self.tools: list[Tool] = []
         self.info: dict[str, McpToolInfo] = {}
         self._loop = LoopThread()
@@ -503,11 +550,28 @@ class McpToolsets:
                 f"{where}.tools: the server has no tool {', '.join(unknown)} "
                 f"(it offers: {', '.join(sorted(offered)) or 'none'})"
             )
+        wanted = [
+            remote
+            for remote in listing
+            if (config.tools is None or remote.name in config.tools)
+            and remote.name not in config.exclude_tools
+        ]
+        changed: set[str] = set()
+        if self.pins is not None:
+            definitions = self.connections[server].definitions
+            changed = set(self.pins.changed(server, {r.name: definitions[r.name] for r in wanted}))
+            if changed:
+                self.refused[server] = sorted(changed)
+                logger.warning(
+                    "%s: tools %s changed since they were approved and are left out; review "
+                    "them and run `hermes-agent mcp approve-tools %s`",
+                    where,
+                    ", ".join(sorted(changed)),
+                    server,
+                )
         tools = []
-        for remote in listing:
-            if config.tools is not None and remote.name not in config.tools:
-                continue
-            if remote.name in config.exclude_tools:
+        for remote in wanted:
+            if remote.name in changed:
                 continue
             name = config.tool_prefix + remote.name
             holder: list[Tool] = []
@@ -556,10 +620,16 @@ class McpToolsets:
 
 
 def open_mcp_toolsets(
-    configs: Mapping[str, McpServerConfig], *, source: str = "<config>"
+    configs: Mapping[str, McpServerConfig],
+    *,
+    source: str = "<config>",
+    pins: PinStore | None = None,
 ) -> McpToolsets:
     """Start (or connect to) the servers of ``configs`` and list their tools (in
     ``.tools``). The caller adds the tools to its agent and calls ``close`` when done.
+
+    With ``pins``, each tool's definition is pinned when first seen, and a tool whose
+    definition changed since is left out (``.refused``) and its calls refused (``pins``).
 
     Raises ``MissingDependencyError`` without the ``mcp`` extra, ``ConfigError`` when a server
     cannot be reached within its ``connect_timeout`` or offers a tool that cannot be used.
@@ -571,7 +641,7 @@ def open_mcp_toolsets(
                 "'-' (at most 64 characters)"
             )
     require_sdk()
-    toolsets = McpToolsets(configs)
+    toolsets = McpToolsets(configs, pins)
     try:
         toolsets.load(source=source)
     except BaseException:
