@@ -190,6 +190,10 @@ class AgentConfig(_Strict):
     """What one run may cost at the model's prices (needs ``price_per_1k_*``)."""
     run_timeout_s: float | None = Field(default=None, gt=0)
     """Seconds one run may take, from its start; then it ends timed out (504)."""
+    tool_search_threshold: int | None = Field(default=None, ge=1)
+    """Past this many tools, the prompt carries ``search_tools`` and the ``tool_search_top_k``
+    definitions that match the message best, not every definition (``tools.search``)."""
+    tool_search_top_k: int = Field(default=5, ge=0)
     max_result_chars: int = Field(default=100_000, gt=0)
     """The longest result (characters of its JSON) a tool's call keeps, unless the tool's own
     ``max_result_chars`` is larger; a longer one is cut, with a note saying so, before it is

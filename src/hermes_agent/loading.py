@@ -149,9 +149,16 @@ def _wire_presentation(agent: Agent, config: HermesConfig) -> None:
     agent.add_hook("post_output", LanguageHook(config.agent.language))
 
 
+def _wire_tool_search(agent: Agent, config: HermesConfig) -> None:
+    """The config's ``agent.tool_search_*``: many tools are searched for, not all shown."""
+    agent.limits.tool_search_threshold = config.agent.tool_search_threshold
+    agent.limits.tool_search_top_k = config.agent.tool_search_top_k
+
+
 # Every agent built from a config — Agent.from_config, Agent.from_settings, build_agent — gets
 # the config's tracing, though the agent itself knows nothing of tracing.
 add_config_wiring(_wire_presentation)
+add_config_wiring(_wire_tool_search)
 add_config_wiring(_wire_tracing)
 
 

@@ -66,6 +66,10 @@ class LoopLimits:
     max_calls_per_turn: int = 32
     """How many tool calls of one model turn may run; the excess is refused (429) with a
     message the model can act on."""
+    tool_search_threshold: int | None = None
+    """Past this many tools, the prompt carries a search tool and ``tool_search_top_k``
+    definitions instead of all (``tools.search``); ``None``: always all."""
+    tool_search_top_k: int = 5
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ from hermes_agent.pipeline.client_tools import take_up
 from hermes_agent.pipeline.context import RunContext, run_instructions, system_turn
 from hermes_agent.pipeline.status import Status
 from hermes_agent.stages import StageName
+from hermes_agent.tools.search import narrowed
 from hermes_agent.types import Message, ToolResult
 
 MAX_MESSAGE_CHARS = 100_000
@@ -57,7 +58,17 @@ class InputParser:
             ctx.add_message(Message("tool", tool_results=list(turn.results)))
         else:
             ctx.add_message(Message("user", ctx.user_message))
-        ctx.tool_specs = [tool.spec() for tool in ctx.tools.values()]
+        # Every tool's definition, or, past the threshold, a search tool and the few that
+        # match the message best (tools.search); every tool stays callable either way.
+        search = narrowed(
+            ctx.tools,
+            ctx.user_message,
+            ctx.tool_specs,
+            threshold=ctx.limits.tool_search_threshold,
+            top_k=ctx.limits.tool_search_top_k,
+        )
+        if search is not None:
+            ctx.tools[search.name] = search
         ctx.log_stage(self.name, Status.OK, history_messages=len(ctx.history))
         ctx.emit(InputEvent(status=int(Status.OK), request_id=ctx.request_id))
         return ctx
