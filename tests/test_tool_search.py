@@ -5,14 +5,19 @@ over stdio, in a subprocess)."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
 from hermes_agent import Agent, ModelSettings, ScriptedModel, build_agent, tool
+from hermes_agent.cli import app
 from hermes_agent.config import parse_config
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.search import SEARCH_TOOL, ToolIndex, narrowed, words
@@ -175,3 +180,21 @@ def _numbered(n: int) -> Any:
     return Tool.from_function(
         run, name=f"op_{n}", description=f"Operation {names[n % 10]} on a number ({n})."
     )
+
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "mcp-security.md"
+BLOCK = re.compile(r"<!-- (?P<mark>[^>]*?) -->\n```(?P<lang>\w+)\n(?P<body>.*?)```", re.S)
+
+
+def test_the_pages_examples_run() -> None:
+    """docs/mcp-security.md: its Python runs (its asserts are what the page claims), its
+    config is valid and its command line is one the CLI accepts."""
+    found = {m["mark"]: m["body"] for m in BLOCK.finditer(PAGE.read_text())}
+    assert set(found) == {"run: python", "check: config", "check: cli"}
+    exec(compile(found["run: python"], str(PAGE), "exec"), {})
+    config = parse_config(yaml.safe_load(found["check: config"]))
+    assert config.agent.tool_search_threshold == 64 and "files" in config.mcp_servers
+    command = shlex.split(found["check: cli"])
+    assert command[0] == "hermes-agent"
+    parsed = CliRunner().invoke(app, [*command[1:], "--help"])
+    assert parsed.exit_code == 0 and "--yes" in parsed.output
