@@ -54,7 +54,12 @@ from hermes_agent.server import (
     ws,
 )
 from hermes_agent.server.auth import LiveCheck
-from hermes_agent.server.middleware import BrowserGuard, ServiceMiddleware, not_json_body
+from hermes_agent.server.middleware import (
+    BrowserGuard,
+    LanguageMiddleware,
+    ServiceMiddleware,
+    not_json_body,
+)
 from hermes_agent.server.sse import OpenStreams
 
 logger = logging.getLogger("hermes_agent.server")
@@ -163,6 +168,9 @@ def create_app(
         allowed_origins=settings.allowed_origins,
     )
     app.add_middleware(ServiceMiddleware, max_body_bytes=settings.max_body_bytes)
+    # Outermost: every error's detail, the other middleware's refusals included, in the
+    # caller's language (Accept-Language), else the served agent's.
+    app.add_middleware(LanguageMiddleware, language=served.language)
     app.add_exception_handler(RunRejected, _rejected)
     app.add_exception_handler(RunNotFound, _not_found)
     app.add_exception_handler(ApprovalConflict, _conflict)
@@ -184,7 +192,7 @@ def create_app(
 
 
 def _optional_doors() -> list[Any]:
-    """The routers of the doors whose protocol package is installed (extras ``agui``)."""
+    """The routers of the doors whose protocol package is installed (extras ``agui``, ``a2a``)."""
     doors: list[Any] = []
     try:
         from hermes_agent.server import routes_agui
@@ -192,6 +200,12 @@ def _optional_doors() -> list[Any]:
         logger.debug("AG-UI door off: ag-ui-protocol is not installed")
     else:
         doors.append(routes_agui.router)
+    try:
+        from hermes_agent.server import routes_a2a
+    except ImportError:  # pip install 'hermes-agent-core[a2a]'
+        logger.debug("A2A door off: a2a-sdk[http-server] is not installed")
+    else:
+        doors.append(routes_a2a.router)
     return doors
 
 

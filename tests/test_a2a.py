@@ -1,0 +1,217 @@
+"""The A2A door, spoken to by the official ``a2a-sdk`` client against a real uvicorn: the agent
+card at the well-known path, ``SendMessage`` (blocking and streaming), ``GetTask``,
+``CancelTask``; an approval as ``input-required`` that a message on the task answers (the
+same run goes on); the service's keys (no key is 401) and ownership (another user's task is
+not found). The last test runs the door in both engines (real workers over Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+pytest.importorskip("a2a.client")
+
+from a2a.client import ClientConfig, create_client
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskState,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+
+from hermes_agent.runs.keys import MemoryKeyStore
+from hermes_agent.server import ServiceSettings, create_app
+from server_harness import make_agent, serve
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def message(text: str, *, task_id: str = "", context_id: str = "") -> SendMessageRequest:
+    return SendMessageRequest(
+        message=Message(
+            message_id=str(uuid.uuid4()),
+            role=Role.ROLE_USER,
+            parts=[Part(text=text)],
+            task_id=task_id,
+            context_id=context_id,
+        )
+    )
+
+
+class Caller:
+    """One user's A2A client (the SDK's, from the agent card at ``url``)."""
+
+    def __init__(self, url: str, key: str, *, streaming: bool = False) -> None:
+        self.url, self.key, self.streaming = url, key, streaming
+
+    async def _client(self) -> Any:
+        http = httpx.AsyncClient(headers={"Authorization": f"Bearer {self.key}"}, timeout=60)
+        return await create_client(
+            self.url, ClientConfig(streaming=self.streaming, httpx_client=http)
+        )
+
+    def send(self, request: SendMessageRequest) -> list[StreamResponse]:
+        async def main() -> list[StreamResponse]:
+            client = await self._client()
+            try:
+                return [event async for event in client.send_message(request)]
+            finally:
+                await client.close()
+
+        return asyncio.run(main())
+
+    def task(self, text: str, **ids: str) -> Task:
+        """The task a blocking ``SendMessage`` answers with."""
+        (reply,) = self.send(message(text, **ids))
+        assert reply.HasField("task"), reply
+        return reply.task
+
+    def get(self, task_id: str) -> Task:
+        async def main() -> Task:
+            client = await self._client()
+            try:
+                task: Task = await client.get_task(GetTaskRequest(id=task_id))
+                return task
+            finally:
+                await client.close()
+
+        return asyncio.run(main())
+
+    def cancel(self, task_id: str) -> Task:
+        async def main() -> Task:
+            client = await self._client()
+            try:
+                task: Task = await client.cancel_task(CancelTaskRequest(id=task_id))
+                return task
+            finally:
+                await client.close()
+
+        return asyncio.run(main())
+
+
+def rest(url: str, key: str, path: str) -> Any:
+    """GET ``path`` on the service's REST API."""
+    reply = httpx.get(url + path, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def answer_of(task: Task) -> str:
+    return "".join(part.text for artifact in task.artifacts for part in artifact.parts)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    keys = MemoryKeyStore()
+    users = {name: keys.create(name) for name in ("alice", "bob")}
+    settings = ServiceSettings(auth="keys", approval_policy="wait", keepalive_s=5)
+    agent = make_agent(f"sqlite:///{tmp_path / 'state.db'}")
+    with serve(create_app(agent=agent, settings=settings, keys=keys)) as url:
+        yield url, users
+
+
+def test_the_card_is_public_and_names_the_endpoint_and_the_bearer_scheme(
+    service: tuple[str, dict[str, str]],
+) -> None:
+    url, _ = service
+    card = httpx.get(url + AGENT_CARD_WELL_KNOWN_PATH, timeout=10)
+    assert card.status_code == 200
+    body = card.json()
+    (interface,) = body["supportedInterfaces"]
+    assert interface == {
+        "url": f"{url}/a2a",
+        "protocolBinding": "JSONRPC",
+        "protocolVersion": "1.0",
+    }
+    assert body["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert body["capabilities"]["streaming"] is True
+    # The endpoint itself is behind the keys.
+    refused = httpx.post(f"{url}/a2a", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask"})
+    assert refused.status_code == 401
+
+
+def test_send_get_and_another_users_task(service: tuple[str, dict[str, str]]) -> None:
+    url, keys = service
+    alice, bob = Caller(url, keys["alice"]), Caller(url, keys["bob"])
+    task = alice.task("hello", context_id="chat-1")
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert answer_of(task) == "Hello!" and task.context_id == "chat-1"
+    # The task is the run: the same id on the REST API, and GetTask reads it back.
+    run = rest(url, keys["alice"], f"/v1/runs/{task.id}")
+    assert (run["status"], run["session_id"]) == ("completed", "chat-1")
+    assert answer_of(alice.get(task.id)) == "Hello!"
+    with pytest.raises(TaskNotFoundError):
+        bob.get(task.id)
+    with pytest.raises(TaskNotFoundError):
+        bob.cancel(task.id)
+    with pytest.raises(TaskNotCancelableError):  # an ended task cannot be cancelled
+        alice.cancel(task.id)
+
+
+def test_streaming_sends_the_answer_and_the_end(service: tuple[str, dict[str, str]]) -> None:
+    url, keys = service
+    events = Caller(url, keys["alice"], streaming=True).send(message("slow"))
+    first, last = events[0], events[-1]
+    assert first.HasField("task")
+    assert first.task.status.state == TaskState.TASK_STATE_WORKING
+    text = ""
+    updates = [event.artifact_update for event in events if event.HasField("artifact_update")]
+    for update in updates:  # as a client assembles them: a chunk that does not append replaces
+        chunk = "".join(part.text for part in update.artifact.parts)
+        text = text + chunk if update.append else chunk
+    assert updates[-1].last_chunk
+    assert text.startswith("done")
+    assert text == answer_of(Caller(url, keys["alice"]).get(first.task.id)), text
+    assert last.HasField("status_update")
+    assert last.status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert last.status_update.task_id == first.task.id
+
+
+def test_an_approval_is_input_required_and_a_reply_continues_the_run(
+    service: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = service
+    alice, bob = Caller(url, keys["alice"]), Caller(url, keys["bob"])
+    task = alice.task("delete /tmp/report.txt")
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    question = task.status.message
+    assert "delete_file" in question.parts[0].text
+    # Bob cannot answer for Alice's task.
+    with pytest.raises(TaskNotFoundError):
+        bob.task("yes", task_id=task.id)
+    done = alice.task("yes", task_id=task.id)
+    assert done.id == task.id and done.status.state == TaskState.TASK_STATE_COMPLETED
+    run = rest(url, keys["alice"], f"/v1/runs/{task.id}")
+    assert "deleted /tmp/report.txt" in json.dumps(run["result"]["tool_calls"])
+
+    # Streaming the reply continues the same run too; a "no" denies the call.
+    second = alice.task("delete /tmp/other.txt")
+    stream = Caller(url, keys["alice"], streaming=True).send(message("no", task_id=second.id))
+    assert stream[0].task.id == second.id
+    assert stream[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    run = rest(url, keys["alice"], f"/v1/runs/{second.id}")
+    assert [a["approved"] for a in run["result"]["approvals"]] == [False]
+
+
+def test_cancel_is_the_runs_cancel(service: tuple[str, dict[str, str]]) -> None:
+    url, keys = service
+    alice = Caller(url, keys["alice"])
+    waiting = alice.task("delete /tmp/x")
+    assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    cancelled = alice.cancel(waiting.id)
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    assert alice.get(waiting.id).status.state == TaskState.TASK_STATE_CANCELED
