@@ -215,3 +215,32 @@ def test_cancel_is_the_runs_cancel(service: tuple[str, dict[str, str]]) -> None:
     cancelled = alice.cancel(waiting.id)
     assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
     assert alice.get(waiting.id).status.state == TaskState.TASK_STATE_CANCELED
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["in_process", "queue"])
+def test_the_door_in_both_engines(tmp_path: Path, mode: str) -> None:
+    """The step model and its ``step`` tool (which needs an approval) in the run matrix's
+    world: in process, and on real ``hermes-agent worker`` processes over Redis."""
+    from test_run_matrix import world
+
+    with world(tmp_path / mode, mode, approvals=True) as here:
+        alice, bob = Caller(here.url, here.keys["alice"]), Caller(here.url, here.keys["bob"])
+        task = alice.task("job a1 steps=1", context_id="c1")
+        assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task
+        with pytest.raises(TaskNotFoundError):
+            bob.get(task.id)
+        done = alice.task("yes", task_id=task.id)
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED, done
+        assert answer_of(done).startswith("done a1 after 1 steps")
+        assert here.executions("a1") == 1
+
+        streamed = Caller(here.url, here.keys["alice"], streaming=True).send(
+            message("job a2 steps=1", context_id="c1")
+        )
+        waiting = streamed[-1].status_update
+        assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        cancelled = alice.cancel(waiting.task_id)
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        assert alice.get(waiting.task_id).status.state == TaskState.TASK_STATE_CANCELED
+        assert here.executions("a2") == 0
