@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -244,3 +245,16 @@ def test_the_door_in_both_engines(tmp_path: Path, mode: str) -> None:
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
         assert alice.get(waiting.task_id).status.state == TaskState.TASK_STATE_CANCELED
         assert here.executions("a2") == 0
+
+
+def test_the_pages_example_runs(service: tuple[str, dict[str, str]]) -> None:
+    """docs/a2a.md's client, against this service and with alice's key."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "a2a.md").read_text()
+    (block,) = re.findall(r"<!-- run: python -->\n```python\n(.*?)```", page, re.S)
+    url, keys = service
+    code = block.replace('"http://127.0.0.1:8000"', repr(url)).replace(
+        '"hk_your_key"', repr(keys["alice"])
+    )
+    namespace: dict[str, Any] = {"__name__": "docs_a2a"}
+    exec(compile(code, "docs/a2a.md", "exec"), namespace)
+    assert namespace["answer"] == "Hello!"
