@@ -1,8 +1,8 @@
-"""The guide's config reference (docs/guide.md, section 7) names every key the config accepts and
+"""The config reference (docs/configuration.md) names every key the config accepts and
 no other, and each of its blocks is a config that loads.
 
 The keys come from the config's own pydantic models, so a field added to one of them without a
-line in the guide fails here (and so does a documented key that no longer exists)."""
+line in the reference fails here (and so does a documented key that no longer exists)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from hermes_agent.config import (
     parse_config,
 )
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guide.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 BLOCK = re.compile(r"<!-- config reference -->\n```yaml\n(.*?)```", re.S)
 MODELS: dict[str, type[BaseModel]] = {
     "openai": OpenAIConfig,
@@ -95,7 +95,7 @@ def documented() -> dict[str, set[str]]:
 def test_every_block_of_the_reference_is_a_valid_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     for block in blocks():
-        parse_config(block, source="docs/guide.md")
+        parse_config(block, source="docs/configuration.md")
 
 
 def test_the_reference_names_every_key_and_no_other() -> None:
