@@ -53,6 +53,7 @@ from hermes_agent.memory.session import (
     off_the_loop,
     save_turn,
 )
+from hermes_agent.messages import language_of
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
 from hermes_agent.pipeline.context import (
@@ -121,6 +122,8 @@ class Agent:
     ``output_format`` is the renderer of an answer; ``channel_formats`` maps the name of a
     channel a run names (``run(..., channel="web")``) to the renderer of its answers, over
     ``DEFAULT_CHANNEL_FORMATS``.
+    ``language`` (``en`` or ``zh``) is the language of the runtime's own messages to the end
+    user (a run stopped short, a failed model); a run's ``lang`` variable overrides it.
     """
 
     def __init__(
@@ -162,6 +165,7 @@ class Agent:
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
         max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+        language: str = "en",
     ) -> None:
         configure_from_environment()  # HERMES_DEBUG=1 / DEBUG=1: the debug lines on stderr
         if max_iterations < 1:
@@ -169,6 +173,7 @@ class Agent:
         self.max_run_tokens = max_run_tokens
         self.max_run_cost = max_run_cost
         self.run_timeout_s = run_timeout_s
+        self.language = language_of(language)
         for candidate in (model, answer_model):
             if candidate is not None and not isinstance(candidate, Model):
                 not_a_model(candidate)
@@ -258,6 +263,7 @@ class Agent:
             "max_run_cost": a.max_run_cost,
             "run_timeout_s": a.run_timeout_s,
             "max_result_chars": a.max_result_chars,
+            "language": a.language,
         }
         options["output_format"] = config.output.format
         options["channel_formats"] = config.output.channel_formats

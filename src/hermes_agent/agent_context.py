@@ -22,6 +22,7 @@ from hermes_agent.audit.redaction import Redactor
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.memory.history import HistoryLoader, LoadedHistory
 from hermes_agent.memory.session import SessionStore, off_the_loop
+from hermes_agent.messages import language_of
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.pipeline.budget import RunBudget
 from hermes_agent.pipeline.context import (
@@ -73,6 +74,7 @@ class AgentParts(Protocol):
     max_run_tokens: int | None
     max_run_cost: float | None
     run_timeout_s: float | None
+    language: str
 
     @property
     def model(self) -> Model: ...
@@ -187,6 +189,7 @@ def build_context(
         approver=approver if approver is not None else agent.approver,
         variables=options.variables,
         budget=options.budget,
+        language=language_of(options.variables.get("lang"), agent.language),
         journal=journal,
         output_spec=spec,
         dry_run=dry_run,

@@ -23,7 +23,6 @@ from typing import Any
 from hermes_agent.agent import Agent, add_config_wiring
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, ToolDefinitionError
-from hermes_agent.messages import LanguageHook
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS
 from hermes_agent.pipeline.tables import TableRenderer
 from hermes_agent.tools.registry import Tool
@@ -130,8 +129,8 @@ def _wire_tracing(agent: Agent, config: HermesConfig) -> None:
 def _wire_presentation(agent: Agent, config: HermesConfig) -> None:
     """The config's ``agent.toolsets`` (unless the agent was given its own), its tables
     (``output.table``, for the built-in ``table`` and ``markdown`` formats a config renderer
-    has not replaced) and ``agent.language``: the runtime's messages in it, or in a run's
-    ``lang`` variable (``messages.LanguageHook``)."""
+    has not replaced), in ``agent.language`` (the agent itself writes its messages in it,
+    ``Agent(language=...)``, or in a run's ``lang`` variable)."""
     if config.agent.toolsets is not None and agent.toolsets is None:
         agent.toolsets = list(config.agent.toolsets)
     table = config.output.table
@@ -146,7 +145,6 @@ def _wire_presentation(agent: Agent, config: HermesConfig) -> None:
                 with_answer=with_answer,
             )
             agent.add_renderer(name, renderer)
-    agent.add_hook("post_output", LanguageHook(config.agent.language))
 
 
 def _wire_tool_search(agent: Agent, config: HermesConfig) -> None:

@@ -146,6 +146,9 @@ class RunContext:
     fill ``{{ name }}`` placeholders in the system prompt."""
     budget: RunBudget = field(default_factory=RunBudget)
     """Tokens, cost and wall time this run may use (``pipeline.budget``)."""
+    language: str = "en"
+    """The language of the runtime's own messages in this run's output (``en`` or ``zh``:
+    the run's ``lang`` variable, else the agent's ``language``; ``hermes_agent.messages``)."""
     recorder: Recorder | None = None
     """The audit trail of this run (``None``: auditing off, and free)."""
     redactor: Redactor | None = None

@@ -11,6 +11,7 @@ with status 206.
 from __future__ import annotations
 
 from hermes_agent.events import OutputEvent
+from hermes_agent.messages import translate_output
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.pipeline.renderers import RenderInput, rendered
 from hermes_agent.pipeline.status import Status
@@ -52,6 +53,8 @@ class OutputRenderer:
                     ctx.output = "The model gave no final answer." + _last_results(ctx.tool_calls)
                 else:
                     ctx.output = answer
+        # The runtime's own words (not a model's answer) in the run's language.
+        ctx.output = translate_output(ctx.output, int(ctx.status), ctx.language, ctx.error)
         saved = ctx.messages_to_save()
         if saved and saved[-1].role != "assistant":
             # Close the turn, failed or not: the next request of this session must not start

@@ -3,7 +3,8 @@
 referrer, no framing), and — when the served agent is traced — the caller's W3C trace context
 (``traceparent``) as the parent of the runs the request starts; ``BrowserGuard``, which
 keeps other sites' pages from driving the service (Host and Origin checks); and
-``not_json_body``, the 415 every route's JSON body gets when it was sent as something else."""
+``not_json_body``, the 415 every route's JSON body gets when it was sent as something else;
+``LanguageMiddleware``, error details in the caller's language (``Accept-Language``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hermes_agent import tracing
+from hermes_agent.messages import error_detail, preferred_language
 from hermes_agent.runs.principal import is_loopback
+from hermes_agent.runs.request import RunRequest
 
 access_log = logging.getLogger("hermes_agent.server.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -300,3 +303,92 @@ async def _refuse(scope: Scope, send: Send, status: int, detail: str) -> None:
         return
     await send(start)
     await send({"type": "http.response.body", "body": body})
+
+
+class LanguageMiddleware:
+    """The ``detail`` of an error answer (a JSON ``{"detail": "..."}`` with status ≥ 400, or
+    the OpenAI facade's ``{"error": {"message": ...}}``) in the caller's language: the one
+    ``Accept-Language`` prefers, else the service's (the served agent's ``language``). The
+    shape stays the same and machine-readable fields (``type``, ``code``, a 422's list of
+    issues) stay English; the English detail follows the translated sentence
+    (``messages.error_detail``). Other answers pass untouched, streams included."""
+
+    def __init__(self, app: ASGIApp, language: str = "en") -> None:
+        self.app = app
+        self.language = language
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = _header(scope, b"accept-language")
+        language = preferred_language(given, self.language)
+        if language == "en":
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        held: list[bytes] = []
+
+        async def translating(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start":
+                if message["status"] >= 400 and _is_json(message):
+                    start = message  # held until the whole (small) error body is in
+                    return
+                await send(message)
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            held.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = _translated(b"".join(held), start["status"], language)
+            headers = [(k, v) for k, v in start["headers"] if bytes(k).lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, translating)
+
+
+def with_caller_language(body: RunRequest, accept_language: str | None) -> RunRequest:
+    """``body`` with a ``lang`` variable from ``Accept-Language`` (``en`` or ``zh``), so the
+    runtime's own messages in its answer are in the caller's language; as it was when the
+    header names neither or the request sets ``lang`` itself."""
+    language = preferred_language(accept_language, "")
+    if not language or (body.variables is not None and "lang" in body.variables):
+        return body
+    return body.model_copy(update={"variables": {**(body.variables or {}), "lang": language}})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if bytes(key).lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def _is_json(start: Message) -> bool:
+    for key, value in start.get("headers", []):
+        if bytes(key).lower() == b"content-type":
+            return is_json_media_type(bytes(value).decode("latin-1"))
+    return False
+
+
+def _translated(body: bytes, status: int, language: str) -> bytes:
+    """``body`` with its detail (or the facade's error message) in ``language``; as it was
+    when it holds neither, or is not JSON after all."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(data, dict):
+        return body
+    if isinstance(data.get("detail"), str):
+        data["detail"] = error_detail(status, data["detail"], language)
+    elif isinstance(data.get("error"), dict) and isinstance(data["error"].get("message"), str):
+        data["error"]["message"] = error_detail(status, data["error"]["message"], language)
+    else:
+        return body
+    return json.dumps(data, ensure_ascii=False).encode()

@@ -31,6 +31,7 @@ from hermes_agent.server.api_models import (
     errors,
 )
 from hermes_agent.server.auth import CurrentUser, current_user
+from hermes_agent.server.middleware import with_caller_language
 from hermes_agent.server.sse import EventStreamResponse, frames, to_json
 
 router = APIRouter(prefix="/v1")
@@ -191,6 +192,7 @@ async def create_run(
     queue``, with where to follow it), or with ``stream: true`` the run's events as
     Server-Sent Events. Every answer for a run that started names it in ``X-Run-Id``."""
     backend, settings = _backend(request), _settings(request)
+    body = with_caller_language(body, request.headers.get("accept-language"))
     detached = responds_async(prefer) and not body.stream
     listening = body.stream or (backend.answers_plain_posts and not detached)
     view = await backend.start(user, body, listening=listening)
