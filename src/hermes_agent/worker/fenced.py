@@ -152,11 +152,9 @@ class FencedWrites(LeasedRuns):
         the lease from when the store runs it (the intents of tool calls about to start: the
         check that the lease is this attempt's and the intent land together, or neither)."""
         if self._single_statements:
-            held = write_batch_at_once(self.storage, request_id, token, batch, renew=renew)
-            if held is False:
+            if not write_batch_at_once(self.storage, request_id, token, batch, renew=renew):
                 raise LeaseLost(f"run {request_id}: the lease passed to another worker")
-            if held:
-                return
+            return
         with self._tx() as conn:
             self._fence(conn, request_id, token)
             insert_batch(conn, request_id, token, batch)
@@ -222,10 +220,9 @@ class FencedWrites(LeasedRuns):
                 event=event,
                 batch=batch,
             )
-            if ended is not None:
-                if not ended[0]:
-                    raise LeaseLost(f"run {request_id}: the lease passed to another worker")
-                return ended[1]
+            if not ended[0]:
+                raise LeaseLost(f"run {request_id}: the lease passed to another worker")
+            return ended[1]
         with self._tx() as conn:
             row = conn.execute(_ENDING_ROW, {"p_request_id": request_id}).first()
             if row is None or row.lease_token != token or row.status != "running":

@@ -64,14 +64,11 @@ Quote = Callable[[str], str]
 
 def write_batch_at_once(
     storage: SqlStorage, request_id: str, token: int, batch: Batch, *, renew: float | None = None
-) -> bool | None:
+) -> bool:
     """``batch`` written in one statement fenced by ``token``: ``True`` written, ``False``
-    the lease is not this token's (nothing written), ``None`` it cannot go as one statement.
-    ``renew``: a lease_ttl by which the same statement extends the lease, from when it runs."""
-    parts = _batch_parts(request_id, token, batch, now_ns())
-    if parts is None:
-        return None
-    names, bound = parts
+    the lease is not this token's (nothing written). ``renew``: a lease_ttl by which the same
+    statement extends the lease, from when it runs."""
+    names, bound = _batch_parts(request_id, token, batch, now_ns())
     if renew is not None:
         bound["p_ttl_ns"] = int(renew * 1e9)
     quote = storage.engine.dialect.identifier_preparer.quote
@@ -91,11 +88,11 @@ def finish_at_once(
     output: AuditRecord,
     event: dict[str, Any] | None,
     batch: Batch | None,
-) -> tuple[bool, str | None] | None:
+) -> tuple[bool, str | None]:
     """A completed run's ending in one statement fenced by ``token`` (what
     ``FencedWrites.finish`` writes for it): ``(held, following)`` — whether the lease was this
     token's (nothing is written otherwise) and the session's next run if it is parked waiting
-    for this one; ``None`` where it cannot go as one statement."""
+    for this one."""
     now = now_ns()
     batch = batch if batch is not None else Batch()
     single_event: str | None = None
@@ -105,17 +102,12 @@ def finish_at_once(
             batch = Batch(batch.entries, [*batch.events, ending], batch.records)
         else:
             single_event = dumps(event)
-    parts = _batch_parts(request_id, token, batch, now)
-    if parts is None:
-        return None
-    names, bound = parts
+    names, bound = _batch_parts(request_id, token, batch, now)
     last = output.to_dict()
     # Numbered after every record the trail holds, the batch's included: the statement's
     # parts do not see one another's rows, so the batch's numbers are counted in here.
     wanted = max([int(last.pop("seq")), *(r.seq + 1 for r in batch.records)])
-    last_rows = json_rows(audit_table, [last])
-    if last_rows is None:
-        return None
+    last_rows = _as_json(audit_table, [last])
     bound.update(
         p_last=last_rows,
         p_wanted=wanted,
@@ -128,7 +120,7 @@ def finish_at_once(
     if turn:
         counted = turn_parameters(message_rows("", 0, turn), now)
         if counted is None:
-            return None
+            raise ValueError("a turn's messages cannot travel as JSON")
         bound.update(counted)
     if single_event is not None:
         bound["p_event"] = single_event
@@ -148,7 +140,7 @@ Parts = tuple[tuple[str, tuple[str, ...]], ...]
 
 def _batch_parts(
     request_id: str, token: int, batch: Batch, now: int
-) -> tuple[Parts, dict[str, Any]] | None:
+) -> tuple[Parts, dict[str, Any]]:
     """Which of the batch's tables have rows (and their columns), and the statement's
     parameters."""
     bound: dict[str, Any] = {"p_request_id": request_id, "p_token": token, "p_now": now}
@@ -162,12 +154,20 @@ def _batch_parts(
     for name, table, rows in tables:
         if not rows:
             continue
-        payload = json_rows(table, rows)
-        if payload is None:
-            return None
+        payload = _as_json(table, rows)
         names.append((name, tuple(rows[0])))
         bound[f"p_{name}"] = payload
     return tuple(names), bound
+
+
+def _as_json(table: Any, rows: list[dict[str, Any]]) -> str:
+    """``rows`` as the JSON the statement takes them in. Every row a run writes travels so (its
+    text is made storable before, its other values are numbers and ``None``): one that does
+    not is a defect, not a reason to write it another way."""
+    payload = json_rows(table, rows)
+    if payload is None:
+        raise ValueError(f"rows of {table.name} that cannot travel as JSON")
+    return payload
 
 
 _TABLES = {"journal": journal_table, "events": events_table, "records": audit_table}
