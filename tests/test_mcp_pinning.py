@@ -155,7 +155,7 @@ def test_a_tool_changed_before_the_agent_starts_is_left_out(setup: Setup) -> Non
     setup.description.write_text(RUG_PULL)
     changed = open_mcp_toolsets(settings.mcp_servers, pins=pins)
     try:
-        assert [t.name for t in changed.tools] == ["stable"]
+        assert sorted(t.name for t in changed.tools) == ["stable"]
         assert changed.refused == {"dictionary": ["lookup"]}
     finally:
         changed.close()

@@ -198,8 +198,9 @@ class McpConnection:
 
     async def _check_pin(self, client: Client, tool: str, deadline: float) -> None:
         """Raise ``McpError`` when ``tool``'s definition, as the server lists it in this
-        session, is not the one approved. A new session, or a server that said its list
-        changed, is listed again first: a server that was restarted or updated is checked."""
+        session, is not the one approved. Each new session is listed again first: a server
+        that was restarted, updated or reconnected to is checked. (Within one session the
+        model only ever reads the definitions listed when the agent was built.)"""
         if self.pins is None:
             return
         if self._listed is not client:
@@ -442,17 +443,7 @@ class McpConnection:
                 str(config.url), http_client=http, max_sse_event_size=noted.limit
             )
             transport = _closing(session, http)
-        return Client(
-            transport,
-            read_timeout_seconds=config.timeout,
-            cache=None,
-            message_handler=self._on_message,
-        )
-
-    async def _on_message(self, message: Any) -> None:
-        """A server that says its tools changed is listed again before the next call."""
-        if type(getattr(message, "root", message)).__name__ == "ToolListChangedNotification":
-            self._listed = None
+        return Client(transport, read_timeout_seconds=config.timeout, cache=None)
 
 
 class McpToolsets:
