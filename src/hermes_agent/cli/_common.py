@@ -21,6 +21,7 @@ from hermes_agent.demo_tools import demo_tools
 from hermes_agent.errors import ConfigError, HermesAgentError
 from hermes_agent.loading import ToolsFileError, build_agent, on_owned_loops
 from hermes_agent.logs import debug_from_environment, enable_debug_logging
+from hermes_agent.messages import text
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import ToolCall
 
@@ -45,6 +46,14 @@ DebugOption = Annotated[
         "--debug",
         help="Print one line per pipeline stage and per tool call with its arguments "
         "(or HERMES_DEBUG=1 / DEBUG=1).",
+    ),
+]
+LangOption = Annotated[
+    str | None,
+    typer.Option(
+        "--lang",
+        help="en | zh: the language of what the command prints and of the runtime's own "
+        "messages (default: the config's agent.language).",
     ),
 ]
 ToolsetsOption = Annotated[
@@ -97,15 +106,15 @@ def styled(*parts: str | tuple[str, str]) -> Text:
     return Text.assemble(*parts)
 
 
-def fail(message: str) -> NoReturn:
+def fail(message: str, language: str = "en") -> NoReturn:
     """Print ``error: message`` on stderr and exit 2 (a usage or configuration error)."""
-    err().print(styled(("error: ", "bold red"), message))
+    err().print(styled((text("cli.error", language), "bold red"), message))
     raise typer.Exit(2)
 
 
-def warn(message: str) -> None:
-    """Print ``warning: message`` on stderr."""
-    err().print(styled(("warning: ", "yellow"), message))
+def warn(message: str, language: str = "en") -> None:
+    """Print ``warning: message`` on stderr (the label in ``language``)."""
+    err().print(styled((text("cli.warning", language), "yellow"), message))
 
 
 def config_error(config: Path | None, exc: HermesAgentError) -> str:

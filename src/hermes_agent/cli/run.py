@@ -23,6 +23,7 @@ from hermes_agent.agent import Agent
 from hermes_agent.cli._common import (
     ConfigOption,
     DebugOption,
+    LangOption,
     NoDemoOption,
     ToolsetsOption,
     ToolsOption,
@@ -42,6 +43,7 @@ from hermes_agent.events import (
     ToolCallParsedEvent,
     ToolResultsEvent,
 )
+from hermes_agent.messages import language_of, text
 from hermes_agent.models.llamacpp import LlamaCpp
 from hermes_agent.types import RunResult, ToolCallRecord
 
@@ -74,6 +76,7 @@ def run(
     ] = None,
     toolsets: ToolsetsOption = None,
     no_demo_tools: NoDemoOption = False,
+    lang: LangOption = None,
     debug: DebugOption = False,
 ) -> None:
     """Answer one question, calling tools as needed. The answer goes to stdout; the tool calls
@@ -82,6 +85,7 @@ def run(
     setup_logging(debug)
     schema = _read_schema(output_schema) if output_schema is not None else None
     agent = cli_agent(config, tools, no_demo_tools, toolsets=toolsets)
+    language = _language(agent, lang)
     try:
         result = agent.run(
             question,
@@ -90,22 +94,30 @@ def run(
             dry_run=dry_run,
             output_format=output_format,
             output_type=schema,
+            variables={"lang": language},
         )
     except OutputValidationError as exc:
         result = exc.result  # reported below like any failed run: status 422 and why
     except HermesAgentError as exc:
-        fail(str(exc))
+        fail(str(exc), language)
     finally:
         agent.close()
     if as_json:
         out().print_json(json.dumps(result.to_dict(), ensure_ascii=False, default=str))
         if dry_run:
-            err().print(_plan_headline(result))
+            err().print(_plan_headline(result, language))
     elif dry_run:
-        _print_plan(result)
+        _print_plan(result, language)
     else:
-        _print_answer(result)
+        _print_answer(result, language)
     raise typer.Exit(0 if result.status < 400 else 1)
+
+
+def _language(agent: Agent, lang: str | None) -> str:
+    """``--lang`` when given, else the agent's (the config's ``agent.language``)."""
+    if lang is not None and language_of(lang, "") == "":
+        fail(f"--lang {lang}: use en or zh")
+    return language_of(lang, agent.language)
 
 
 def _read_schema(path: Path) -> dict[str, Any]:
@@ -121,44 +133,50 @@ def _read_schema(path: Path) -> dict[str, Any]:
     return schema
 
 
-def _print_answer(result: RunResult) -> None:
+def _print_answer(result: RunResult, language: str = "en") -> None:
     errors = err()
     for call in result.tool_calls:
         errors.print(_call_line(call), style="dim")
     for warning in result.warnings:
-        warn(warning)
+        warn(warning, language)
     if result.status >= 400:
-        errors.print(styled(("error: ", "bold red"), f"{result.status} {_failure(result)}"))
+        _print_failure(result, language)
         return
     if result.status == 206:
-        warn(f"a partial answer (status 206, {result.loop_status.replace('_', ' ')})")
+        why = result.loop_status.replace("_", " ")
+        warn(text("cli.partial", language, why=why), language)
     shown = result.rendered.content if result.rendered is not None else result.output
     out().print(shown)
 
 
-def _print_plan(result: RunResult) -> None:
+def _print_failure(result: RunResult, language: str) -> None:
+    label = text("cli.error", language)
+    err().print(styled((label, "bold red"), f"{result.status} {_failure(result, language)}"))
+
+
+def _print_plan(result: RunResult, language: str = "en") -> None:
     """A dry run says that it was one and what the model planned, valid or refused (stdout);
     the model's text, if it wrote any, follows."""
     console = out()
-    console.print(_plan_headline(result))
+    console.print(_plan_headline(result, language))
     for call in result.tool_calls:
         console.print(f"  {_call_line(call, planned=True)}")
     if result.status >= 400:
-        err().print(styled(("error: ", "bold red"), f"{result.status} {_failure(result)}"))
+        _print_failure(result, language)
         return
     if result.output.strip():
         console.print(result.output)
 
 
-def _plan_headline(result: RunResult) -> str:
+def _plan_headline(result: RunResult, language: str = "en") -> str:
     planned = sum(1 for call in result.tool_calls if call.error is None)
     refused = len(result.tool_calls) - planned
     if not result.tool_calls:
-        return "Dry run: the model planned no tool call; nothing was run."
-    counts = f"{planned} valid call{'s' if planned != 1 else ''}"
+        return text("cli.dry_run_none", language)
+    counts = text("cli.valid_calls", language, count=planned, s="s" if planned != 1 else "")
     if refused:
-        counts += f", {refused} refused"
-    return f"Dry run: the model planned {counts}; nothing was run."
+        counts += text("cli.refused_calls", language, count=refused)
+    return text("cli.dry_run", language, counts=counts)
 
 
 def _call_line(call: ToolCallRecord, *, planned: bool = False) -> str:
@@ -173,8 +191,12 @@ def _call_line(call: ToolCallRecord, *, planned: bool = False) -> str:
     return f"✓ {head} → {_clip(shown, _SHOWN_RESULT_CHARS)}"
 
 
-def _failure(result: RunResult) -> str:
-    return _one_line(result.error or result.output or "the run failed")
+def _failure(result: RunResult, language: str = "en") -> str:
+    """What went wrong: the output when it is in the run's language (the runtime translated
+    it, with the detail), else the error."""
+    if language != "en" and result.output and result.output != result.error:
+        return _one_line(result.output)
+    return _one_line(result.error or result.output or text("cli.run_failed", language))
 
 
 def _one_line(text: str) -> str:
@@ -188,10 +210,11 @@ def _clip(text: str, limit: int) -> str:
 # -- chat --------------------------------------------------------------------------------
 
 CHAT_COMMANDS = {
-    "/help": "show these commands",
-    "/exit": "leave the chat (also /quit or Ctrl-D)",
-    "/quit": "leave the chat",
+    "/help": "cli.cmd_help",
+    "/exit": "cli.cmd_exit",
+    "/quit": "cli.cmd_quit",
 }
+"""A chat command → the key of what it does (``hermes_agent.messages``)."""
 _COMMAND = re.compile(r"/[A-Za-z]+")
 
 
@@ -200,28 +223,31 @@ def chat(
     tools: ToolsOption = None,
     toolsets: ToolsetsOption = None,
     no_demo_tools: NoDemoOption = False,
+    lang: LangOption = None,
     debug: DebugOption = False,
 ) -> None:
     """Talk with the agent; answers stream and tool calls show as they happen. /help lists the
     chat's commands; /exit, /quit or Ctrl-D leaves."""
     setup_logging(debug)
     agent = cli_agent(config, tools, no_demo_tools, toolsets=toolsets)
+    language = _language(agent, lang)
     try:
-        _load_model(agent)
+        _load_model(agent, language)
     except HermesAgentError as exc:
         agent.close()
-        fail(str(exc))
+        fail(str(exc), language)
     session_id = uuid.uuid4().hex
     console = out()
     console.print(
-        styled(("Hermes Agent", "bold"), f" — session {session_id}"),
-        "; /help for commands, /exit to quit",
+        styled(("Hermes Agent", "bold")),
+        text("cli.chat_banner", language, session=session_id),
         sep="",
     )
+    error_label = styled((text("cli.error", language), "bold red"))
     try:
         while True:
             try:
-                message = console.input(styled(("you> ", "bold cyan"))).strip()
+                message = console.input(styled((text("cli.you", language), "bold cyan"))).strip()
             except (EOFError, KeyboardInterrupt):
                 console.print()
                 break
@@ -232,21 +258,21 @@ def chat(
                     break
                 if message == "/help":
                     for name, meaning in CHAT_COMMANDS.items():
-                        console.print(f"  {name:<7} {meaning}")
-                    console.print("  anything else is a message to the agent")
+                        console.print(f"  {name:<7} {text(meaning, language)}")
+                    console.print(f"  {text('cli.help_other', language)}")
                 else:
-                    unknown = f"unknown command {message}; /help lists the commands"
-                    err().print(styled(("error: ", "bold red"), unknown))
+                    unknown = text("cli.unknown_command", language, command=message)
+                    err().print(error_label, unknown, sep="")
                 continue
             try:
-                asyncio.run(_stream_one(agent, message, session_id))
+                asyncio.run(_stream_one(agent, message, session_id, language))
             except HermesAgentError as exc:
-                err().print(styled(("error: ", "bold red"), str(exc)))
+                err().print(error_label, str(exc), sep="")
     finally:
         agent.close()
 
 
-def _load_model(agent: Agent) -> None:
+def _load_model(agent: Agent, language: str = "en") -> None:
     """Load the embedded model before the first prompt, saying so: it takes from under a second
     (the bundled 135M model) to a minute (a large GGUF), and a chat that sits silent meanwhile
     looks hung. A spinner on a terminal, one line before and one after elsewhere. Endpoint
@@ -260,19 +286,22 @@ def _load_model(agent: Agent) -> None:
         name = Path(model.model_path).name
         started = time.monotonic()
         if is_terminal(sys.stderr):
-            with console.status(f"Loading the model {name}…"):
+            with console.status(text("cli.loading", language, name=name)):
                 model.llama  # noqa: B018 - loads it (shared by every LlamaCpp of this file)
         else:
-            console.print(f"Loading the model {name}…")
+            console.print(text("cli.loading", language, name=name))
             model.llama  # noqa: B018
-        console.print(f"Loaded {name} in {time.monotonic() - started:.1f} s", style="dim")
+        seconds = time.monotonic() - started
+        console.print(text("cli.loaded", language, name=name, seconds=seconds), style="dim")
 
 
-async def _stream_one(agent: Agent, message: str, session_id: str) -> None:
+async def _stream_one(agent: Agent, message: str, session_id: str, language: str = "en") -> None:
     console = out()
-    console.print(styled(("agent> ", "bold green")), end="")
+    prompt = styled((text("cli.agent", language), "bold green"))
+    console.print(prompt, end="")
     streamed_text = False
-    async for event in agent.astream(message, session_id=session_id):
+    variables = {"lang": language}
+    async for event in agent.astream(message, session_id=session_id, variables=variables):
         if isinstance(event, TextDeltaEvent):
             streamed_text = True
             console.print(event.text, end="")
@@ -283,17 +312,17 @@ async def _stream_one(agent: Agent, message: str, session_id: str) -> None:
             for item in event.results:
                 content = _clip(json.dumps(item.content, ensure_ascii=False, default=str), 200)
                 console.print(f"← {item.name} [{item.status}] {content}", style="dim")
-            console.print(styled(("agent> ", "bold green")), end="")
+            console.print(prompt, end="")
             streamed_text = False
         elif isinstance(event, ResultEvent):
-            _end_of_turn(event.result, streamed_text)
+            _end_of_turn(event.result, streamed_text, language)
 
 
-def _end_of_turn(result: RunResult, streamed_text: bool) -> None:
+def _end_of_turn(result: RunResult, streamed_text: bool, language: str = "en") -> None:
     console = out()
     if result.status >= 400:
         console.print()
-        err().print(styled(("error: ", "bold red"), f"{result.status} {_failure(result)}"))
+        _print_failure(result, language)
     elif streamed_text and result.status == 200:
         console.print()  # the streamed text already was the answer
     else:
@@ -315,7 +344,7 @@ def list_tools(
     if as_json:
         out().print_json(json.dumps(specs, ensure_ascii=False))
         return
-    table = Table(title="Tools")
+    table = Table(title=text("cli.tools", agent.language))
     table.add_column("name", style="bold", no_wrap=True)
     table.add_column("toolset")
     table.add_column("description")
