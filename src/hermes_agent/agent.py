@@ -38,6 +38,7 @@ from hermes_agent.agent_support import (
     not_a_model,
     on_thread_loop,
     run_in_thread_loop,
+    warm_embedded,
 )
 from hermes_agent.audit.records import AuditSink
 from hermes_agent.audit.redaction import Redactor, redact_messages
@@ -310,9 +311,8 @@ class Agent:
         — shared, not copied: a tool added to either shows in both — and the given parts
         replaced. ``storage`` replaces the store and its sessions (a URL is opened, and closed
         by the fork's ``close``; ``None``: sessions in memory, no trail); ``sessions`` and
-        ``audit_sink`` replace only where the fork keeps sessions and writes its trail (a
-        view of the store's, say). The fork has its own thread pool, worker processes, tool
-        caches, rate limits and history summaries.
+        ``audit_sink`` only where it keeps sessions and writes its trail. The fork has its
+        own thread pool, worker processes, tool caches, rate limits and history summaries.
 
             twin = agent.fork(model=ScriptedModel(["ok"]), storage="memory://")
         """
@@ -399,7 +399,6 @@ class Agent:
             agent = Agent()
             agent.warmup()       # at start-up, in the background if you like
         """
-        from hermes_agent.models.llamacpp import LlamaCpp
         from hermes_agent.protocol.prompts import EXPLAIN_PROMPT
 
         started = time.monotonic()
@@ -411,16 +410,7 @@ class Agent:
         settings = ModelSettings(
             tool_choice=choice, scratch_pad=self.scratch_pad, max_tokens=1, preamble=self.preamble
         )
-        for model, offered in ((self.model, tools), (self.answer_model, [])):
-            if isinstance(model, LlamaCpp):
-                coroutine = model.complete(messages, offered, settings)
-                try:
-                    asyncio.get_running_loop()
-                except RuntimeError:
-                    asyncio.run(coroutine)
-                    continue
-                with ThreadPoolExecutor(max_workers=1) as pool:  # called from async code
-                    pool.submit(asyncio.run, coroutine).result()
+        warm_embedded([(self.model, tools), (self.answer_model, [])], messages, settings)
         return time.monotonic() - started
 
     # -- tools --------------------------------------------------------------------------
@@ -634,10 +624,8 @@ class Agent:
         a ``journal`` (``pipeline.journal``: model turns and tool calls of an earlier attempt
         are taken from it, and the turn is saved through it) and the ``approver`` of that run.
 
-        ``client``: what the caller brings and runs itself (``pipeline.client_tools``): its
-        own tools, shown to the model beside the agent's, whose valid calls end the run for
-        the caller to run; or the results of the calls the previous run handed out, in place
-        of ``message``.
+        ``client``: the caller's own tools, or its results of the calls the last run handed
+        out (``pipeline.client_tools``).
         """
         options = checked_options(
             self,

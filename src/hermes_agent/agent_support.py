@@ -9,15 +9,16 @@ import contextlib
 import copy
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.memory.session import AcquiresAsync, SessionLock
-from hermes_agent.models.base import ClosesConnections
+from hermes_agent.models.base import ClosesConnections, Model, ModelSettings
 from hermes_agent.pipeline.variables import check_variables
 from hermes_agent.pricing import cost
-from hermes_agent.types import RunResult
+from hermes_agent.types import Message, RunResult
 
 __all__ = [
     "acquire_elsewhere",
@@ -27,6 +28,7 @@ __all__ = [
     "not_a_model",
     "on_thread_loop",
     "run_in_thread_loop",
+    "warm_embedded",
 ]
 
 _loops = threading.local()
@@ -118,3 +120,25 @@ def not_a_model(candidate: object) -> None:
         "subclass hermes_agent.ModelBase (it supplies profile, render_prompt and "
         "count_tokens) and write complete and stream"
     )
+
+
+def warm_embedded(
+    turns: Iterable[tuple[Model | None, Sequence[dict[str, Any]]]],
+    messages: Sequence[Message],
+    settings: ModelSettings,
+) -> None:
+    """Have each embedded model of ``turns`` (with the tools it is offered) complete one token
+    of ``messages``, so that llama.cpp keeps what every request starts with evaluated
+    (``Agent.warmup``); other models have nothing to load."""
+    from hermes_agent.models.llamacpp import LlamaCpp
+
+    for model, offered in turns:
+        if isinstance(model, LlamaCpp):
+            coroutine = model.complete(messages, offered, settings)
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                asyncio.run(coroutine)
+                continue
+            with ThreadPoolExecutor(max_workers=1) as pool:  # called from async code
+                pool.submit(asyncio.run, coroutine).result()
