@@ -169,6 +169,11 @@ class ServiceSettings(BaseModel):
     it): ``alone`` — the run sees only the client's tools; ``with_agent_tools`` — the agent's
     own tools stay available beside them (and run server-side); ``off`` — client tools are
     refused (400)."""
+    openai_schema_agent_tools: bool = False
+    """Whether an OpenAI request that asks for a JSON answer (``response_format`` or
+    ``text.format``: ``json_schema``, ``json_object``) and brings no ``tools`` of its own keeps
+    the agent's own tools (run server-side). Off by default: such a client uses the service
+    as a model that answers in its schema, and the run sees only what the request allows."""
     openai_user_sessions: bool = False
     """Whether an OpenAI request's ``user`` field names a session the service keeps (as the
     ``X-Hermes-Session-Id`` header does). Off by default: ``user`` identifies an end user, and

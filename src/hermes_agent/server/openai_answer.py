@@ -89,9 +89,15 @@ class AnswerText:
     said something are separated by a blank line. ``finish`` sends whatever the final answer
     has that was not streamed (an answer from a model that did not stream, the note about an
     iteration limit), so that for a run whose tool turns say nothing but their calls, the
-    streamed content is exactly the plain answer's."""
+    streamed content is exactly the plain answer's.
 
-    def __init__(self) -> None:
+    ``structured`` (the request asked for a JSON answer): only the validated value is sent,
+    once the run has it (its final answer with status 200). The model's text on the way may
+    be an answer that fails the schema and is asked again, or an account of why there is
+    none; either, streamed, would be taken for the JSON."""
+
+    def __init__(self, *, structured: bool = False) -> None:
+        self.structured = structured
         self.sent = ""
         self._started = False
         self._calling = False
@@ -137,6 +143,10 @@ class AnswerText:
     def follow(self, event: RunEvent | None) -> str:
         """The content to send for one event of the run's ('' for none): its text deltas,
         its calls and turns (which end what a turn says), its final answer."""
+        if self.structured:
+            if isinstance(event, OutputEvent) and event.status == 200:
+                return self.finish(event.output)
+            return ""
         if isinstance(event, TextDeltaEvent):
             return self.delta(event.text)
         if isinstance(event, ToolCallStartedEvent):

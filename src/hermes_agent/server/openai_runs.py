@@ -71,11 +71,30 @@ def plan_tools(
     choice: str | None,
     results: bool,
     param: str,
+    *,
+    structured: bool = False,
 ) -> tuple[str | None, list[str] | None, ClientTurn | None, str | None]:
     """For a request's client ``tools`` and ``tool_choice`` (a mode or a tool's name): the run's
     tool_choice and toolsets, the client turn (``results`` is filled in by the caller), and the
-    client's tool_choice. A 400 when the operator does not serve client tools."""
+    client's tool_choice. A 400 when the operator does not serve client tools.
+
+    ``structured``: the request asks for a JSON answer. Without tools of its own, the run then
+    sees no tools at all unless the operator keeps the agent's (``openai_schema_agent_tools``):
+    a client asking for its schema treats the service as a model, whose only tools are the
+    ones it sends — and the agent's tools would run server-side, and keep a small model
+    calling them instead of answering."""
     if not tools and not results:
+        if structured and not settings.openai_schema_agent_tools:
+            if choice not in (None, "auto", "none"):
+                raise refuse(
+                    f"tool_choice {choice!r} asks for a tool, but a request for a JSON answer "
+                    "without tools of its own runs with no tools here (the operator's "
+                    "service.openai_schema_agent_tools is off): send the tools, or no "
+                    "tool_choice",
+                    "tool_choice",
+                    "invalid_value",
+                )
+            return None, [], None, None
         return choice, None, None, None
     if settings.openai_client_tools == "off":
         raise refuse(
@@ -217,13 +236,47 @@ def run_error(run: RunView) -> OpenAIError | None:
     )
 
 
-def ending_error(run: RunView) -> OpenAIError | None:
+def unstructured_error(run: RunView) -> OpenAIError | None:
+    """For a run asked for a JSON answer (``response_format``, ``text.format``) that is over
+    with a result: the error to answer when that result is not the validated value — the run
+    stopped at a bound (``max_iterations``, a token or cost budget), a hook answered it, or it
+    ended with no answer. Its text is an account in words, which a client would take for its
+    JSON: a 422 that says why (never a ``finish_reason: "length"`` success, which the OpenAI
+    SDKs would try to parse). A run that hands the client its calls is fine: the answer
+    comes after them."""
+    result = run.result or {}
+    ending = result.get("loop_status")
+    if ending == "client_tool_calls" or (ending == "completed" and result.get("status") == 200):
+        return None
+    status = int(result.get("status") or 422)
+    stopped = result.get("stopped_by")
+    why = (
+        f"the run stopped at its bound {stopped} before the model gave an answer"
+        if stopped
+        else "the run ended without an answer"
+    )
+    if ending == "answered_by_hook":
+        why = "a hook answered the run in its own words"
+    said = str(result.get("output") or "")[:500]
+    return OpenAIError(
+        status if status >= 400 else 422,
+        f"no answer matching the response format: {why} (what it said instead: {said!r})",
+        code="no_structured_answer",
+        headers=dict(NO_RETRY),
+    )
+
+
+def ending_error(run: RunView, *, structured: bool = False) -> OpenAIError | None:
     """The error to answer for ``run`` as it stands when the facade stops waiting: a run
-    over without an answer (``run_error``), or one that neither ended nor waits for an
-    approval — the service stopped following it (it is shutting down): 503 naming the run,
-    never an empty answer that looks finished."""
+    over without an answer (``run_error``; with ``structured``, also one over without the
+    JSON value asked for: ``unstructured_error``), or one that neither ended nor waits for
+    an approval — the service stopped following it (it is shutting down): 503 naming the
+    run, never an empty answer that looks finished."""
     if run.done:
-        return run_error(run)
+        error = run_error(run)
+        if error is None and structured:
+            error = unstructured_error(run)
+        return error
     if run.pending_approvals:
         return None
     return OpenAIError(

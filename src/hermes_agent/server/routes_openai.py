@@ -185,10 +185,15 @@ def plan_run(
     ]
     tools = client_tools(declared, "tools")
     choice = tool_choice_name(body.tool_choice)
-    run_choice, toolsets, client, _ = plan_tools(
-        settings, tools, choice, conversation.continues, "tools" if tools else "messages"
-    )
     schema = output_schema(body.response_format, "response_format")
+    run_choice, toolsets, client, _ = plan_tools(
+        settings,
+        tools,
+        choice,
+        conversation.continues,
+        "tools" if tools else "messages",
+        structured=schema is not None,
+    )
     session = session_header
     if session is None and settings.openai_user_sessions:  # the operator's choice
         session = body.user
@@ -221,8 +226,12 @@ def _finish_reason(result: dict[str, Any]) -> str:
     return "length" if status in ("max_iterations", "budget_exceeded") else "stop"
 
 
-def completion_body(run: RunView, model: str, notes: Sequence[str] = ()) -> dict[str, Any]:
-    """A ``chat.completion`` for a run that is over, or that waits for an approval."""
+def completion_body(
+    run: RunView, model: str, notes: Sequence[str] = (), *, structured: bool = False
+) -> dict[str, Any]:
+    """A ``chat.completion`` for a run that is over, or that waits for an approval. With
+    ``structured`` (a JSON ``response_format``), a turn that hands out calls has no content:
+    its words are not the JSON asked for, which comes after the calls."""
     pending = run.pending_approvals
     message: dict[str, Any] = {"role": "assistant", "refusal": None}
     if pending and not run.done:
@@ -231,7 +240,8 @@ def completion_body(run: RunView, model: str, notes: Sequence[str] = ()) -> dict
     else:
         result = run.result or {}
         calls = handed_out(result)
-        message["content"] = str(result.get("output", "")) or (None if calls else "")
+        said = "" if structured and calls else str(result.get("output", ""))
+        message["content"] = said or (None if calls else "")
         if calls:
             message["tool_calls"] = chat_tool_calls(calls)
         finish = _finish_reason(result)
@@ -259,10 +269,13 @@ async def completion_chunks(
     include_usage: bool,
     keepalive: float,
     notes: Sequence[str] = (),
+    *,
+    structured: bool = False,
 ) -> AsyncIterator[str]:
     """The run as ``chat.completion.chunk`` SSE frames, then ``data: [DONE]``. The caller
     started the run listening; this stops following it when the stream ends (finished, or
-    the client gone)."""
+    the client gone). ``structured``: only the validated JSON value is sent as content
+    (``AnswerText``), and a run over without it ends with an error frame."""
     base: dict[str, Any] = {
         "id": f"chatcmpl-{run.request_id}",
         "object": "chat.completion.chunk",
@@ -277,7 +290,7 @@ async def completion_chunks(
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         return _frame({**base, "choices": [choice], **extra})
 
-    answer = AnswerText()
+    answer = AnswerText(structured=structured)
     first = {"request_id": run.request_id, "session_id": run.session_id, "status": "running"}
     yield chunk({"role": "assistant", "content": ""}, hermes=first)
     pieces = answer_pieces(backend, principal, run, keepalive, answer)
@@ -290,7 +303,7 @@ async def completion_chunks(
             else:
                 yield chunk({"content": piece.text})
     run = await backend.view(run.request_id, principal)
-    error = ending_error(run)
+    error = ending_error(run, structured=structured)
     if error is not None:
         yield _frame(error.body())
     else:
@@ -356,6 +369,7 @@ async def chat_completions(
     session_param = SESSION_HEADER if session_header is not None else "user"
     warning = await set_aside_warning(request.app.state.storage, user, plan, session_param)
     notes = [warning] if warning is not None else []
+    structured = plan.output_schema is not None
     run, session_id = await start_run(
         request, user, plan, stream=bool(body.stream), session_param=session_param
     )
@@ -364,19 +378,26 @@ async def chat_completions(
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         response = EventStreamResponse(
             completion_chunks(
-                backend, user, run, body.model, include_usage, settings.keepalive_s, notes
+                backend,
+                user,
+                run,
+                body.model,
+                include_usage,
+                settings.keepalive_s,
+                notes,
+                structured=structured,
             ),
             settings.send_timeout_s,
         )
         response.headers.update(headers)
         return response
     run = await backend.wait(run.request_id, user, started=True)
-    error = ending_error(run)
+    error = ending_error(run, structured=structured)
     if error is not None:
         error.headers = {**(error.headers or {}), **headers}
         raise error
     return Response(
-        to_json(completion_body(run, body.model, notes)),
+        to_json(completion_body(run, body.model, notes, structured=structured)),
         media_type="application/json",
         headers=headers,
     )

@@ -162,11 +162,16 @@ async def plan_response(
     conversation = _read_input(body, prior).finish("input")
     tools = client_tools(_declared(body.tools), "tools")
     choice = tool_choice_name(body.tool_choice, nested=False)
-    run_choice, toolsets, client, _ = plan_tools(
-        settings, tools, choice, conversation.continues, "tools" if tools else "input"
-    )
     text_format = body.text.format if body.text is not None else None
     schema = output_schema(text_format, "text.format")
+    run_choice, toolsets, client, _ = plan_tools(
+        settings,
+        tools,
+        choice,
+        conversation.continues,
+        "tools" if tools else "input",
+        structured=schema is not None,
+    )
     new = RESPONSE_PREFIX + uuid.uuid4().hex
     variables = dict(body.metadata) if body.metadata else None  # the run's variables
     return FacadeRun(
@@ -284,7 +289,8 @@ async def response_events(
     started = response_body(run, response_id, body)
     yield event("response.created", response=started)
     yield event("response.in_progress", response=started)
-    answer = AnswerText()
+    structured = output_schema(body.text.format if body.text else None, "text.format") is not None
+    answer = AnswerText(structured=structured)
     message_id = _message_item(run, "")["id"]
     opened = False
 
@@ -330,7 +336,7 @@ async def response_events(
             for frame in text_events(piece.text):
                 yield frame
     run = await backend.view(run.request_id, principal)
-    error = ending_error(run)
+    error = ending_error(run, structured=structured)
     if error is not None:
         failed = response_body(run, response_id, body, answer.sent)
         failed["status"] = "failed"
@@ -407,7 +413,7 @@ async def create_response(body: ResponsesRequest, request: Request, user: Curren
             settings.send_timeout_s,
         )
     run = await backend.wait(run.request_id, user, started=True)
-    error = ending_error(run)
+    error = ending_error(run, structured=plan.output_schema is not None)
     if error is not None:
         raise error
     return Response(to_json(response_body(run, response_id, body)), media_type="application/json")

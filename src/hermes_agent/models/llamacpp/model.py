@@ -79,6 +79,8 @@ class _Request:
     """The turn answers a user message (not tool results): where the call decision is made."""
     call_prompt: str | None = None
     """The prompt a turn that decided to call is decoded with (rendered as ``required``)."""
+    answer_grammar: str | None = None
+    """Structured output, a turn after tool results: the grammar of the answer alone."""
     sent: str | None = None
     """The prompt the model was given, once it has been (``prompt`` or ``call_prompt``)."""
 
@@ -116,6 +118,12 @@ class LlamaCpp(ModelBase):
     tool results there is no decision (the model goes on under "text or calls" and answers).
     The default, 7.875, comes from BFCL and the quick start's margins on machines of this
     kind (docs/evaluation.md); ``None`` turns the decision off.
+
+    Structured output (``ModelSettings.output_schema``) with tools: a turn that answers the
+    user is decided as above, between a call and a JSON answer of the schema (the grammar's
+    text branch is that JSON); a turn after tool results (``tool_choice`` ``auto``) is decoded
+    under the answer alone, so the run calls in one round and then answers, typed. Left to
+    "answer or calls" there, SmolLM2 calls again at every turn until the run's bound.
 
     >>> model = LlamaCpp()                                        # doctest: +SKIP
     >>> model.count_tokens("Hello, world")                        # doctest: +SKIP
@@ -321,7 +329,14 @@ class LlamaCpp(ModelBase):
         settings: ModelSettings,
     ) -> _Request:
         grammar = self.grammar(tools, settings)
-        branches, call_prompt = None, None
+        branches, call_prompt, answer_grammar = None, None, None
+        after_results = bool(messages) and messages[-1].role == "tool"
+        structured = grammar is not None and settings.output_schema is not None
+        if structured and after_results and settings.tool_choice == "auto":
+            # With the results in hand, a structured turn answers in the schema: left to
+            # "answer or calls", SmolLM2 calls again and again until the run's bound, and the
+            # caller gets no answer at all (one round of calls per run; see the docstring).
+            answer_grammar = self.grammar(tools, dataclasses.replace(settings, tool_choice="none"))
         if grammar is not None and settings.tool_choice == "auto" and self.call_bias is not None:
             required = dataclasses.replace(settings, tool_choice="required")
             calls = self.grammar(tools, required)
@@ -336,6 +351,7 @@ class LlamaCpp(ModelBase):
             branches=branches,
             answers_user=bool(messages) and messages[-1].role == "user",
             call_prompt=call_prompt,
+            answer_grammar=answer_grammar,
         )
 
     def _arguments(
@@ -352,6 +368,8 @@ class LlamaCpp(ModelBase):
         }
         guide = None
         prompt, grammar = request.prompt, request.grammar
+        if request.answer_grammar is not None:
+            grammar = request.answer_grammar
         self.last_call_margin = None
         if request.branches is not None and self.call_bias is not None and request.answers_user:
             calls, text = request.branches
