@@ -2,6 +2,8 @@
 // gone when it closes), sent as "Authorization: Bearer <key>". With `auth: none` no key is
 // needed and none is asked for.
 
+import { lang } from "./i18n.js";
+
 const KEY = "hermes-console-key";
 
 export function getKey() {
@@ -24,7 +26,8 @@ export class ApiError extends Error {
 }
 
 function headers(extra = {}) {
-  const found = { ...extra };
+  // The service's error details and the runtime's messages in the console's language.
+  const found = { "Accept-Language": lang === "zh" ? "zh-CN, zh;q=0.9" : "en", ...extra };
   const key = getKey();
   if (key) found.Authorization = `Bearer ${key}`;
   return found;

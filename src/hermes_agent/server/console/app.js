@@ -3,6 +3,7 @@
 
 import { ApiError, api, clearKey, getKey, setKey } from "./api.js";
 import { alertBox, append, field, h, replace } from "./dom.js";
+import { t, translatePage } from "./i18n.js";
 import { renderApprovals } from "./approvals.js";
 import { renderChat } from "./chat.js";
 import { renderRun } from "./run.js";
@@ -40,7 +41,7 @@ async function show() {
     else if (route.name === "runs") await renderRuns(main, route.query, signal);
     else if (route.name === "approvals") await renderApprovals(main, signal);
     else if (route.name === "chat") await renderChat(main, route.arg, signal);
-    else append(main, h("h1", { tabindex: "-1" }, "Not found"), h("p", {}, h("a", { href: "#/runs" }, "Back to the runs")));
+    else append(main, h("h1", { tabindex: "-1" }, t("Not found")), h("p", {}, h("a", { href: "#/runs" }, t("Back to the runs"))));
   } catch (error) {
     if (!signal.aborted) append(main, alertBox(`Something went wrong: ${error.message}`));
   }
@@ -60,12 +61,12 @@ function askForKey(message) {
   const form = h(
     "form",
     { class: "card key-form" },
-    h("h1", { tabindex: "-1" }, "API key"),
+    h("h1", { tabindex: "-1" }, t("API key")),
     h("p", {}, "Paste an API key: the one ", h("code", {}, "hermes-agent serve"), " keeps in ", h("code", {}, ".hermes/api-key"), ", or one made with ", h("code", {}, "hermes-agent keys create --user NAME"), "."),
     h("p", { class: "muted" }, "It is kept in this tab only (sessionStorage, gone when the tab closes) and sent as ", h("code", {}, "Authorization: Bearer"), " to this service, nowhere else."),
     message ? alertBox(message) : "",
-    field("Key", input),
-    h("div", { class: "buttons" }, h("button", { type: "submit", class: "primary" }, "Use this key")),
+    field(t("Key"), input),
+    h("div", { class: "buttons" }, h("button", { type: "submit", class: "primary" }, t("Use this key"))),
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -93,7 +94,7 @@ async function start() {
   nav.hidden = false;
   replace(who, h("span", { title: me.admin ? "admin key" : "" }, me.user_id, me.admin ? " (admin)" : ""));
   if (getKey()) {
-    const forget = h("button", { type: "button", class: "link", "data-action": "forget-key" }, "Forget key");
+    const forget = h("button", { type: "button", class: "link", "data-action": "forget-key" }, t("Forget key"));
     forget.addEventListener("click", () => {
       clearKey();
       me = null;
@@ -180,4 +181,5 @@ document.addEventListener("visibilitychange", () => {
   if (document.visibilityState === "visible") pollApprovals();
 });
 
+translatePage();
 start();

@@ -1,6 +1,7 @@
 // Approvals: what waits for an answer (the exact tool and arguments), approve or deny with a
 // reason, and the run resuming live under the card.
 
+import { t } from "./i18n.js";
 import { api, follow } from "./api.js";
 import { alertBox, append, badge, field, fmtTime, h, pretty, replace, shortId } from "./dom.js";
 import { liveLog } from "./live.js";
@@ -94,7 +95,7 @@ export async function renderApprovals(main, signal) {
   const problem = h("div");
   append(
     main,
-    h("h1", { tabindex: "-1" }, "Approvals"),
+    h("h1", { tabindex: "-1" }, t("Approvals")),
     h(
       "p",
       { class: "lede" },

@@ -2,6 +2,7 @@
 // fetch); approvals asked on the way are answered in place. A thinking model's thoughts go to
 // their own box, never into the answer.
 
+import { t } from "./i18n.js";
 import { api, stream } from "./api.js";
 import { alertBox, append, badge, field, fmtTime, h, pretty, replace, resultBadge, resultText, shortId, statusClass } from "./dom.js";
 import { approvalCard } from "./approvals.js";
@@ -17,16 +18,16 @@ export async function renderChat(main, sessionId, signal) {
   const fresh = h("button", { type: "button", "data-action": "new-session" }, "New session");
   const transcript = h("div", { class: "transcript", role: "log", "aria-label": "conversation", "aria-live": "polite", tabindex: "0" });
   const message = h("textarea", { name: "message", rows: "3", placeholder: "Ask the agent… (Enter sends, Shift+Enter for a new line)", "data-search": "" });
-  const send = h("button", { type: "submit", class: "primary", disabled: true }, "Send");
-  const stop = h("button", { type: "button", class: "danger", hidden: true }, "Stop");
+  const send = h("button", { type: "submit", class: "primary", disabled: true }, t("Send"));
+  const stop = h("button", { type: "button", class: "danger", hidden: true }, t("Stop"));
   const problem = h("div");
-  const form = h("form", { class: "composer" }, field("Message", message), h("div", { class: "buttons" }, send, stop));
+  const form = h("form", { class: "composer" }, field(t("Message"), message), h("div", { class: "buttons" }, send, stop));
   let current = sessionId || "";
 
   append(
     main,
-    h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, "Chat"),
-      h("div", { class: "session-picker" }, field("Session", picker), fresh)),
+    h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, t("Chat")),
+      h("div", { class: "session-picker" }, field(t("Session"), picker), fresh)),
     problem,
     transcript,
     form,

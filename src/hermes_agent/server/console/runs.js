@@ -1,6 +1,7 @@
 // The runs list: newest first, filtered by session, status, tool and time, refreshed while
 // runs are in flight.
 
+import { t } from "./i18n.js";
 import { api } from "./api.js";
 import { alertBox, append, badge, field, fmtMs, fmtTime, h, replace, shortId, statusBadge } from "./dom.js";
 
@@ -90,7 +91,7 @@ export async function renderRuns(main, query, signal) {
   const wrap = h("div", { class: "table-wrap", tabindex: "0", "aria-label": "runs table" }, table);
   append(
     main,
-    h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, "Runs"), updated),
+    h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, t("Runs")), updated),
     form,
     problem,
     hint,
