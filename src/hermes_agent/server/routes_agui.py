@@ -65,12 +65,30 @@ from hermes_agent.runs.events import (
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.runs.settings import ServiceSettings
-from hermes_agent.server.api_models import EVENT_STREAM, errors
+from hermes_agent.server.api_models import errors
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import run_headers
 from hermes_agent.server.sse import EventStreamResponse
 
 router = APIRouter(prefix="/v1")
+
+AGUI_STREAM: dict[str, Any] = {
+    "text/event-stream": {
+        "itemSchema": {
+            "type": "object",
+            "required": ["data"],
+            "properties": {
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {"type": "object", "required": ["type"]},
+                },
+            },
+        },
+        "example": 'data: {"type":"RUN_STARTED","threadId":"t1","runId":"r1"}\n\n',
+    }
+}
+"""AG-UI's SSE framing: ``data: <event JSON>`` frames (the ``ag-ui-protocol`` encoder's)."""
 
 APPROVAL_REASON = "tool_approval"
 """The ``reason`` of the interrupt an approval becomes."""
@@ -330,9 +348,10 @@ async def _resume(
     "/agui",
     response_model=None,
     response_class=EventStreamResponse,
+    status_code=200,
     responses={
-        200: {"description": "The run as AG-UI events", "content": EVENT_STREAM},
-        **errors(404, 409, 413, 422, 429, 503, 401),
+        200: {"description": "The run as AG-UI events", "content": AGUI_STREAM},
+        **errors(400, 404, 409, 413, 422, 429, 503, 401),
     },
 )
 async def agui_run(body: RunAgentInput, request: Request, user: CurrentUser) -> Response:
