@@ -33,7 +33,7 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.errors import InvalidRequestError, TaskNotCancelableError, TaskNotFoundError
 
 from hermes_agent import Agent
 from hermes_agent.demo_tools import demo_tools
@@ -230,6 +230,8 @@ def test_the_door_in_both_engines(tmp_path: Path, mode: str) -> None:
 
     with world(tmp_path / mode, mode, approvals=True) as here:
         alice, bob = Caller(here.url, here.keys["alice"]), Caller(here.url, here.keys["bob"])
+        with pytest.raises(InvalidRequestError):  # carol's daily quota is spent: the gate's
+            Caller(here.url, here.keys["carol"]).task("job a0 steps=1")
         task = alice.task("job a1 steps=1", context_id="c1")
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task
         with pytest.raises(TaskNotFoundError):

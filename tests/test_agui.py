@@ -25,6 +25,7 @@ from ag_ui.core import (
     EventType,
     RunAgentInput,
     RunErrorEvent,
+    RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunStartedEvent,
@@ -204,6 +205,24 @@ def test_a_failed_run_ends_with_run_error(service: tuple[str, dict[str, str]]) -
     assert "RUN_FINISHED" not in types(events)
 
 
+def test_a_cancel_while_streaming_finishes_the_run_as_cancelled(
+    service: tuple[str, dict[str, str]],
+) -> None:
+    alice = client_for(service, "alice")
+    seen: list[Any] = []
+    with alice.stream("POST", "/v1/agui", json=agui_input("t7", "r12", "slow")) as reply:
+        request_id = reply.headers["X-Run-Id"]
+        for line in reply.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            seen.append(EVENTS.validate_python(json.loads(line[len("data: ") :])))
+            if isinstance(seen[-1], ToolCallStartEvent):  # the 1 s tool is running: cancel
+                assert alice.post(f"/v1/runs/{request_id}/cancel").status_code == 200
+    ending = seen[-1]
+    assert isinstance(ending, RunFinishedEvent), types(seen)
+    assert isinstance(ending.outcome, RunFinishedCancelledOutcome)
+
+
 def test_keys_and_ownership_are_the_run_layers(service: tuple[str, dict[str, str]]) -> None:
     url, _ = service
     anonymous = httpx.post(f"{url}/v1/agui", json=agui_input("t5", "r7", "hello"), timeout=30)
@@ -238,6 +257,9 @@ def test_the_door_in_both_engines(tmp_path: Path, mode: str) -> None:
             ).status_code
             == 401
         )
+        # A spent daily quota is the gate's refusal, before anything streams.
+        spent = here.client("carol").post("/v1/agui", json=agui_input("q", "r0", "job q0"))
+        assert spent.status_code == 429, spent.text
         first = post(alice, agui_input("q", "r1", "job q1 steps=1"))
         assert types(first) == [
             "RUN_STARTED",
