@@ -39,7 +39,7 @@ from hermes_agent import Agent
 from hermes_agent.demo_tools import demo_tools
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from server_harness import make_agent, serve
+from server_harness import make_agent, serve, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -164,6 +164,23 @@ def test_send_get_and_another_users_task(service: tuple[str, dict[str, str]]) ->
         bob.cancel(task.id)
     with pytest.raises(TaskNotCancelableError):  # an ended task cannot be cancelled
         alice.cancel(task.id)
+
+
+def test_return_immediately_answers_at_once_and_get_task_follows(
+    service: tuple[str, dict[str, str]],
+) -> None:
+    url, keys = service
+    alice = Caller(url, keys["alice"])
+    request = message("slow")
+    request.configuration.return_immediately = True
+    (reply,) = alice.send(request)
+    assert reply.task.status.state in (
+        TaskState.TASK_STATE_SUBMITTED,
+        TaskState.TASK_STATE_WORKING,
+    )
+    ended = (TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED)
+    wait_for(lambda: alice.get(reply.task.id).status.state in ended, timeout=30)
+    assert alice.get(reply.task.id).status.state == TaskState.TASK_STATE_COMPLETED
 
 
 def test_streaming_sends_the_answer_and_the_end(service: tuple[str, dict[str, str]]) -> None:

@@ -203,7 +203,9 @@ class RunTasks(RequestHandler):
         except RunNotFound:
             raise TaskNotFoundError(message=f"no task {task_id!r}") from None
 
-    async def _start(self, params: SendMessageRequest, principal: Principal) -> RunView:
+    async def _start(
+        self, params: SendMessageRequest, principal: Principal, *, listening: bool = True
+    ) -> RunView:
         text = _text(params.message)
         if not text.strip():
             raise InvalidParamsError(message="the message has no text part")
@@ -211,7 +213,7 @@ class RunTasks(RequestHandler):
             message=text, session_id=params.message.context_id or None, stream=True
         )
         try:
-            return await self.backend.start(principal, request, listening=True)
+            return await self.backend.start(principal, request, listening=listening)
         except RunRejected as exc:
             raise InvalidRequestError(
                 message=exc.message, data={"http_status": exc.status_code}
@@ -242,6 +244,9 @@ class RunTasks(RequestHandler):
         if params.message.task_id:
             view = await self._answer(params, principal)
             return task_of(await self.backend.wait(view.request_id, principal))
+        if params.configuration.return_immediately:
+            # The caller polls GetTask (as ``Prefer: respond-async`` on ``POST /v1/runs``).
+            return task_of(await self._start(params, principal, listening=False))
         view = await self._start(params, principal)
         return task_of(await self.backend.wait(view.request_id, principal, started=True))
 
