@@ -246,3 +246,14 @@ def test_the_console_labels_follow_the_browser_language(
             assert not errors, errors
         finally:
             browser.close()
+
+
+def test_a_chinese_service_answers_in_chinese_unless_asked_otherwise(tmp_path: Path) -> None:
+    agent = looping_agent(storage=f"sqlite:///{tmp_path / 'state.db'}", language="zh")
+    app = create_app(agent=agent, settings=ServiceSettings(auth="none"))
+    with serve(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        assert client.get("/v1/runs/x").json() == {"detail": "未找到。详情：no run 'x'"}
+        english = client.get("/v1/runs/x", headers={"Accept-Language": "en-GB"})
+        assert english.json() == {"detail": "no run 'x'"}
+        run = client.post("/v1/runs", json={"message": "17 * 23?"}).json()
+        assert run["output"].startswith("已执行 1 步")
