@@ -330,3 +330,28 @@ def test_the_embedded_model_answers_in_the_schema_after_tool_results() -> None:
     assert "<tool_call>" not in after.answer_grammar
     plain = model._request(answered, tools, ModelSettings())  # no schema: free to call again
     assert plain.answer_grammar is None
+
+
+def test_the_endpoint_model_asks_the_server_for_the_schema() -> None:
+    """``OpenAICompatible``: hermes mode with ``grammar`` sends one grammar of a valid call or
+    the schema's JSON; a turn with no tools offered asks for ``response_format`` json_schema;
+    a native turn that may call keeps its tools and no response format."""
+    from hermes_agent.models.base import ModelSettings
+    from hermes_agent.models.openai import OpenAICompatible
+    from hermes_agent.types import Message
+
+    schema = Product.model_json_schema()
+    settings = ModelSettings(output_schema=schema)
+    asked = [Message("user", ASK_WITH_TOOL)]
+
+    def body(mode: str, tools: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
+        model = OpenAICompatible("m", base_url="http://127.0.0.1:9/v1", mode=mode, **options)  # type: ignore[arg-type]
+        sent: dict[str, Any] = json.loads(model.render_prompt(asked, tools, settings))
+        return sent
+
+    grammar = body("hermes", [PRICE_TOOL], grammar=True)["grammar"]
+    assert grammar.startswith("root ::= text | calls") and '\\"price\\":' in grammar
+    assert body("native", [])["response_format"]["json_schema"]["schema"] == schema
+    assert body("hermes", [])["response_format"]["type"] == "json_schema"
+    native = body("native", [PRICE_TOOL])
+    assert "response_format" not in native and native["tools"] == [PRICE_TOOL]

@@ -464,6 +464,7 @@ class OpenAICompatible(ModelBase):
             )
             if grammar is not None:
                 body["grammar"] = grammar  # not an OpenAI field; llama.cpp servers read it
+        self._answer_format(body, tools, settings)
         temperature = settings.temperature if settings.temperature is not None else self.temperature
         if temperature is not None:
             body["temperature"] = temperature
@@ -476,6 +477,35 @@ class OpenAICompatible(ModelBase):
         if self.extra_body:
             body.update(self.extra_body)
         return body
+
+    def _answer_format(
+        self, body: dict[str, Any], tools: Sequence[dict[str, Any]], settings: ModelSettings
+    ) -> None:
+        """Structured output (``settings.output_schema``) as the server can hold the answer to
+        it. ``hermes`` mode with ``grammar``: one GBNF grammar that admits exactly a valid
+        call or JSON of the schema (``protocol.grammar``'s answer branch), for a turn free
+        to answer. Otherwise, a turn that cannot call (no tools offered) asks for
+        ``response_format`` ``json_schema``; a turn that may call is held to the schema by
+        the prompt and the pipeline's check only, since a JSON-only response format would
+        forbid the calls (text ones in ``hermes`` mode; with ``native`` tools, servers such as
+        llama-cpp-python's apply it to the whole reply)."""
+        schema = settings.output_schema
+        choice = settings.tool_choice
+        if schema is None or "grammar" in body or choice not in ("auto", "none"):
+            return
+        offered = list(tools) if choice == "auto" else []
+        if self.mode == "hermes" and self.grammar:
+            body["grammar"] = build_grammar(
+                offered,
+                tool_choice="auto" if offered else "none",
+                scratch_pad=settings.scratch_pad,
+                answer_schema=schema,
+            )
+        elif not offered:
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": schema},
+            }
 
     # -- errors ---------------------------------------------------------------------------------
 
