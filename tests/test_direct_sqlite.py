@@ -23,7 +23,8 @@ from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage import SqlStorage
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.schema import audit_table, messages_table, sessions_table
-from hermes_agent.storage.sql import SqlAuditSink, _count_in_statement, append_messages
+from hermes_agent.storage.sql import SqlAuditSink, append_messages
+from hermes_agent.storage.statements import _count_in_statement
 from hermes_agent.types import Message, ToolCall, ToolResult
 
 TURN = [

@@ -365,7 +365,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_records(sql_url: str) ->
         assert storage.records("new")[0].sanitized is not None
 
 
-# -- many rows in one statement (storage.bulk) -------------------------------------------------
+# -- many rows in one statement (storage.statements) -------------------------------------------
 
 HARD_TEXTS = [
     'quotes " and \' and \\ backslashes \\u0041 and {"json": [1]}',
@@ -380,8 +380,8 @@ def test_many_rows_in_one_statement_read_back_exactly(sql_url: str) -> None:
     """``insert_rows`` (on PostgreSQL one statement with the rows as JSON): every value reads
     back as it was given, whatever its text, with numbers, ``None`` and the text of a str enum
     (a record's stage and role) kept."""
-    from hermes_agent.storage.bulk import insert_rows
     from hermes_agent.storage.schema import audit_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
     try:
@@ -434,11 +434,13 @@ def statements_of(storage: SqlStorage) -> Iterator[list[tuple[str, bool]]]:
         event.remove(storage.engine, "before_cursor_execute", note)
 
 
-def test_values_json_would_read_otherwise_go_row_by_row(sql_url: str) -> None:
-    """A boolean or a float given for an integer column is stored as a parameter stores it
-    (PostgreSQL's JSON conversion would refuse them): those rows go row by row."""
-    from hermes_agent.storage.bulk import insert_rows
+def test_values_json_would_read_otherwise_are_stored_as_a_parameter_stores_them(
+    sql_url: str,
+) -> None:
+    """A boolean or a whole float given for an integer column is stored as a parameter stores
+    it (PostgreSQL's JSON conversion would refuse them as they are), in the one statement."""
     from hermes_agent.storage.schema import audit_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
     try:
@@ -449,16 +451,19 @@ def test_values_json_would_read_otherwise_go_row_by_row(sql_url: str) -> None:
         with statements_of(storage) as sent, storage.transaction(write=True) as conn:
             insert_rows(conn, audit_table, rows)
         assert [(r.step, r.status_code) for r in storage.records("r3")] == [(1, 200), (0, 1)]
-        assert not any("json_populate_recordset" in text_ for text_, _ in sent)
+        inserts = [text_ for text_, _ in sent if text_.startswith("INSERT")]
+        assert len(inserts) == 1
+        if sql_url.startswith("postgresql"):
+            assert "json_populate_recordset" in inserts[0]
     finally:
         storage.close()
 
 
 def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
-    """With ``replace_on``, a row whose key is stored replaces it, and of two rows with one
-    key in a batch the last stays (one PostgreSQL statement may not change a row twice)."""
-    from hermes_agent.storage.bulk import insert_rows
+    """A journal entry whose key is stored replaces it, and of two rows with one key in a
+    batch the last stays (one PostgreSQL statement may not change a row twice)."""
     from hermes_agent.storage.schema import journal_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
 
@@ -472,13 +477,12 @@ def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
             "updated_ns": 2**62 + token,
         }
 
-    keys = ("request_id", "key")
     try:
         with storage.transaction(write=True) as conn:
             insert_rows(conn, journal_table, [entry("a", "started", 1), entry("b", "started", 1)])
         with storage.transaction(write=True) as conn:
             again = [entry("b", "waiting", 2), entry("b", "done", 2), entry("c", "done", 2)]
-            insert_rows(conn, journal_table, again, replace_on=keys)  # b twice: the last stays
+            insert_rows(conn, journal_table, again)  # b twice: the last stays
         with storage.transaction() as conn:
             rows = conn.execute(
                 text(
@@ -495,11 +499,11 @@ def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
         storage.close()
 
 
-def test_a_float_json_cannot_say_goes_row_by_row(sql_url: str) -> None:
-    """A latency that is not finite cannot travel as JSON: the rows go one by one, as SQLite's
-    always do, and are stored all the same."""
-    from hermes_agent.storage.bulk import insert_rows
+def test_a_float_json_cannot_say_is_stored_all_the_same(sql_url: str) -> None:
+    """A latency that is not finite, which JSON has no number for, travels as the text
+    PostgreSQL reads it from, and is stored as a parameter stores it."""
     from hermes_agent.storage.schema import audit_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
     try:
@@ -509,11 +513,11 @@ def test_a_float_json_cannot_say_goes_row_by_row(sql_url: str) -> None:
                     "r2", "s2", 0, "Worker", "usage", "{}", 1, latency, "ok", 200, "m", "0" * 64
                 )
             )
-            for latency in (float("inf"), 2.5)
+            for latency in (float("inf"), float("-inf"), 2.5)
         ]
         with storage.transaction(write=True) as conn:
             insert_rows(conn, audit_table, rows)
-        assert [r.latency_ms for r in storage.records("r2")] == [float("inf"), 2.5]
+        assert [r.latency_ms for r in storage.records("r2")] == [float("inf"), float("-inf"), 2.5]
     finally:
         storage.close()
 

@@ -98,7 +98,7 @@ def test_a_queued_run_waits_on_postgresql_3_times_not_16(
     """What a run's store calls cost is mostly their round trips: on PostgreSQL a run of one
     tool call that starts its session waits for the server 3 times, once for each of its
     claim, its model turn's batch and its ending (16 before the batch and the ending were
-    one statement each, worker.fenced_statements; 17 before the ending's
+    one statement each, storage.statements; 17 before the ending's
     update said which run of the session is next, 18 before the claim said whether the
     session holds any message, 26 before pooled connections were pinged only when
     their socket spoke and single statements ran in autocommit), counted in libpq's own trace
@@ -147,7 +147,7 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
 ) -> None:
     """The ending (the last batch, the turn in its session, the run's row, the answer's record
     and the last event) is one transaction of eight statements on SQLite, and one statement of
-    eight parts on PostgreSQL (worker.fenced_statements); the session's counters, the trail's
+    eight parts on PostgreSQL (storage.statements); the session's counters, the trail's
     numbers and the events' come out as if written one by one."""
     from sqlalchemy import event, select
 

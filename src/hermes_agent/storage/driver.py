@@ -33,16 +33,18 @@ import logging
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, Executable
 from sqlalchemy.exc import DBAPIError, StatementError
 
-from hermes_agent.storage.bulk import insert_rows
+from hermes_agent.storage.statements import Transaction, Write, insert_rows
 
 Observer = Callable[[str, Sequence[Mapping[str, Any]]], None]
 """Told each statement sent past SQLAlchemy (its SQL and its rows of parameters), before it
 is sent."""
+
+__all__ = ["CoreTransaction", "Driver", "Transaction"]
 
 Compiled = tuple[str, dict[str, Any], frozenset[str]]
 """A statement in psycopg's SQL, the values it binds itself, the parameters it wants."""
@@ -56,22 +58,6 @@ SqliteCompiled = tuple[str, Processors, frozenset[str]]
 _Made = TypeVar("_Made")
 
 _echo_log = logging.getLogger("sqlalchemy.engine.Engine")
-
-
-class Transaction(Protocol):
-    """The statements of one ``Driver.transaction``."""
-
-    dialect: str
-    """The database's dialect name (``postgresql``, ``sqlite``)."""
-
-    def scalar(self, statement: Executable, params: Mapping[str, Any]) -> Any:
-        """Send ``statement`` with ``params``; the first column of its first row, or ``None``."""
-        ...
-
-    def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Insert ``rows`` (mappings with the same keys) with ``statement``, an
-        ``insert(table)`` with no values."""
-        ...
 
 
 class Driver:
@@ -98,6 +84,21 @@ class Driver:
         )
         self._core_transaction = transaction
         self._one_statement = one_statement
+
+    def write(self, write: Write[_Made]) -> _Made:
+        """Send a record's write (``storage.statements``) the way its form asks: one
+        statement alone (``first_at_once``), steps in a ``transaction``, or steps on a
+        SQLAlchemy ``Connection`` in a write transaction of the storage's. The one place that
+        chooses; no caller does."""
+        if write.statement is not None:
+            assert write.read is not None
+            return write.read(self.first_at_once(write.statement, write.params))
+        if write.steps is not None:
+            with self.transaction(write=True) as tx:
+                return write.steps(tx)
+        assert write.core is not None
+        with self._core_transaction(write=True) as conn:
+            return write.core(conn)
 
     def first_at_once(self, statement: Executable, params: Mapping[str, Any]) -> Any | None:
         """One statement that writes, atomic on its own, and its first row (columns as
@@ -145,8 +146,7 @@ class CoreTransaction:
 
     def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
-            table = statement.table  # type: ignore[attr-defined]
-            insert_rows(self._conn, table, [dict(row) for row in rows])
+            insert_rows(self._conn, statement.table, rows)  # type: ignore[attr-defined]
 
 
 # -- the pieces both bypasses share ------------------------------------------------------------
