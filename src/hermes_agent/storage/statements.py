@@ -146,7 +146,29 @@ def rows_json(table: Table, rows: Sequence[Mapping[str, Any]]) -> str:
     """``rows`` (mappings with the same keys, at least one) as the JSON array PostgreSQL's
     ``json_populate_recordset(NULL::table, …)`` reads back as the values a parameter would
     store (see the module); a ``ValueError`` for a value that cannot go so."""
-    kinds = _kinds(table, tuple(rows[0]))
+    kinds, fractional = _kinds(table, tuple(rows[0]))
+    plain = _PLAIN
+    for row in rows:
+        for name, value in row.items():
+            kind = type(value)
+            # A str enum (a stage, a role) is plain too: JSON writes its text.
+            if kind in plain or (kind is float and name in fractional) or isinstance(value, str):
+                continue
+            return _converted(table, rows, kinds)
+    try:
+        return json.dumps(rows, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a float that is not finite: JSON has no number for it
+        return _converted(table, rows, kinds)
+
+
+_PLAIN = frozenset({str, int, type(None)})
+"""The types whose values PostgreSQL's JSON conversion reads as it reads a parameter, in any
+column (``bool`` is not among them: ``type(True)`` is ``bool``, not ``int``); a ``float``
+only in a column of floats."""
+
+
+def _converted(table: Table, rows: Sequence[Mapping[str, Any]], kinds: Mapping[str, str]) -> str:
+    """The rows with each value written as PostgreSQL reads back what a parameter stores."""
     converted = [
         {name: _plain(value, kinds[name], table.name, name) for name, value in row.items()}
         for row in rows
@@ -158,10 +180,11 @@ _WHOLE, _FRACTIONAL, _BOOLEAN, _TEXT = "whole", "fractional", "boolean", "text"
 
 
 @functools.lru_cache(maxsize=256)
-def _kinds(table: Table, columns: tuple[str, ...]) -> dict[str, str]:
-    """What each of ``columns`` holds; a ``ValueError`` for a column that is not the table's,
-    or where one left out has a default SQLAlchemy would fill in (a text statement applies
-    none; what the server fills in, a serial id, it fills in either way)."""
+def _kinds(table: Table, columns: tuple[str, ...]) -> tuple[dict[str, str], frozenset[str]]:
+    """What each of ``columns`` holds, and which hold floats; a ``ValueError`` for a column
+    that is not the table's, or where one left out has a default SQLAlchemy would fill in (a
+    text statement applies none; what the server fills in, a serial id, it fills in either
+    way)."""
     unknown = set(columns) - set(table.c.keys())
     if unknown:
         raise ValueError(f"{table.name} has no columns {sorted(unknown)}")
@@ -179,7 +202,7 @@ def _kinds(table: Table, columns: tuple[str, ...]) -> dict[str, str]:
             if isinstance(kind, Integer)
             else _TEXT
         )
-    return kinds
+    return kinds, frozenset(name for name in columns if kinds[name] == _FRACTIONAL)
 
 
 def _plain(value: Any, kind: str, table: str, name: str) -> Any:
