@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from hermes_agent import Agent, ScriptedModel, tool
+from hermes_agent import Agent, Budget, ScriptedModel, tool
 from hermes_agent.messages import error_detail, preferred_language
 from hermes_agent.server import ServiceSettings, create_app
 from server_harness import serve
@@ -73,7 +73,7 @@ def test_a_runs_lang_variable_wins_over_the_agents_language() -> None:
 
 
 def test_a_budget_that_stops_the_run_says_so_in_chinese() -> None:
-    result = looping_agent(max_run_tokens=1, language="zh").run("17 * 23?")
+    result = looping_agent(budget=Budget(max_run_tokens=1), language="zh").run("17 * 23?")
     assert result.status == 206 and result.loop_status == "budget_exceeded"
     assert re.match(r"在得到最终答案前停止：本次运行已用 \d+ 个 token，预算为 1", result.output)
 
@@ -243,6 +243,22 @@ def test_the_console_labels_follow_the_browser_language(
             if locale.startswith("zh"):
                 assert page.evaluate("document.documentElement.lang") == "zh-CN"
                 expect(page.locator("form.composer button[type=submit]")).to_have_text("发送")
+            # One run's page and the approvals page speak the same language.
+            ran = httpx.post(f"{service}/v1/runs", json={"message": "17 * 23?"}, timeout=30)
+            page.goto(f"{service}/console/#/runs/{ran.json()['request_id']}")
+            expect(page.locator("main[data-ready=runs] dl.facts")).to_have_count(1, timeout=15_000)
+            zh = locale.startswith("zh")
+            expect(page.locator("dl.facts dt").first).to_have_text("会话" if zh else "Session")
+            expect(page.locator("section.output h2")).to_have_text(
+                "最终输出" if zh else "Final output"
+            )
+            expect(page.locator("[data-action=export]")).to_have_text(
+                "导出 JSONL" if zh else "Export JSONL"
+            )
+            page.goto(f"{service}/console/#/approvals")
+            expect(page.locator("main[data-ready=approvals] p.empty")).to_have_text(
+                "没有等待审批的调用。" if zh else "Nothing waits for an approval.", timeout=15_000
+            )
             assert not errors, errors
         finally:
             browser.close()
