@@ -210,6 +210,23 @@ def test_the_documented_http_example_answers_as_shown(service: str) -> None:
     assert answer.json() == shown
 
 
+def test_a_socket_speaks_its_handshakes_language(service: str) -> None:
+    from websockets.sync.client import connect
+
+    ws_url = service.replace("http://", "ws://") + "/v1/ws"
+    with connect(ws_url, additional_headers={"Accept-Language": "zh-CN"}) as socket:
+        socket.send(json.dumps({"type": "approve", "approval_id": "nope", "approved": True}))
+        error = json.loads(socket.recv(timeout=20))
+        assert error["type"] == "error" and error["status"] == 404
+        assert error["detail"].startswith("未找到。详情：")
+        socket.send(json.dumps({"type": "run", "message": "17 * 23?"}))
+        while True:
+            frame = json.loads(socket.recv(timeout=60))
+            if frame["type"] == "event" and frame["event"]["kind"] == "result":
+                break
+        assert frame["event"]["result"]["output"].startswith("已执行 1 步")
+
+
 # -- the console ---------------------------------------------------------------------------
 
 CHROMIUM = os.environ.get("HERMES_CHROMIUM", "/usr/bin/chromium")
