@@ -502,24 +502,24 @@ def test_a_delivery_never_claimed_is_swept_back(
     rid = store.add("s1", QueuedRequest(message="charge 1"))
     store.mark_delivered(rid)
     assert worker.sweep() == []  # not yet: its worker may still take it
-    time.sleep(0.35)
+    time.sleep(0.35)  # a measured spell: past the 0.1 s lease, and the sweep's own delay
     assert worker.sweep() == [rid] and sent == [rid]
     assert worker.sweep() == []  # once per lease, not on every pass
     running = store.add("s2", QueuedRequest(message="charge 2"))
     store.claim(running, "gone:1", 0.1)
-    time.sleep(0.15)
+    time.sleep(0.15)  # a measured spell: the claim's 0.1 s lease runs out
     assert running in worker.sweep()  # a run whose worker died
     # A delivery lost without a trace (never noted as received): sent again after ten leases.
     forgotten = store.add("s3", QueuedRequest(message="charge 3"))
     assert forgotten not in worker.sweep()
-    time.sleep(1.1)
+    time.sleep(1.1)  # a measured spell: ten leases of 0.1 s
     assert forgotten in worker.sweep()
 
 
 def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
     url: str, cleanup: list[Any]
 ) -> None:
-    release = threading.Event()
+    release, running = threading.Event(), threading.Event()
 
     def slow(seconds: float) -> str:
         """Wait.
@@ -527,6 +527,7 @@ def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
         Args:
             seconds: how long.
         """
+        running.set()
         release.wait(seconds)
         return "slept"
 
@@ -540,7 +541,7 @@ def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
     outcome: list[str] = []
     thread = threading.Thread(target=lambda: outcome.append(worker.execute(rid)))
     thread.start()
-    time.sleep(0.5)
+    assert running.wait(10), "the run's tool never started"
     assert store.cancel(rid, "stop it")
     thread.join(timeout=5)
     release.set()
