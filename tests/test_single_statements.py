@@ -375,7 +375,7 @@ def test_an_ending_with_its_turn_saved_an_event_alone_and_a_parked_follower(
     assert run is not None and run.status == "completed" and run.result == {"output": "done"}
 
 
-def test_a_row_that_cannot_travel_as_json_is_refused_and_a_failed_ending_is_a_transaction(
+def test_a_row_that_cannot_travel_as_json_is_refused_and_a_failed_ending_is_one_statement(
     store: RunStore,
 ) -> None:
     # Every row a run writes travels as JSON (its text is made storable before it reaches the
@@ -389,11 +389,20 @@ def test_a_row_that_cannot_travel_as_json_is_refused_and_a_failed_ending_is_a_tr
     failed = store.add("t", QueuedRequest(message="charge 5"))
     claim = store.claim(failed, "w1", 30.0)
     del sent[:]
-    store.finish(failed, claim.token, "failed", error="the model failed")
-    assert len(sent) > 1 and not any(s.lstrip().startswith("WITH") for s in sent)
+    store.write_batch(failed, claim.token, Batch(records=[record(failed, "t", 0)]))
+    del sent[:]
+    last = Batch(events=[(1, {"kind": "input"})], records=[record(failed, "t", 1, step=3)])
+    store.finish(failed, claim.token, "failed", error="the model failed", batch=last)
+    assert len(sent) == 1 and sent[0].lstrip().startswith("WITH")
     run = store.get(failed)
     assert run is not None and run.status == "failed" and run.error == "the model failed"
-    assert [wire["kind"] for _, wire in store.events(failed)] == ["run_stopped"]
+    assert [wire["kind"] for _, wire in store.events(failed)] == ["input", "run_stopped"]
+    trail = store.storage.records(failed)
+    assert [(r.seq, r.role, r.step) for r in trail] == [
+        (0, "assistant", 0), (1, "assistant", 3), (2, "stopped", 3),
+    ]  # fmt: skip
+    assert trail[-1].session_id == "t" and trail[-1].model_name == "m"
+    assert trail[-1].status_code == 500 and '"the model failed"' in trail[-1].content
 
 
 def test_a_turn_appended_to_a_session_is_one_statement_and_writers_take_turns(

@@ -35,10 +35,10 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Connection, Engine, Executable
+from sqlalchemy import Connection, Engine, Executable, Table
 from sqlalchemy.exc import DBAPIError, StatementError
 
-from hermes_agent.storage.statements import Transaction, Write, insert_rows
+from hermes_agent.storage.statements import Transaction, Write, insert_rows, row_by_row
 
 Observer = Callable[[str, Sequence[Mapping[str, Any]]], None]
 """Told each statement sent past SQLAlchemy (its SQL and its rows of parameters), before it
@@ -97,8 +97,14 @@ class Driver:
             with self.transaction(write=True) as tx:
                 return write.steps(tx)
         assert write.core is not None
-        with self._core_transaction(write=True) as conn:
+        with self.core(write=True) as conn:
             return write.core(conn)
+
+    def core(self, *, write: bool = False) -> AbstractContextManager[Connection]:
+        """A SQLAlchemy ``Connection`` in one transaction of the storage's (``write``: SQLite's
+        write lock taken up front): the store's other statements, and a record's ``core``
+        steps."""
+        return self._core_transaction(write=write)
 
     def first_at_once(self, statement: Executable, params: Mapping[str, Any]) -> Any | None:
         """One statement that writes, atomic on its own, and its first row (columns as
@@ -144,9 +150,8 @@ class CoreTransaction:
     def scalar(self, statement: Executable, params: Mapping[str, Any]) -> Any:
         return self._conn.execute(statement, dict(params)).scalar()
 
-    def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
-        if rows:
-            insert_rows(self._conn, statement.table, rows)  # type: ignore[attr-defined]
+    def insert_many(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        insert_rows(self._conn, table, rows)
 
 
 # -- the pieces both bypasses share ------------------------------------------------------------
@@ -395,12 +400,14 @@ class _SqliteTransaction:
         row = self._owner._send(self._connection, sql, params).fetchone()
         return None if row is None else row[0]
 
-    def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Send ``statement`` (an ``insert(table)`` with no values) once for each of ``rows``,
-        mappings with the same keys: the columns it fills."""
+    def insert_many(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert ``rows`` (mappings with the same keys: the columns they fill) into
+        ``table``: SQLite's one form of a table's rows (``statements.row_by_row``), sent
+        once for each row."""
         if not rows:
             return
-        sql, processors, wanted = self._owner.sql(statement, tuple(rows[0]))
+        columns = tuple(rows[0])
+        sql, processors, wanted = self._owner.sql(row_by_row(table, columns), columns)
         for row in rows:
             check_given(wanted, row)
         if processors:

@@ -555,7 +555,7 @@ class SqlAuditSink:
         rows = [_audit_row(record) for record in records]
         if rows:
             with self._storage.driver.transaction(write=True) as tx:
-                tx.insert_many(_INSERT_AUDIT, rows)
+                tx.insert_many(audit_table, rows)
 
     def flush(self) -> None:
         """Nothing is queued here."""
@@ -581,10 +581,6 @@ def append_messages(conn: Connection, session_id: str, messages: Sequence[Messag
         quote = conn.dialect.identifier_preparer.quote
         rows = message_rows("", 0, messages)
         append_turn(CoreTransaction(conn), quote, session_id, rows, time.time_ns())
-
-
-_INSERT_AUDIT = insert(audit_table)
-"""Built once: the driver compiles each statement object once."""
 
 
 def _iso(ns: int) -> str:

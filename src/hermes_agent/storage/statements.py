@@ -114,9 +114,9 @@ class Transaction(Protocol):
         """Send ``statement`` with ``params``; the first column of its first row, or ``None``."""
         ...
 
-    def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Insert ``rows`` (mappings with the same keys) with ``statement``, an
-        ``insert(table)`` with no values."""
+    def insert_many(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert ``rows`` (mappings with the same keys) into ``table``, in its database's
+        one form of a table's rows."""
         ...
 
 
@@ -339,31 +339,20 @@ def turn_statement(quote: Quote) -> TextClause:
     return text(f"WITH {', '.join(turn_parts(quote, given))} SELECT 1")
 
 
-def count_in_turn(tx: Transaction, session_id: str, rows: Sequence[dict[str, Any]]) -> None:
-    """SQLite: a turn's ``messages`` rows (numbered from 0 in the turn) appended to a session
-    in a transaction: one statement creates the session or counts the turn in and says where
-    the turn starts (it takes SQLite's write lock to the commit, so two processes appending to
-    one session take turns), then the messages are inserted there."""
-    bound = turn_parameters_sqlite(session_id, rows)
-    start = int(tx.scalar(_count_in_statement(tx.dialect), bound)) - len(rows)
-    placed = [
-        {**row, "session_id": session_id, "position": start + row["position"]} for row in rows
-    ]
-    tx.insert_many(_INSERT_MESSAGES, placed)
-
-
-def turn_parameters_sqlite(session_id: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    import time
-
-    return {
-        "p_id": session_id,
-        "p_now": time.time_ns(),
-        "p_added": len(rows),
-        "p_users": sum(1 for row in rows if row["role"] == "user"),
-    }
-
-
-_INSERT_MESSAGES = insert(messages_table)
+def count_in_turn(
+    tx: Transaction, session_id: str, rows: Sequence[dict[str, Any]], now: int
+) -> None:
+    """SQLite: a turn's ``messages`` rows (in order; placed here, in place) appended to a
+    session in a transaction: one statement creates the session or counts the turn in and
+    says where the turn starts (it takes SQLite's write lock to the commit, so two processes
+    appending to one session take turns), then the messages are inserted there."""
+    added = len(rows)
+    users = sum(1 for row in rows if row["role"] == "user")
+    bound = {"p_id": session_id, "p_now": now, "p_added": added, "p_users": users}
+    start = int(tx.scalar(_count_in_statement(tx.dialect), bound)) - added
+    for index, row in enumerate(rows):
+        row["session_id"], row["position"] = session_id, start + index
+    tx.insert_many(messages_table, rows)
 
 
 @functools.cache
@@ -390,7 +379,7 @@ def turn_write(
     if dialect == "postgresql":
         bound = {**turn_parameters(rows, now), "p_session_id": session_id}
         return Write(statement=turn_statement(quote), params=bound, read=_nothing)
-    return Write(steps=lambda tx: count_in_turn(tx, session_id, rows))
+    return Write(steps=lambda tx: count_in_turn(tx, session_id, rows, now))
 
 
 def append_turn(
@@ -400,7 +389,7 @@ def append_turn(
     if tx.dialect == "postgresql":
         tx.scalar(turn_statement(quote), {**turn_parameters(rows, now), "p_session_id": session_id})
     else:
-        count_in_turn(tx, session_id, rows)
+        count_in_turn(tx, session_id, rows, now)
 
 
 def _nothing(_row: Any) -> None:
@@ -486,24 +475,59 @@ def batch_statement(quote: Quote, names: Parts, renew: bool = False) -> TextClau
     return text(f"WITH {', '.join(parts)} SELECT (SELECT count(*) FROM held) AS held")
 
 
+STOPPED_FROM_LATEST = ("request_id", "session_id", "step", "model_name", "system_prompt_sha256")
+"""The columns of a ``stopped`` ending that come from the run (its row, its latest record),
+not from the record the caller gives."""
+
+
 @functools.lru_cache(maxsize=64)
 def finish_statement(
-    quote: Quote, names: Parts, recorded: tuple[str, ...], has_turn: bool, single_event: bool
+    quote: Quote,
+    names: Parts,
+    recorded: tuple[str, ...],
+    has_turn: bool,
+    single_event: bool,
+    stopped: bool = False,
 ) -> TextClause:
-    """PostgreSQL: a completed run's ending fenced by ``held``, built once per shape;
-    ``recorded``: the answer's record's columns but its number."""
+    """PostgreSQL: a run's ending fenced by ``held``, built once per shape: its batch, its
+    trail's ending (``recorded``: the columns of ``:p_last``, the record given, but its
+    number; none: no record), its last event, its turn and its row. The trail's ending is
+    numbered after every record the trail holds and ``:p_wanted``; a ``stopped`` one
+    (``stopped``) takes its step, model and prompt digest from the trail's latest record
+    unless the batch's last (``:p_step``, ``:p_model``, ``:p_sha``) comes after it, as a
+    record made from the latest one read back would."""
     parts = [held_part(quote), *(rows_part(quote, table, cols, True) for table, cols in names)]
     audit = quote(audit_table.name)
     listed = ", ".join(quote(c) for c in recorded)
-    parts.append(
-        f"answer AS (INSERT INTO {audit} ({listed}, seq) "
-        f"SELECT {', '.join('x.' + quote(c) for c in recorded)}, "
+    taken = ", ".join("x." + quote(c) for c in recorded)
+    seq = (
         "CASE WHEN latest.seq >= CAST(:p_wanted AS integer) THEN latest.seq + 1 "
-        "ELSE CAST(:p_wanted AS integer) END "
-        f"FROM json_populate_recordset(NULL::{audit}, CAST(:p_last AS json)) AS x, "
-        f"(SELECT max(seq) AS seq FROM {audit} WHERE request_id = :p_request_id) AS latest "
-        "WHERE EXISTS (SELECT 1 FROM held))"
+        "ELSE CAST(:p_wanted AS integer) END"
     )
+    records = f"json_populate_recordset(NULL::{audit}, CAST(:p_last AS json)) AS x"
+    if recorded and not stopped:
+        parts.append(
+            f"answer AS (INSERT INTO {audit} ({listed}, seq) SELECT {taken}, {seq} "
+            f"FROM {records}, "
+            f"(SELECT max(seq) AS seq FROM {audit} WHERE request_id = :p_request_id) AS latest "
+            "WHERE EXISTS (SELECT 1 FROM held))"
+        )
+    elif recorded:
+        latest = "(CAST(:p_step AS integer) IS NULL OR latest.seq >= CAST(:p_wanted AS integer))"
+        parts.append(
+            f"stopped AS (INSERT INTO {audit} ({listed}, "
+            f"{', '.join(quote(c) for c in STOPPED_FROM_LATEST)}, seq) "
+            f"SELECT {taken}, held.request_id, held.session_id, "
+            f"CASE WHEN {latest} THEN COALESCE(latest.step, 0) "
+            "ELSE CAST(:p_step AS integer) END, "
+            f"CASE WHEN {latest} THEN COALESCE(latest.model_name, '') "
+            "ELSE CAST(:p_model AS text) END, "
+            f"CASE WHEN {latest} THEN COALESCE(latest.system_prompt_sha256, '') "
+            f"ELSE CAST(:p_sha AS text) END, {seq} "
+            f"FROM {records}, held LEFT JOIN (SELECT step, model_name, system_prompt_sha256, "
+            f"seq FROM {audit} WHERE request_id = :p_request_id ORDER BY seq DESC LIMIT 1) "
+            "AS latest ON true)"
+        )
     if single_event:
         parts.append(f"last_event AS ({next_event_part(quote, 'held')})")
     if has_turn:  # unless an earlier attempt saved it and died before finishing

@@ -202,7 +202,7 @@ class LeasedRuns:
 
     @contextmanager
     def _tx(self, write: bool = True) -> Iterator[Connection]:
-        with self.storage.transaction(write=write) as conn:
+        with self.storage.driver.core(write=write) as conn:
             yield conn
 
     # -- claiming ---------------------------------------------------------------------

@@ -26,6 +26,8 @@ from hermes_agent.storage.statements import (
     LOCK_RUN,
     NEXT_EVENT,
     RUN_ROW,
+    STOPPED_FROM_LATEST,
+    Quote,
     Write,
     batch_parameters,
     batch_statement,
@@ -132,40 +134,26 @@ def finish_write(
     — whether the lease was this token's (nothing is written otherwise) and the session's
     next run if it is parked waiting for this one."""
     batch = batch if batch is not None else Batch()
+    dialect = storage.engine.dialect
+    if dialect.name == "postgresql":
+        return _finish_statement(
+            dialect.identifier_preparer.quote,
+            request_id,
+            token,
+            status,
+            result=result,
+            error=error,
+            turn=turn,
+            output=output,
+            event=event,
+            batch=batch,
+        )
     if event is not None and batch.events:
         # Numbered after the holder's own, and written with them.
-        batch = Batch(
-            batch.entries, [*batch.events, (batch.events[-1][0] + 1, event)], batch.records
-        )
+        batch = _with_event(batch, event)
         event, ends_with_event = None, True
     else:
         ends_with_event = event is not None
-    dialect = storage.engine.dialect
-    if dialect.name == "postgresql" and status == "completed" and output is not None:
-        now = now_ns()
-        names, bound = batch_parameters(_tables(request_id, token, batch, now))
-        last = output.to_dict()
-        # Numbered after every record the trail holds, the batch's included: the statement's
-        # parts do not see one another's rows, so the batch's numbers are counted in here.
-        wanted = max([int(last.pop("seq")), *(r.seq + 1 for r in batch.records)])
-        bound.update(
-            p_request_id=request_id,
-            p_token=token,
-            p_now=now,
-            p_last=rows_json(audit_table, [last]),
-            p_wanted=wanted,
-            p_status=status,
-            p_result=dumps(result) if result is not None else None,
-            p_error=error,
-            p_has_turn=bool(turn),
-        )
-        if turn:
-            bound.update(turn_parameters(message_rows("", 0, turn), now))
-        if event is not None:
-            bound["p_event"] = dumps(event)
-        quote = dialect.identifier_preparer.quote
-        statement = finish_statement(quote, names, tuple(last), bool(turn), event is not None)
-        return Write(statement=statement, params=bound, read=_ended)
 
     def steps(conn: Connection) -> tuple[bool, str | None]:
         row = fenced(conn, request_id, token)
@@ -205,6 +193,80 @@ def finish_write(
         return True, following
 
     return Write(core=steps)
+
+
+def _with_event(batch: Batch, event: dict[str, Any]) -> Batch:
+    """``batch`` with ``event`` numbered after its own last."""
+    return Batch(batch.entries, [*batch.events, (batch.events[-1][0] + 1, event)], batch.records)
+
+
+def _finish_statement(
+    quote: Quote,
+    request_id: str,
+    token: int,
+    status: str,
+    *,
+    result: dict[str, Any] | None,
+    error: str | None,
+    turn: Sequence[Message] | None,
+    output: AuditRecord | None,
+    event: dict[str, Any] | None,
+    batch: Batch,
+) -> Write[tuple[bool, str | None]]:
+    """PostgreSQL: every ending of the lease holder as one statement
+    (``statements.finish_statement``): the answer's record for a completed run, a ``stopped``
+    record and a ``run_stopped`` event (unless ``event`` is its last) otherwise."""
+    now = now_ns()
+    stopped = status != "completed"
+    if stopped and event is None:
+        event = RunStoppedEvent(status, error).to_dict()
+    if event is not None and batch.events:  # numbered after the holder's own, with them
+        batch, event = _with_event(batch, event), None
+    names, bound = batch_parameters(_tables(request_id, token, batch, now))
+    bound.update(
+        p_request_id=request_id,
+        p_token=token,
+        p_now=now,
+        p_status=status,
+        p_result=dumps(result) if result is not None else None,
+        p_error=error,
+        p_has_turn=bool(turn),
+    )
+    # The trail's ending is numbered after every record the trail holds, the batch's
+    # included: the statement's parts do not see one another's rows, so the batch's numbers
+    # are counted in here.
+    after = max(batch.records, key=lambda r: r.seq) if batch.records else None
+    last: dict[str, Any] = {}
+    if stopped:
+        record = lifecycle_record(
+            [],
+            request_id=request_id,
+            session_id="",
+            stage="Worker",
+            role=Role.STOPPED,
+            content={"status": status, "error": error},
+            status_code=STOP_CODES.get(status, 500),
+            model_name="",
+        )
+        last = {k: v for k, v in record.to_dict().items() if k not in STOPPED_FROM_LATEST}
+        last.pop("seq")
+        bound.update(
+            p_wanted=after.seq + 1 if after is not None else 0,
+            p_step=after.step if after is not None else None,
+            p_model=after.model_name if after is not None else None,
+            p_sha=after.system_prompt_sha256 if after is not None else None,
+        )
+    elif output is not None:
+        last = output.to_dict()
+        bound["p_wanted"] = max([int(last.pop("seq")), *(r.seq + 1 for r in batch.records)])
+    if last:
+        bound["p_last"] = rows_json(audit_table, [last])
+    if turn:
+        bound.update(turn_parameters(message_rows("", 0, turn), now))
+    if event is not None:
+        bound["p_event"] = dumps(event)
+    statement = finish_statement(quote, names, tuple(last), bool(turn), event is not None, stopped)
+    return Write(statement=statement, params=bound, read=_ended)
 
 
 def _ended(row: Any) -> tuple[bool, str | None]:
