@@ -1,7 +1,7 @@
 """Where a statement meets the database's driver: the one place that chooses how it is sent.
 
-Every statement of the project goes through SQLAlchemy Core (``SqlStorage.transaction``,
-``SqlStorage.one_statement``) except the writes every run makes, which ask this module:
+A record the store writes is a ``Write`` built by ``storage.statements`` (one builder per
+record and database); ``Driver.write`` sends it as its form asks, and no caller chooses:
 
 - ``Driver.first_at_once``: one statement, atomic on its own (a queued run's claim, heartbeat,
   model turn and ending, a turn appended to a session on PostgreSQL); on PostgreSQL it is sent
@@ -9,6 +9,10 @@ Every statement of the project goes through SQLAlchemy Core (``SqlStorage.transa
 - ``Driver.transaction``: statements in one transaction (``scalar``, ``insert_many``: a turn
   appended to a session on SQLite, a burst of trail records); on SQLite it runs on a pooled
   sqlite3 connection between ``BEGIN [IMMEDIATE]`` and ``COMMIT``.
+
+- ``Driver.core``: a SQLAlchemy ``Connection`` in one transaction, for steps that need more
+  than those two (the fenced steps of a queued run on SQLite) and for every other statement
+  (reads, claims, approvals).
 
 Everything else, and these on other drivers, goes through SQLAlchemy's ``Connection``. Why the
 two bypasses: SQLAlchemy's execution machinery (an execution context, a result object, the

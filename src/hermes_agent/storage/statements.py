@@ -1,6 +1,7 @@
 """Every statement the store writes its records with: one builder per logical record, its
 PostgreSQL and SQLite forms side by side, each sent by ``storage.driver`` (``Driver.write``
-takes a ``Write``: one statement sent alone, or steps in a transaction).
+takes a ``Write``: one statement sent alone, or steps in a transaction). A form inside a
+larger statement is the same builder's, composed (a part of a ``WITH``), never a second text.
 
 =======================  =============================================  =========================
 record                   PostgreSQL                                     SQLite
@@ -13,9 +14,10 @@ entries, a run's events  of a fenced statement
 numbered by its holder)
 a run's next event       ``NEXT_EVENT`` (``next_event_part``): numbered after the latest, the same
                          text on both; alone, or a part of a run's ending fed by its fence
-a run's ending           one ``WITH`` statement fenced by its ``held``  the fence, the batch, the
-(completed, answered)    part (``finish_statement``)                    turn, ``LAST_RECORD``,
-                                                                        the event, ``END_RUN``
+a run's ending by its    one ``WITH`` statement fenced by its ``held``  the fence, the batch, the
+lease holder (answered,  part (``finish_statement``: the answer's      turn, ``LAST_RECORD`` or
+or stopped)              record, or a ``stopped`` one)                  the stopped record, the
+                                                                        event, ``END_RUN``
 a model turn's batch     one ``WITH`` statement (``batch_statement``)   the fence, then the rows
 a lease's heartbeat      ``HEARTBEAT`` (the lock taken first)           one ``UPDATE``
 =======================  =============================================  =========================
