@@ -149,7 +149,7 @@ def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> 
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {timeout} s")
+            raise AssertionError(f"not within {timeout} s: {what}")
         time.sleep(0.01)  # the polling pace
     return value
 
@@ -159,7 +159,7 @@ async def await_for(predicate: Any, timeout: float = 10.0, what: str = "conditio
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {timeout} s")
+            raise AssertionError(f"not within {timeout} s: {what}")
         await asyncio.sleep(0.01)  # the polling pace
     return value
 
