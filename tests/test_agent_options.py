@@ -21,7 +21,8 @@ from hermes_agent import (
     build_agent,
     parse_config,
 )
-from hermes_agent.options import AgentOptions, agent_options
+from hermes_agent.options import AgentOptions, ToolSettings, agent_options
+from hermes_agent.tools.registry import SETTINGS
 
 
 def test_agent_options_names_every_keyword_of_agent_and_no_other() -> None:
@@ -29,6 +30,11 @@ def test_agent_options_names_every_keyword_of_agent_and_no_other() -> None:
     keywords = [name for name in parameters if name != "self"]
     assert set(typing.get_type_hints(AgentOptions)) == set(keywords)
     assert len(keywords) <= 28  # the rarely used ones are grouped, not added one by one
+
+
+def test_tool_settings_name_every_setting_a_tool_takes_besides_its_own_keywords() -> None:
+    # timeout and toolset are keywords of agent.tool / register_tool themselves.
+    assert set(typing.get_type_hints(ToolSettings)) == set(SETTINGS) - {"timeout", "toolset"}
 
 
 def test_the_groups_are_frozen_and_check_their_values() -> None:

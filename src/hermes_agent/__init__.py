@@ -86,7 +86,7 @@ from hermes_agent.pipeline.hook_classes import (
 )
 from hermes_agent.pipeline.hooks import Hook, HookContext, HookError
 from hermes_agent.pipeline.journal import CallKey, current_call
-from hermes_agent.pipeline.renderers import RenderedMessage, Renderer, RenderInput
+from hermes_agent.pipeline.renderers import Renderer, RenderInput
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tables import TableRenderer, markdown_table
 from hermes_agent.pipeline.tool_selector import typed_arguments
@@ -96,6 +96,7 @@ from hermes_agent.types import (
     Message,
     ModelResponse,
     ParseError,
+    RenderedMessage,
     RunResult,
     Step,
     StreamChunk,

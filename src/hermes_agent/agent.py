@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
 from pydantic import BaseModel
 
@@ -57,7 +57,15 @@ from hermes_agent.memory.session import (
 from hermes_agent.messages import language_of
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
-from hermes_agent.options import AgentOptions, Budget, Memory, Pricing, ToolExecution, agent_options
+from hermes_agent.options import (
+    AgentOptions,
+    Budget,
+    Memory,
+    Pricing,
+    ToolExecution,
+    ToolSettings,
+    agent_options,
+)
 from hermes_agent.pipeline.context import (
     Approver,
     ClientTurn,
@@ -81,7 +89,7 @@ from hermes_agent.types import Message, RunResult, ToolChoice
 if TYPE_CHECKING:
     from hermes_agent.replay import ReplayReport
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 logger = logging.getLogger("hermes_agent")
 
@@ -389,26 +397,26 @@ class Agent:
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
-        **settings: Any,
+        **settings: Unpack[ToolSettings],
     ) -> Callable[[F], F]: ...
 
     def tool(
         self,
-        function: Callable[..., Any] | None = None,
+        function: F | None = None,
         *,
         name: str | None = None,
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
-        **settings: Any,
-    ) -> Any:
+        **settings: Unpack[ToolSettings],
+    ) -> F | Callable[[F], F]:
         """Register a function as a tool; its schema comes from type hints and docstring.
 
         Use bare (``@agent.tool``) or with options (``@agent.tool(timeout=5,
         execution_mode="subprocess")``; see ``Tool`` for every setting).
         """
 
-        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def decorate(fn: F) -> F:
             self.add_tool(
                 Tool.from_function(
                     fn,
@@ -427,12 +435,12 @@ class Agent:
         self,
         name: str | None = None,
         description: str | None = None,
-        parameters: Mapping[str, Any] | type[BaseModel] | None = None,
+        parameters: Mapping[str, object] | type[BaseModel] | None = None,
         *,
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
-        **settings: Any,
+        **settings: Unpack[ToolSettings],
     ) -> Callable[[F], F]:
         """Register a tool with an explicit name, description and parameters schema.
 
@@ -499,7 +507,7 @@ class Agent:
         output_format: str | None = None,
         channel: str | None = None,
         output_type: OutputType | None = None,
-        variables: Mapping[str, Any] | None = None,
+        variables: Mapping[str, object] | None = None,
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
@@ -551,7 +559,7 @@ class Agent:
         request_id: str | None = None,
         journal: RunJournal | None = None,
         approver: Approver | None = None,
-        variables: Mapping[str, Any] | None = None,
+        variables: Mapping[str, object] | None = None,
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
@@ -668,7 +676,7 @@ class Agent:
         tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
         output_type: OutputType | None = None,
-        variables: Mapping[str, Any] | None = None,
+        variables: Mapping[str, object] | None = None,
     ) -> AsyncIterator[Event]:
         """Yield events as the run happens (see ``hermes_agent.events`` for every kind):
         ``TextDeltaEvent``, ``ToolCallStartedEvent``, ``ToolCallParsedEvent``,

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from hermes_agent.agent_support import checked_variables
 from hermes_agent.audit.recorder import Recorder
@@ -85,7 +85,7 @@ class RunOptions:
     """What a run was asked for beyond its message, checked (see ``checked_options``)."""
 
     spec: OutputSpec | None
-    variables: dict[str, Any]
+    variables: dict[str, object]
     budget: RunBudget
 
 
@@ -93,7 +93,7 @@ def checked_options(
     agent: AgentParts,
     *,
     output_type: OutputType | None,
-    variables: Mapping[str, Any] | None,
+    variables: Mapping[str, object] | None,
     max_run_tokens: int | None,
     max_run_cost: float | None,
     run_timeout_s: float | None,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from hermes_agent.config import HermesConfig
 from hermes_agent.errors import HermesAgentError
@@ -36,7 +36,15 @@ from hermes_agent.tools.registry import Tool
 from hermes_agent.tools.runtime import DEFAULT_MAX_RESULT_CHARS
 from hermes_agent.types import ToolChoice
 
-__all__ = ["AgentOptions", "Budget", "Memory", "Pricing", "ToolExecution", "agent_options"]
+__all__ = [
+    "AgentOptions",
+    "Budget",
+    "Memory",
+    "Pricing",
+    "ToolExecution",
+    "ToolSettings",
+    "agent_options",
+]
 
 
 def _check(owner: str, minimum: float, inclusive: bool, **values: float | None) -> None:
@@ -194,6 +202,24 @@ class AgentOptions(TypedDict, total=False):
     budget: Budget
     memory: Memory
     tool_execution: ToolExecution
+
+
+class ToolSettings(TypedDict, total=False):
+    """A tool's settings beyond its name, toolset and timeout, as ``@agent.tool(...)`` and
+    ``agent.register_tool(...)`` take them (``Tool`` says what each does; a test holds these
+    to ``tools.registry.SETTINGS``)."""
+
+    execution_mode: Literal["in_process", "subprocess", "inline"]
+    memory_limit_mb: int | None
+    cpu_time_limit_s: int | None
+    cache_ttl: float | None
+    max_result_chars: int | None
+    requires_approval: bool
+    fallback: str | None
+    aliases: list[str]
+    rate_limit: int | None
+    max_concurrent: int | None
+    idempotent: bool
 
 
 def agent_options(config: HermesConfig) -> AgentOptions:
