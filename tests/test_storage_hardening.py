@@ -32,6 +32,7 @@ from hermes_agent.storage import (
     open_storage,
 )
 from hermes_agent.testing import tool_call as call
+from server_harness import wait_for
 from storage_backends import database_url, sql_database_url  # noqa: F401  (the fixtures)
 
 LONE = "\ud800"
@@ -564,13 +565,13 @@ def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
     sink.LINGER_S, sink.MAX_DELAY_S = 1.0, 30.0  # one linger covers the steps below
     try:
         sink.write([_trail_record(0)])
-        time.sleep(0.01)  # the writer has taken the first step and lingers
+        wait_for(sink._queue.empty, what="the writer taking the first step (it lingers)")
         writer = sink._thread
         assert writer is not None and writer.native_id is not None
         before = _voluntary_switches(writer.native_id)
         for index in range(1, 101):
             sink.write([_trail_record(index)])
-            time.sleep(0.001)
+            time.sleep(0.001)  # a stream's pace: a step every millisecond
         woken = _voluntary_switches(writer.native_id) - before
         sink.flush()
         assert [r.step for r in storage.records("written-behind")] == list(range(101))
@@ -591,7 +592,7 @@ def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> Non
     sink.LINGER_S, sink.MAX_DELAY_S = 0.01, 0.64
     try:
         sink.write([_trail_record(0)])
-        time.sleep(0.005)  # the writer has taken the first step and lingers
+        wait_for(sink._queue.empty, what="the writer taking the first step (it lingers)")
         writer = sink._thread
         assert writer is not None and writer.native_id is not None
         before, started = _voluntary_switches(writer.native_id), time.monotonic()
@@ -599,7 +600,7 @@ def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> Non
         while time.monotonic() - started < 0.6:
             index += 1
             sink.write([_trail_record(index)])
-            time.sleep(0.002)
+            time.sleep(0.002)  # a stream's pace: a step every two milliseconds
         woken = _voluntary_switches(writer.native_id) - before
         sink.flush()
         assert [r.step for r in storage.records("written-behind")] == list(range(index + 1))
@@ -630,10 +631,10 @@ def test_the_steps_before_a_pause_are_stored_within_the_longest_linger(tmp_path:
         while time.monotonic() - started < 0.4:  # uncapped, the lingers would reach 0.32 s
             sink.write([_trail_record(index)])
             index += 1
-            time.sleep(0.002)
+            time.sleep(0.002)  # a stream's pace: a step every two milliseconds
         last = time.monotonic()
-        while sum(count for _, count in bursts) < index and time.monotonic() - last < 5:
-            time.sleep(0.005)  # no flush: it would end the linger
+        # No flush: it would end the linger.
+        wait_for(lambda: sum(count for _, count in bursts) >= index, 5, "every step stored")
         assert sum(count for _, count in bursts) == index
         assert max(lingers) == pytest.approx(0.04), lingers  # doubled, then capped
         assert bursts[-1][0] - last < 0.25, bursts[-1][0] - last  # one capped linger or two
@@ -654,11 +655,11 @@ def test_a_burst_that_reaches_max_records_is_written_without_another_linger(
     try:
         started = time.monotonic()
         sink.write([_trail_record(0)])
-        time.sleep(0.1)  # the writer has taken it and lingers; the rest come meanwhile
+        # The writer has taken it and lingers; the rest come meanwhile.
+        wait_for(sink._queue.empty, what="the writer taking the first step")
         for index in range(1, 60):
             sink.write([_trail_record(index)])
-        while not bursts and time.monotonic() - started < 5:  # no flush: it ends lingers
-            time.sleep(0.01)
+        wait_for(lambda: bursts, 5, "the first burst")  # no flush: it ends lingers
         # Written when its first linger ended (0.5 s), not after a second one (1.0 s more).
         assert bursts and bursts[0][0] - started < 1.2, bursts
         sink.flush()
@@ -705,7 +706,9 @@ def test_a_flush_queued_while_the_writer_stores_does_not_wait_for_its_next_linge
         assert storing.wait(20)
         sink.write([_trail_record(1)])
         second.start()
-        time.sleep(0.1)  # the second flush has queued its turn behind step 1
+        # The second flush has queued its turn behind step 1 (a step is a list, a turn is not).
+        queued = sink._queue.queue
+        wait_for(lambda: queued and not isinstance(queued[-1], list), what="the second flush")
     finally:
         go.set()
     first.join(20)
@@ -728,7 +731,7 @@ def test_flush_and_close_cut_the_writers_linger_short(tmp_path: Path, ending: st
     sink.LINGER_S, sink.MAX_DELAY_S = 60.0, 120.0
     try:
         sink.write([_trail_record(0)])
-        time.sleep(0.05)  # lingering now
+        wait_for(sink._queue.empty, what="the writer taking step 0 (lingering now)")
         sink.write([_trail_record(1)])
         _ends_within(getattr(sink, ending), 20)
         assert [r.step for r in storage.records("written-behind")] == [0, 1]
