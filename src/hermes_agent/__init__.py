@@ -39,6 +39,8 @@ re-exported above; names only the service, the workers or the CLI use (the confi
 classes, the run journal, a caller's ``ClientTurn``) stay in their modules.
 """
 
+from typing import TYPE_CHECKING
+
 from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig, ModelConfig, load_config, parse_config
 from hermes_agent.errors import (
@@ -105,6 +107,10 @@ from hermes_agent.types import (
     ToolResult,
     Usage,
 )
+
+if TYPE_CHECKING:  # for type checkers: the real classes (at run time, loaded when asked for)
+    from hermes_agent.models.llamacpp import LlamaCpp
+    from hermes_agent.models.openai import OpenAICompatible
 
 __version__ = "0.1.0"
 
