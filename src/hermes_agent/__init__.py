@@ -66,7 +66,7 @@ from hermes_agent.events import (
     ToolCallStartedEvent,
     ToolResultsEvent,
 )
-from hermes_agent.loading import build_agent
+from hermes_agent.loading import ToolsFileError, build_agent, load_tools_file
 from hermes_agent.logs import enable_debug_logging
 from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettings
 from hermes_agent.models.profiles import ThoughtPolicy, thought_policy
@@ -194,12 +194,14 @@ __all__ = [
     "ToolExecution",
     "ToolResult",
     "ToolResultsEvent",
+    "ToolsFileError",
     "Usage",
     "__version__",
     "build_agent",
     "current_call",
     "enable_debug_logging",
     "load_config",
+    "load_tools_file",
     "markdown_table",
     "parse_config",
     "register_model",
