@@ -68,6 +68,8 @@ from hermes_agent.runs.principal import (
     stored_session_id,
 )
 from hermes_agent.runs.request import RunRequest
+from hermes_agent.tools.mcp.content import content_blocks
+from hermes_agent.tools.mcp.progress import listen, reset
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import (
     Completion,
@@ -273,10 +275,15 @@ class AgentMcpServer:
         if params.name not in tools:
             known = ", ".join([*tools, *([ASK_TOOL] if self.ask else [])]) or "none"
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}; known: {known}")
+        progress = _Progress(ctx)  # the SDK drops the reports of a caller that asked for none
+        token = listen(progress)
         try:
             record = await self.call(params.name, arguments, principal)
         except RunRejected as exc:
             return _failure(f"refused ({exc.status_code}): {exc.message}")
+        finally:
+            reset(token)
+            await progress.close()  # every report goes before the result
         if record.status_code == 200:
             return _success(record.result)
         return _failure(record.error or f"the call ended with status {record.status_code}")
@@ -448,7 +455,47 @@ def _answer(view: RunView) -> CallToolResult:
     return _result(output or error or view.status, details, error=failed)
 
 
+class _Progress:
+    """The progress reports of one ``tools/call``, sent as ``notifications/progress`` (when
+    its caller sent a progress token) in the order they were made. A tool reports from the loop
+    (an async tool) or from its thread; one task sends them."""
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self._ctx = ctx
+        self._loop = asyncio.get_running_loop()
+        self._reports: asyncio.Queue[tuple[float, float | None, str | None] | None]
+        self._reports = asyncio.Queue()
+        self._sender = self._loop.create_task(self._send())
+
+    def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        report = (float(progress), None if total is None else float(total), message)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._reports.put_nowait(report)
+        else:  # a sync tool on its thread
+            self._loop.call_soon_threadsafe(self._reports.put_nowait, report)
+
+    async def _send(self) -> None:
+        while (report := await self._reports.get()) is not None:
+            with suppress(Exception):  # a caller gone: the call still ends as it ends
+                await self._ctx.session.report_progress(*report)
+
+    async def close(self) -> None:
+        """Send what was reported (reports made before the call ended are queued already)."""
+        self._reports.put_nowait(None)
+        await self._sender
+
+
 def _success(value: Any) -> CallToolResult:
+    blocks = content_blocks(value)
+    if blocks is not None:
+        try:
+            return _blocks(blocks)
+        except ValueError:  # not blocks MCP knows: sent as the JSON they are
+            pass
     text = value if isinstance(value, str) else to_json(value)
     return _result(text, value if isinstance(value, dict) else None, error=False)
 
@@ -464,4 +511,16 @@ def _result(text: str, structured: dict[str, Any] | None, *, error: bool) -> Cal
         content=[TextContent(type="text", text=text)],
         structured_content=structured,
         is_error=error,
+    )
+
+
+def _blocks(blocks: list[dict[str, Any]]) -> CallToolResult:
+    """A ``Content`` result's blocks as MCP content blocks (``ValueError`` when one is not a
+    valid block)."""
+    from mcp.types import CallToolResult, ContentBlock
+    from pydantic import TypeAdapter
+
+    adapter: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+    return CallToolResult(
+        content=[adapter.validate_python(block) for block in blocks], is_error=False
     )
