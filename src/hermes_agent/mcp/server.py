@@ -11,9 +11,11 @@ as they treat any call — schema validation (a 400 comes back as an error resul
 approval, rate limits, the timeout, the cache, hooks — and the audit trail records it as a run
 of its own (user message ``MCP tools/call <name>``). No model is loaded for it.
 
-Approvals: an MCP client cannot be asked at a terminal (over stdio, standard input *is* the
-protocol), so a tool with ``requires_approval`` is denied unless it is named in ``approve``
-(``--approve NAME``), or the caller passes an ``approver`` of its own.
+Approvals: nobody can be asked at a terminal (over stdio, standard input *is* the protocol).
+A tool named in ``approve`` (``--approve NAME``) is approved; for any other tool with
+``requires_approval`` the MCP caller is asked, by an elicitation request (a form of one boolean,
+``approve``), when its client declared elicitation on a session of 2025-11-25 or before; else
+the call is denied. An ``approver`` of the caller's own replaces all of that.
 
 With ``ask=True`` the agent itself is one more tool, ``ask(message, session_id?)``: a whole
 run with the agent's model, whose answer comes back as text (and, structured, with the run's
@@ -45,6 +47,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing, suppress
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from hermes_agent.agent import Agent
@@ -216,7 +219,8 @@ class AgentMcpServer:
         self.version = __version__
         self.policy: Approver = approver if approver is not None else approve_only(approve)
         """Who answers the approvals of this server's calls and runs."""
-        self._direct = agent.fork(model=DirectCallModel(), approver=self.policy)
+        self._ask_the_caller = approver is None
+        self._direct = agent.fork(model=DirectCallModel(), approver=self._approve)
         if ask and ASK_TOOL in self.tools():
             raise ValueError(f"the agent has a tool named {ASK_TOOL!r}; it cannot also serve ask")
 
@@ -267,6 +271,7 @@ class AgentMcpServer:
         if principal is None:  # the HTTP middleware refuses these first; never run anonymously
             return _failure("missing or invalid API key: send 'Authorization: Bearer <key>'")
         arguments = dict(params.arguments or {})
+        _caller.set(ctx)  # this request's task only: whom an approval of its run may ask
         if self.ask and params.name == ASK_TOOL:
             return await self._ask(arguments, principal)
         if params.name == ASK_TOOL and not self.ask:
@@ -363,14 +368,24 @@ class AgentMcpServer:
         tool = self.agent.registry.get(asked.tool)
         if tool is None:
             return False, f"no tool {asked.tool!r} is served"
-        decision = self.policy(ToolCall(name=asked.tool, arguments=asked.arguments), tool)
+        return await self._approve(ToolCall(name=asked.tool, arguments=asked.arguments), tool)
+
+    async def _approve(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
+        """An approval of a call this server runs: the policy's answer; where the built-in
+        policy (``approve``) would deny, the MCP caller is asked instead when it can answer an
+        elicitation request (a session of 2025-11-25 or before whose client declared it)."""
+        decision = self.policy(call, tool)
         if inspect.isawaitable(decision):
             decision = await decision
         if isinstance(decision, tuple):
-            return bool(decision[0]), str(decision[1])
-        return bool(decision), "approved by the MCP server's approver" if decision else (
-            "denied by the MCP server's approver"
-        )
+            approved, reason = bool(decision[0]), str(decision[1])
+        else:
+            approved = bool(decision)
+            reason = f"{'approved' if approved else 'denied'} by the MCP server's approver"
+        ctx = _caller.get()
+        if approved or not self._ask_the_caller or ctx is None or not _can_elicit(ctx):
+            return approved, reason
+        return await _ask_caller(ctx, call, tool)
 
     # -- transports -----------------------------------------------------------------------------
 
@@ -453,6 +468,56 @@ def _answer(view: RunView) -> CallToolResult:
         details["error"] = error
     failed = view.status != "completed" or (isinstance(code, int) and code >= 400)
     return _result(output or error or view.status, details, error=failed)
+
+
+_caller: ContextVar[ServerRequestContext[Any] | None] = ContextVar("mcp_caller", default=None)
+"""The MCP request whose call (or ``ask`` run) is running in this context."""
+
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Approve",
+            "description": "Let the agent run this call.",
+        }
+    },
+    "required": ["approve"],
+}
+
+
+def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the caller can be asked: its client declared elicitation, on a session with a
+    way back to it (2026-07-28 has none: it would take an input-required result)."""
+    from mcp.types import ClientCapabilities, ElicitationCapability
+
+    if ctx.protocol_version >= "2026-07-28":
+        return False
+    try:
+        wanted = ClientCapabilities(elicitation=ElicitationCapability())
+        return ctx.session.check_client_capability(wanted)
+    except Exception:  # no session to ask
+        return False
+
+
+async def _ask_caller(
+    ctx: ServerRequestContext[Any], call: ToolCall, tool: Tool
+) -> tuple[bool, str]:
+    """Ask the MCP caller to approve ``call`` (an elicitation form of one boolean)."""
+    arguments = to_json(call.arguments)
+    if len(arguments) > 500:
+        arguments = arguments[:500] + "…"
+    message = f"The agent's tool {tool.name!r} needs approval to run with {arguments}. Approve?"
+    try:
+        answer = await ctx.session.elicit_form(
+            message, APPROVAL_SCHEMA, related_request_id=ctx.request_id
+        )
+    except Exception as exc:  # the caller could not be asked: nobody approved
+        return False, f"the MCP caller could not be asked to approve it ({type(exc).__name__})"
+    if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+        return True, "approved by the MCP caller"
+    said = "cancelled" if answer.action == "cancel" else "declined"
+    return False, f"the MCP caller {said} the approval"
 
 
 class _Progress:
