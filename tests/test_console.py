@@ -96,6 +96,7 @@ class SlowStream(ScriptedModel):
         settings: ModelSettings,
     ) -> ModelResponse:
         response = await super().complete(messages, tools, settings)
+        # A model's pace, as a real model answers.
         await asyncio.sleep(0.03 * max(1, -(-len(response.text) // self.chunk_size)))
         return response
 
@@ -106,13 +107,13 @@ class SlowStream(ScriptedModel):
         settings: ModelSettings,
     ) -> AsyncIterator[StreamChunk]:
         async for chunk in super().stream(messages, tools, settings):
-            await asyncio.sleep(0.03)
+            await asyncio.sleep(0.03)  # a streaming model's pace
             yield chunk
 
 
 def lookup(city: str) -> str:
     """The weather in a city."""
-    time.sleep(0.3)
+    time.sleep(0.3)  # a tool that takes a moment, as a real lookup does
     return f"sunny in {city}"
 
 
