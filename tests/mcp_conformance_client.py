@@ -6,7 +6,8 @@ The suite starts a scenario's server, runs this program with the server's URL as
 argument (the scenario's name in ``MCP_CONFORMANCE_SCENARIO``) and judges what reached the
 server. The program does what an agent does with a configured MCP server (``mcp_servers:``):
 it connects through ``open_mcp_toolsets``, lists the tools and calls each one once, with
-arguments made from its input schema, as the ToolExecutor would. Nothing here is special to a
+arguments made from its input schema, as the ToolExecutor would; a server's request for input
+goes to the agent's approver (here, one that approves). Nothing here is special to a
 scenario: a scenario that needs more than that fails, and the baseline says why.
 """
 
@@ -45,12 +46,18 @@ def example(schema: dict[str, Any]) -> Any:
     return simple.get(kind, "tést")  # not ASCII: a header carrying it must be encoded
 
 
+def approve(call: Any, tool: Any) -> tuple[bool, str]:
+    """The agent's approver, as an operator who says yes to every request for input (the
+    client answers with the defaults the server's form declares)."""
+    return True, "approved by the operator"
+
+
 def main(url: str) -> int:
     from hermes_agent.config import McpServerConfig
     from hermes_agent.tools.mcp import open_mcp_toolsets
 
     config = McpServerConfig(url=url, timeout=TIMEOUT_S, connect_timeout=TIMEOUT_S)
-    toolsets = open_mcp_toolsets({SERVER: config})
+    toolsets = open_mcp_toolsets({SERVER: config}, approver=approve)
     failed = 0
     try:
         for tool in toolsets.tools:

@@ -101,3 +101,55 @@ def test_pre_approved_tools_and_an_own_approver_ask_nobody() -> None:
     denied, asked = call(refused, approver=lambda _call, _tool: (False, "not today"))
     assert denied.is_error and "not today" in denied.content[0].text and asked == []
     assert ran == ["notes.txt"]
+
+
+# -- the agent's MCP client answering a server's request for input ------------------------------
+
+
+def form(required: list[str], **fields: dict[str, Any]) -> Any:
+    from mcp.types import ElicitRequestFormParams
+
+    schema = {"type": "object", "properties": fields, "required": required}
+    return ElicitRequestFormParams(message="Who are you?", requested_schema=schema)
+
+
+def answer(params: Any, approver: Any) -> ElicitResult:
+    from hermes_agent.tools.mcp.client import answer_elicitation
+
+    return asyncio.run(answer_elicitation("crm", approver, params))
+
+
+def test_the_client_answers_with_the_forms_defaults_when_the_approver_approves() -> None:
+    asked: list[tuple[str, dict[str, Any], str]] = []
+
+    def approver(call: Any, tool: Any) -> tuple[bool, str]:
+        asked.append((call.name, call.arguments, tool.name))
+        return True, "yes"
+
+    params = form(
+        ["name"],
+        name={"type": "string", "default": "Ada"},
+        age={"type": "integer", "default": 36},
+        note={"type": "string"},
+    )
+    result = answer(params, approver)
+    assert result.action == "accept" and result.content == {"name": "Ada", "age": 36}
+    ((name, arguments, tool),) = asked
+    assert name == tool == "mcp_elicitation"
+    assert arguments == {"server": "crm", "message": "Who are you?", "answer": result.content}
+
+
+def test_the_client_declines_what_the_approver_denies_or_it_cannot_fill_in() -> None:
+    from mcp.types import ElicitRequestURLParams
+
+    async def deny(call: Any, tool: Any) -> bool:  # an async approver is awaited
+        return False
+
+    asked: list[Any] = []
+    params = form([], name={"type": "string", "default": "Ada"})
+    assert answer(params, deny).action == "decline"
+    # A required field without a default, or a page to open: nobody is asked.
+    assert answer(form(["name"], name={"type": "string"}), asked.append).action == "decline"
+    url = ElicitRequestURLParams(message="Sign in", url="https://example.com", elicitation_id="1")
+    assert answer(url, asked.append).action == "decline"
+    assert asked == []

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import json
 import logging
 import math
@@ -62,7 +63,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
@@ -78,15 +79,21 @@ from hermes_agent.tools.mcp._loop import LoopThread
 from hermes_agent.tools.mcp.pins import PinStore, definition_hash, refusal
 from hermes_agent.tools.mcp.schemas import normalise
 from hermes_agent.tools.registry import Tool
+from hermes_agent.types import ToolCall
 
 if TYPE_CHECKING:
     from mcp import Client
-    from mcp.types import CallToolResult, ContentBlock
+    from mcp.client.session import ClientRequestContext
+    from mcp.types import CallToolResult, ContentBlock, ElicitRequestParams, ElicitResult
     from mcp.types import Tool as McpTool
 
     from hermes_agent.tools.mcp._transport import ReadProblem
 
 logger = logging.getLogger("hermes_agent.mcp")
+
+Approver = Callable[[ToolCall, Tool], object]
+"""An agent's approver (``Agent.approver``): a bool, a ``(bool, reason)`` pair, or an awaitable
+of one."""
 
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
@@ -137,10 +144,19 @@ class McpConnection:
     thread only.
     """
 
-    def __init__(self, name: str, config: McpServerConfig, pins: PinStore | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: McpServerConfig,
+        pins: PinStore | None = None,
+        approver: Approver | None = None,
+    ) -> None:
         self.name = name
         self.config = config
         self.pins = pins
+        self.approver = approver
+        """Answers the server's elicitation requests (``answer_elicitation``); ``None``: the
+        client declares no elicitation, and the server cannot ask."""
         self.definitions: dict[str, str] = {}
         """The hash of each tool's definition (``pins.definition_hash``) in the last listing."""
         self._listed: Client | None = None  # the session whose listing ``definitions`` holds
@@ -443,7 +459,20 @@ class McpConnection:
                 str(config.url), http_client=http, max_sse_event_size=noted.limit
             )
             transport = _closing(session, http)
-        return Client(transport, read_timeout_seconds=config.timeout, cache=None)
+        approver, server = self.approver, self.name
+
+        async def elicit(
+            context: ClientRequestContext, params: ElicitRequestParams
+        ) -> ElicitResult:
+            assert approver is not None
+            return await answer_elicitation(server, approver, params)
+
+        return Client(
+            transport,
+            read_timeout_seconds=config.timeout,
+            cache=None,
+            elicitation_callback=elicit if approver is not None else None,
+        )
 
 
 class McpToolsets:
@@ -454,10 +483,13 @@ class McpToolsets:
     """
 
     def __init__(
-        self, configs: Mapping[str, McpServerConfig], pins: PinStore | None = None
+        self,
+        configs: Mapping[str, McpServerConfig],
+        pins: PinStore | None = None,
+        approver: Approver | None = None,
     ) -> None:
         self.connections = {
-            name: McpConnection(name, config, pins) for name, config in configs.items()
+            name: McpConnection(name, config, pins, approver) for name, config in configs.items()
         }
         self.pins = pins
         self.refused: dict[str, list[str]] = {}
@@ -615,12 +647,17 @@ def open_mcp_toolsets(
     *,
     source: str = "<config>",
     pins: PinStore | None = None,
+    approver: Approver | None = None,
 ) -> McpToolsets:
     """Start (or connect to) the servers of ``configs`` and list their tools (in
     ``.tools``). The caller adds the tools to its agent and calls ``close`` when done.
 
     With ``pins``, each tool's definition is pinned when first seen, and a tool whose
     definition changed since is left out (``.refused``) and its calls refused (``pins``).
+
+    With ``approver`` (an agent's ``Approver``), the client declares elicitation and a
+    server's request for input is put to it as an approval (``answer_elicitation``);
+    without one the server cannot ask.
 
     Raises ``MissingDependencyError`` without the ``mcp`` extra, ``ConfigError`` when a server
     cannot be reached within its ``connect_timeout`` or offers a tool that cannot be used.
@@ -632,7 +669,7 @@ def open_mcp_toolsets(
                 "'-' (at most 64 characters)"
             )
     require_sdk()
-    toolsets = McpToolsets(configs, pins)
+    toolsets = McpToolsets(configs, pins, approver)
     try:
         toolsets.load(source=source)
     except BaseException:
@@ -664,6 +701,53 @@ def tool_result(result: CallToolResult) -> Any:
         except ValueError:
             pass
     return only
+
+
+ELICITATION_TOOL = "mcp_elicitation"
+"""The name of the tool an elicitation is put to the approver as (with the call
+``<server>.elicitation``): ``arguments`` are the server's ``message`` and the ``answer`` that
+approving it sends."""
+
+
+async def answer_elicitation(
+    server: str, approver: Approver, params: ElicitRequestParams
+) -> ElicitResult:
+    """A server's request for input, answered through the agent's approval path: the answer is
+    the defaults its form declares (every field the form requires must have one), and the
+    approver, asked as for a call of ``ELICITATION_TOOL``, decides whether it is sent (accept)
+    or not (decline). A form that requires a field without a default, or a URL to open, is
+    declined without asking: nobody here can fill a form in or open a page."""
+    from mcp.types import ElicitRequestFormParams, ElicitResult
+
+    if not isinstance(params, ElicitRequestFormParams):
+        return ElicitResult(action="decline")
+    schema = params.requested_schema
+    fields: dict[str, Any] = dict(schema.get("properties") or {})
+    answer = {
+        name: spec["default"]
+        for name, spec in fields.items()
+        if isinstance(spec, dict) and "default" in spec
+    }
+    if any(name not in answer for name in schema.get("required") or []):
+        return ElicitResult(action="decline")
+    call = ToolCall(
+        name=ELICITATION_TOOL,
+        arguments={"server": server, "message": params.message, "answer": answer},
+    )
+    decision: Any = await asyncio.to_thread(approver, call, _elicitation_tool())
+    if inspect.isawaitable(decision):
+        decision = await decision
+    approved = bool(decision[0]) if isinstance(decision, tuple) else bool(decision)
+    if not approved:
+        return ElicitResult(action="decline")
+    return ElicitResult(action="accept", content=answer)
+
+
+def _elicitation_tool() -> Tool:
+    def mcp_elicitation(server: str, message: str, answer: dict[str, Any]) -> None:
+        """An MCP server asks for input; approving sends the answer shown."""
+
+    return Tool.from_function(mcp_elicitation, name=ELICITATION_TOOL, requires_approval=True)
 
 
 def bounded_result(value: Any, limit: int, server: str) -> Any:
