@@ -153,3 +153,35 @@ def test_the_client_declines_what_the_approver_denies_or_it_cannot_fill_in() -> 
     url = ElicitRequestURLParams(message="Sign in", url="https://example.com", elicitation_id="1")
     assert answer(url, asked.append).action == "decline"
     assert asked == []
+
+
+def test_an_agent_built_from_a_config_puts_a_servers_question_to_its_approver_then(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from hermes_agent import build_agent
+    from hermes_agent.config import parse_config
+    from hermes_agent.tools.mcp import client
+
+    given: list[Any] = []
+
+    class NoServers:
+        def __init__(self, *_args: Any, approver: Any = None, **_kw: Any) -> None:
+            self.tools: list[Any] = []
+            given.append(approver)
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(client, "open_mcp_toolsets", NoServers)
+    servers = {"crm": {"command": "crm-server"}}
+    config = parse_config({"model": {"provider": "scripted"}, "mcp_servers": servers})
+    agent = build_agent(config, model=ScriptedModel(["unused"]))
+    try:
+        [ask] = given
+        assert ask(None, None) is False  # no approver yet: the question is declined
+        asked: list[str] = []
+        # Set after loading, as the command line sets its own.
+        agent.approver = lambda call, _tool: asked.append(call) or True
+        assert ask("question", None) is True and asked == ["question"]
+    finally:
+        agent.close()

@@ -27,6 +27,7 @@ from hermes_agent.options import AgentOptions, agent_options
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS
 from hermes_agent.pipeline.tables import TableRenderer
 from hermes_agent.tools.registry import Tool
+from hermes_agent.types import ToolCall
 
 __all__ = ["ToolsFileError", "build_agent", "load_tools_file"]
 
@@ -169,7 +170,16 @@ def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:
     from hermes_agent.tools.mcp.pins import PinStore, default_pins_path
 
     pins = PinStore(settings.mcp_pins or default_pins_path(settings.source))
-    toolsets = open_mcp_toolsets(settings.mcp_servers, source=settings.source, pins=pins)
+
+    def agents_approver(call: ToolCall, tool: Tool) -> object:
+        # A server's request for input goes to the approver the agent has when it comes (the
+        # CLI sets its own after loading); with none, it is declined.
+        approver = agent.approver
+        return False if approver is None else approver(call, tool)
+
+    toolsets = open_mcp_toolsets(
+        settings.mcp_servers, source=settings.source, pins=pins, approver=agents_approver
+    )
     agent.on_close(toolsets.close)
     for item in toolsets.tools:
         try:
