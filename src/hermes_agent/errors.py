@@ -48,7 +48,7 @@
     ├── InboundRefused           a channel payload the channel cannot take: 400 or 422
     │                            (``channels.inbound``)
     └── OpenAIError              the OpenAI-compatible facade's error answer
-                                 (``server.openai_schema``)
+                                 (``server.openai.wire``)
 
 Each class lives beside the code that raises it (the module in brackets). ``hermes_agent``
 exports the ones a caller of the library handles: ``HermesAgentError``, ``ConfigError``,

@@ -46,9 +46,7 @@ from hermes_agent.server import (
     routes_channels,
     routes_console,
     routes_data,
-    routes_openai,
     routes_replay,
-    routes_responses,
     routes_runs,
     stream_tokens,
     ws,
@@ -60,6 +58,8 @@ from hermes_agent.server.middleware import (
     ServiceMiddleware,
     not_json_body,
 )
+from hermes_agent.server.openai import chat as openai_chat
+from hermes_agent.server.openai import responses as openai_responses
 from hermes_agent.server.sse import OpenStreams
 
 logger = logging.getLogger("hermes_agent.server")
@@ -181,14 +181,14 @@ def create_app(
     app.include_router(stream_tokens.router)
     app.include_router(routes_data.router)
     app.include_router(ws.router)
-    app.include_router(routes_openai.router)
-    app.include_router(routes_responses.router)
+    app.include_router(openai_chat.router)
+    app.include_router(openai_responses.router)
     app.include_router(routes_replay.router)
     app.include_router(routes_console.router)  # the web console, at /console/
     app.include_router(routes_channels.router_for(settings, served, keys, hermes_config))
     for door in _optional_doors():
         app.include_router(door)
-    app.include_router(routes_openai.fallback)  # last: any other /v1/... path
+    app.include_router(openai_chat.fallback)  # last: any other /v1/... path
     return app
 
 

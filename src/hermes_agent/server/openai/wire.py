@@ -2,7 +2,7 @@
 in OpenAI's shape; the request bodies of ``/v1/chat/completions`` and ``/v1/responses`` and the
 answer bodies of chat completions and ``/v1/models`` as pydantic models; and the checks both
 APIs make of a request: the model it names, its content read as text, the parameters it may not
-set. ``server.routes_openai`` and ``server.routes_responses`` serve them.
+set. ``server.openai.chat`` and ``server.openai.responses`` serve them.
 
 Requests are strict (``extra="forbid"``): a field OpenAI has and the facade does not know is
 ``400 unknown_parameter``, so a client never believes a setting took effect that did not.

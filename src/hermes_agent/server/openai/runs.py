@@ -10,7 +10,7 @@ facade adds is only the mapping:
   stands alone, a new session seeded with the request's earlier turns (for a Responses
   ``previous_response_id``: that response's turns, then the request's) — which the gate
   measures with the message (``max_conversation_chars``) before anything is stored;
-- the client's tools (``server.openai_tools``) as the run's client tools, declared around the
+- the client's tools (``server.openai.tools``) as the run's client tools, declared around the
   start of the run (``pipeline.client_tools``); the operator's ``openai_client_tools`` setting
   says whether the agent's own tools stay visible beside them (``toolsets: []`` hides them —
   a narrowing the gate checks like any other);
@@ -33,8 +33,8 @@ from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal, stored_session_id
 from hermes_agent.runs.request import ClientTools, RunRequest
 from hermes_agent.runs.settings import ServiceSettings
-from hermes_agent.server.openai_schema import NO_RETRY, OpenAIError, refuse
-from hermes_agent.server.openai_tools import Conversation
+from hermes_agent.server.openai.tools import Conversation
+from hermes_agent.server.openai.wire import NO_RETRY, OpenAIError, refuse
 from hermes_agent.storage.base import SessionIdError, Storage
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import TOOL_CHOICE_MODES, Message

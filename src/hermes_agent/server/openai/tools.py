@@ -23,7 +23,7 @@ from typing import Any
 
 from hermes_agent.errors import HermesAgentError, ToolDefinitionError
 from hermes_agent.pipeline.client_tools import CLIENT_TOOLSET
-from hermes_agent.server.openai_schema import OpenAIError, refuse
+from hermes_agent.server.openai.wire import OpenAIError, refuse
 from hermes_agent.server.sse import to_json
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message, ToolCall, ToolResult

@@ -2,7 +2,7 @@
 ``/v1/responses``: the answer's text as it streams (``AnswerText``, followed by
 ``answer_pieces``), the notice of an approval that waits, the token usage in each API's shape,
 and the ``hermes`` extension field (what ran server-side). Each API's routes put these in their
-own frames (``server.routes_openai``, ``server.routes_responses``).
+own frames (``server.openai.chat``, ``server.openai.responses``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from hermes_agent.events import OutputEvent, TextDeltaEvent, ThoughtEvent, ToolC
 from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.events import ApprovalRequiredEvent, RunEvent, read_known
 from hermes_agent.runs.principal import Principal
-from hermes_agent.server.openai_tools import ran_here
+from hermes_agent.server.openai.tools import ran_here
 
 
 def usage(result: dict[str, Any] | None, api: Literal["chat", "responses"]) -> dict[str, Any]:

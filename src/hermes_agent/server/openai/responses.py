@@ -3,7 +3,7 @@
 
 Served: ``input`` as text or a list of items (messages with text content, ``function_call``
 and ``function_call_output`` items), function ``tools`` (client tools, as in
-``server.routes_openai``: their calls come back as ``function_call`` items and nothing runs),
+``server.openai.chat``: their calls come back as ``function_call`` items and nothing runs),
 ``tool_choice``, ``text.format`` (``text``, ``json_object``, ``json_schema``: the run's output
 schema), ``stream`` (``response.created`` … ``response.output_text.delta`` …
 ``response.function_call_arguments.delta``/``done`` … ``response.completed``), and
@@ -32,14 +32,14 @@ from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.server.auth import CurrentUser
-from hermes_agent.server.openai_answer import (
+from hermes_agent.server.openai.answer import (
     AnswerText,
     answer_pieces,
     approval_notice,
     extension,
     usage,
 )
-from hermes_agent.server.openai_runs import (
+from hermes_agent.server.openai.runs import (
     FacadeRun,
     ending_error,
     load_session,
@@ -47,7 +47,15 @@ from hermes_agent.server.openai_runs import (
     session_exists,
     start_run,
 )
-from hermes_agent.server.openai_schema import (
+from hermes_agent.server.openai.tools import (
+    ConversationBuilder,
+    arguments_of,
+    client_tools,
+    handed_out,
+    output_schema,
+    tool_choice_name,
+)
+from hermes_agent.server.openai.wire import (
     OpenAIError,
     OpenAIRoute,
     ResponsesRequest,
@@ -56,14 +64,6 @@ from hermes_agent.server.openai_schema import (
     content_text,
     documented_errors,
     refuse,
-)
-from hermes_agent.server.openai_tools import (
-    ConversationBuilder,
-    arguments_of,
-    client_tools,
-    handed_out,
-    output_schema,
-    tool_choice_name,
 )
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, to_json
 from hermes_agent.storage.base import Storage
@@ -398,7 +398,7 @@ async def response_events(
     },
 )
 async def create_response(body: ResponsesRequest, request: Request, user: CurrentUser) -> Response:
-    """An OpenAI response answered by the agent (see ``routes_responses``)."""
+    """An OpenAI response answered by the agent (see ``openai.responses``)."""
     state = request.app.state
     settings: ServiceSettings = state.settings
     backend: RunBackend = state.backend

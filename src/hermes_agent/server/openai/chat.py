@@ -1,6 +1,6 @@
 """The OpenAI-compatible facade: ``POST /v1/chat/completions``, ``GET /v1/models``, and a 404
 naming the endpoints that exist for any other ``/v1/...`` path (``POST /v1/responses`` is in
-``server.routes_responses``).
+``server.openai.responses``).
 
 An existing OpenAI client talks to the agent with no change but its base URL and key::
 
@@ -9,7 +9,7 @@ An existing OpenAI client talks to the agent with no change but its base URL and
         model="hermes-agent", messages=[{"role": "user", "content": "What is 17 * 23?"}]
     )
 
-Each call is one run started through the run layer's backend (``server.openai_runs``), exactly
+Each call is one run started through the run layer's backend (``server.openai.runs``), exactly
 as ``POST /v1/runs`` starts one. Two ways to use it:
 
 - **The agent's tools, run server-side** (no ``tools`` in the request): the agent runs its own
@@ -17,7 +17,7 @@ as ``POST /v1/runs`` starts one. Two ways to use it:
   (``request_id``, ``session_id``, ``status``, ``tool_calls`` with their results,
   ``approvals``, ``warnings``), never in ``tool_calls``, which would make the client run them.
 - **The client's tools** (``tools``): the facade is a protocol adapter for the agent's model
-  (``server.openai_tools``). The model is shown the client's tools, its calls are parsed and
+  (``server.openai.tools``). The model is shown the client's tools, its calls are parsed and
   checked against the client's schemas (an invalid call goes back to the model with the
   errors), and valid ones come back as ``tool_calls`` with ``finish_reason: "tool_calls"`` —
   nothing runs. The client runs them and sends the ``tool`` messages; the run goes on from
@@ -77,21 +77,30 @@ from hermes_agent.runs.backend import RunBackend, RunView
 from hermes_agent.runs.principal import Principal
 from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.server.auth import CurrentUser
-from hermes_agent.server.openai_answer import (
+from hermes_agent.server.openai.answer import (
     AnswerText,
     answer_pieces,
     approval_notice,
     extension,
     usage,
 )
-from hermes_agent.server.openai_runs import (
+from hermes_agent.server.openai.runs import (
     FacadeRun,
     ending_error,
     plan_tools,
     set_aside_warning,
     start_run,
 )
-from hermes_agent.server.openai_schema import (
+from hermes_agent.server.openai.tools import (
+    ConversationBuilder,
+    arguments_of,
+    chat_tool_calls,
+    client_tools,
+    handed_out,
+    output_schema,
+    tool_choice_name,
+)
+from hermes_agent.server.openai.wire import (
     MODEL_ID,
     SESSION_HEADER,
     ChatCompletion,
@@ -106,15 +115,6 @@ from hermes_agent.server.openai_schema import (
     documented_errors,
     refuse,
     served_models,
-)
-from hermes_agent.server.openai_tools import (
-    ConversationBuilder,
-    arguments_of,
-    chat_tool_calls,
-    client_tools,
-    handed_out,
-    output_schema,
-    tool_choice_name,
 )
 from hermes_agent.server.sse import KEEPALIVE_COMMENT, EventStreamResponse, to_json
 from hermes_agent.types import Message
@@ -361,7 +361,7 @@ async def chat_completions(
     user: CurrentUser,
     session_header: Annotated[str | None, Header(alias=SESSION_HEADER)] = None,
 ) -> Response:
-    """An OpenAI chat completion answered by the agent (see ``routes_openai``)."""
+    """An OpenAI chat completion answered by the agent (see ``openai.chat``)."""
     settings: ServiceSettings = request.app.state.settings
     backend: RunBackend = request.app.state.backend
     check_model(body.model, "model")
