@@ -24,8 +24,8 @@ from hermes_agent import Agent, ScriptedModel
 from hermes_agent.errors import ModelError
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.openai_answer import AnswerText
-from hermes_agent.server.openai_schema import ContentPart, OpenAIError, content_text
+from hermes_agent.server.openai.answer import AnswerText
+from hermes_agent.server.openai.wire import ContentPart, OpenAIError, content_text
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
 from server_harness import call, delete_file, poll_run, serve, wait, wait_for

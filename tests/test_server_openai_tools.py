@@ -18,8 +18,8 @@ import pytest
 from hermes_agent import Agent, OpenAICompatible
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from hermes_agent.server.openai_runs import plan_tools
-from hermes_agent.server.openai_schema import OpenAIError
+from hermes_agent.server.openai.runs import plan_tools
+from hermes_agent.server.openai.wire import OpenAIError
 from openai_server import ScriptedServer, running_server, text
 from server_harness import serve
 
@@ -366,7 +366,7 @@ def test_a_run_the_facade_stopped_following_is_never_an_empty_finished_answer() 
     """When the facade stops waiting on a run that neither ended nor waits for an approval
     (a queued run while the instance shuts down), the answer is a 503 naming the run."""
     from hermes_agent.runs.backend import RunView
-    from hermes_agent.server.openai_runs import ending_error
+    from hermes_agent.server.openai.runs import ending_error
 
     running = RunView(request_id="r1", session_id="s", status="running", source="queue")
     error = ending_error(running)
