@@ -135,7 +135,7 @@ def _map_rows() -> list[tuple[list[str], list[str]]]:
 def test_the_map_names_every_test_file_and_every_part_of_the_package() -> None:
     rows = _map_rows()
     named_tests = {f"test_{stem}.py" for _, tests in rows for stem in tests}
-    on_disk = {path.name for path in (ROOT / "tests").glob("test_*.py")}
+    on_disk = {path.name for path in (ROOT / "tests").rglob("test_*.py")}
     assert not on_disk - named_tests, (
         "docs/testing.md, 'Where the tests of a module are': add these test files to the row "
         f"of what they test: {sorted(on_disk - named_tests)}"
