@@ -134,54 +134,87 @@ def _module_reason(name: str) -> str | None:
 
 
 class _Walker:
-    """Follows the names a code object uses, through the tests' own helpers."""
+    """Follows the names a code object uses, through the tests' own helpers.
+
+    What each function, code object and class of the tests leads to is worked out once and
+    kept (``found``), so a helper that a thousand tests call is read once per session, not once
+    per test. An answer that leaned on a helper still being read further up (a cycle) is not
+    kept: it is read again when asked.
+    """
 
     def __init__(self, test_modules: Iterable[str]) -> None:
         self.test_modules = set(test_modules)
-        self.seen: set[int] = set()
-        self.reasons: set[str] = set()
+        self.found: dict[object, frozenset[str]] = {}
+        self.open: set[object] = set()
+        self.waiting: list[set[object]] = [set()]
 
-    def function(self, function: Callable[..., Any]) -> None:
+    def function(self, function: Callable[..., Any]) -> frozenset[str]:
         function = inspect.unwrap(function)
         code = getattr(function, "__code__", None)
-        if code is None or id(code) in self.seen:
-            return
-        self.code(code, getattr(function, "__globals__", {}))
+        if code is None:
+            return frozenset()
+        return self.code(code, getattr(function, "__globals__", {}))
 
-    def code(self, code: types.CodeType, namespace: Mapping[str, Any]) -> None:
-        if id(code) in self.seen:
-            return
-        self.seen.add(id(code))
+    def _kept(self, key: object, read: Callable[[set[str]], object]) -> frozenset[str]:
+        """What ``key`` leads to: kept from before, or ``read`` into a new set. The answer is
+        kept unless it leaned on a part of the tests still being read further up (a cycle)."""
+        if key in self.found:
+            return self.found[key]
+        if key in self.open:
+            self.waiting[-1].add(key)
+            return frozenset()
+        self.open.add(key)
+        self.waiting.append(set())
+        reasons: set[str] = set()
+        try:
+            read(reasons)
+        finally:
+            self.open.discard(key)
+            waiting = self.waiting.pop() - {key}
+        answer = frozenset(reasons)
+        if waiting:
+            self.waiting[-1] |= waiting
+        else:
+            self.found[key] = answer
+        return answer
+
+    def code(self, code: types.CodeType, namespace: Mapping[str, Any]) -> frozenset[str]:
+        key = (id(code), id(namespace))  # code objects compare by value: two modules' copies differ
+        return self._kept(key, lambda reasons: self._read_code(code, namespace, reasons))
+
+    def _read_code(
+        self, code: types.CodeType, namespace: Mapping[str, Any], reasons: set[str]
+    ) -> None:
         imported = ""
         for instruction in dis.get_instructions(code):
             if instruction.opname == "IMPORT_NAME":
                 imported = str(instruction.argval)
                 reason = _module_reason(imported)
                 if reason:
-                    self.reasons.add(reason)
+                    reasons.add(reason)
             elif instruction.opname == "IMPORT_FROM":
                 # ``from hermes_agent.models import llamacpp``: a submodule by its full name.
                 reason = _module_reason(f"{imported}.{instruction.argval}")
                 if reason:
-                    self.reasons.add(reason)
+                    reasons.add(reason)
                 # ``from server_harness import serve`` inside a function: follow it as a global.
                 module = self.test_module(imported)
                 if module is not None and hasattr(module, str(instruction.argval)):
-                    self.thing(getattr(module, str(instruction.argval)))
+                    reasons |= self.thing(getattr(module, str(instruction.argval)))
         for name in code.co_names:
             if name in namespace:
-                self.thing(namespace[name])
+                reasons |= self.thing(namespace[name])
         if "executable" in code.co_names and namespace.get("sys") is sys:
-            self.reasons.add("a subprocess")  # sys.executable: a Python process of its own
+            reasons.add("a subprocess")  # sys.executable: a Python process of its own
         for constant in code.co_consts:
             if isinstance(constant, types.CodeType):
-                self.code(constant, namespace)
+                reasons |= self.code(constant, namespace)
             elif isinstance(constant, str) and constant in REAL_STRINGS:
-                self.reasons.add(REAL_STRINGS[constant])
+                reasons.add(REAL_STRINGS[constant])
             elif isinstance(constant, tuple):
                 for item in constant:
                     if isinstance(item, str) and item in REAL_STRINGS:
-                        self.reasons.add(REAL_STRINGS[item])
+                        reasons.add(REAL_STRINGS[item])
 
     def followed(self, name: str) -> bool:
         """Whether ``name`` is a module of tests/ whose functions are followed."""
@@ -198,46 +231,54 @@ class _Walker:
         except Exception:
             return None
 
-    def thing(self, value: Any) -> None:
+    def thing(self, value: Any) -> frozenset[str]:
         if getattr(value, "execution_mode", None) == "subprocess":  # a Tool
-            self.reasons.add("tool worker processes")
-            return
+            return frozenset({"tool worker processes"})
         if isinstance(value, types.ModuleType):
             reason = _module_reason(value.__name__)
-            if reason:
-                self.reasons.add(reason)
-            return
+            return frozenset({reason}) if reason else frozenset()
         module = getattr(value, "__module__", None)
         if not isinstance(module, str):
-            return
+            return frozenset()
         reason = _module_reason(module)
         if reason:
-            self.reasons.add(reason)
-            return
+            return frozenset({reason})
         if not self.followed(module):
-            return
+            return frozenset()
         helper = REAL_HELPERS.get((module, getattr(value, "__name__", "")))
         if helper:
-            self.reasons.add(helper)
-        elif inspect.isclass(value):
-            if id(value) in self.seen:
-                return
-            self.seen.add(id(value))
-            for member in vars(value).values():
-                if isinstance(member, staticmethod | classmethod):
-                    member = member.__func__
-                if isinstance(member, property):
-                    member = member.fget
-                if inspect.isfunction(member):
-                    self.function(member)
-        elif inspect.isfunction(value):
-            self.function(value)
+            return frozenset({helper})
+        if inspect.isclass(value):
+            return self._kept(id(value), lambda reasons: self._read_class(value, reasons))
+        if inspect.isfunction(value):
+            return self.function(value)
+        return frozenset()
+
+    def _read_class(self, value: type, reasons: set[str]) -> None:
+        for member in vars(value).values():
+            if isinstance(member, staticmethod | classmethod):
+                member = member.__func__
+            if isinstance(member, property):
+                member = member.fget
+            if inspect.isfunction(member):
+                reasons |= self.function(member)
 
 
 @functools.cache
 def _modules_of_tests() -> frozenset[str]:
     """The names of the modules in tests/, every folder (test files import by basename)."""
     return frozenset(path.stem for path in TESTS.rglob("*.py"))
+
+
+_WALKERS: dict[frozenset[str], _Walker] = {}
+
+
+def _walker(test_modules: Iterable[str]) -> _Walker:
+    """One walker, and what it found, per set of modules followed (one for a whole session)."""
+    key = frozenset(test_modules)
+    if key not in _WALKERS:
+        _WALKERS[key] = _Walker(key)
+    return _WALKERS[key]
 
 
 def uses(
@@ -250,22 +291,23 @@ def uses(
     """What a test uses: its function, the functions of its fixtures, its storage parameters
     (``params``: fixture name → parameter) and its markers. The functions of tests/ it calls
     are followed (``test_modules`` adds modules to follow beyond the files of tests/)."""
-    walker = _Walker(test_modules)
     module = getattr(function, "__module__", None)
     if module in ALWAYS_UNIT:
         return Uses()
+    walker = _walker(test_modules)
+    reasons: set[str] = set()
     if module in MODULE_REASONS:
-        walker.reasons.add(MODULE_REASONS[module])
-    walker.function(function)
+        reasons.add(MODULE_REASONS[module])
+    reasons |= walker.function(function)
     for fixture in fixtures:
-        walker.function(fixture)
+        reasons |= walker.function(fixture)
     for name, value in (params or {}).items():
         if name in STORAGE_FIXTURES and isinstance(value, str) and value in STORAGE_PARAMS:
-            walker.reasons.add(STORAGE_PARAMS[value])
+            reasons.add(STORAGE_PARAMS[value])
     for marker in markers:
         if marker in MARKER_REASONS:
-            walker.reasons.add(MARKER_REASONS[marker])
+            reasons.add(MARKER_REASONS[marker])
     test_id = f"{module}::{getattr(function, '__name__', '')}"
     if test_id in NAMED_TESTS:
-        walker.reasons.add(NAMED_TESTS[test_id])
-    return Uses(walker.reasons, SLOW_TESTS.get(test_id))
+        reasons.add(NAMED_TESTS[test_id])
+    return Uses(reasons, SLOW_TESTS.get(test_id))
