@@ -5,15 +5,13 @@ runtime's own messages in Chinese (agent.language, or a run's ``lang`` variable)
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli_harness import hermes
 from hermes_agent import Agent, LanguageHook, ScriptedModel, build_agent, load_tools_file
 from hermes_agent.config import parse_config
 from hermes_agent.errors import ModelError
@@ -37,19 +35,6 @@ def get_weather(city: str) -> str:
     """The weather in a city."""
     return f"{city}: sunny"
 '''
-
-
-def hermes(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k != "HERMES_DEBUG"}
-    environment["HOME"] = str(cwd)
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_agent", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=environment,
-    )
 
 
 def scripted(folder: Path, *responses: str, extra: str = "") -> Path:

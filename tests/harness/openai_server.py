@@ -251,3 +251,8 @@ def server_fixture(running: ScriptedServer) -> ScriptedServer:
     """The module's scripted server, its replies and requests cleared for this test."""
     running.reset()
     return running
+
+
+def hermes_call(name: str, **arguments: Any) -> str:
+    """The ``<tool_call>`` block a Hermes model writes to call ``name``."""
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import uvicorn
@@ -22,6 +22,9 @@ from hermes_agent import Agent, ScriptedModel
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
+
+if TYPE_CHECKING:
+    from hermes_agent.server import ServiceSettings
 
 
 def script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
@@ -167,3 +170,15 @@ def poll_run(client: httpx.Client, request_id: str, timeout: float = 10.0) -> di
 def pid_from(path: Path) -> int:
     wait_for(lambda: path.exists() and path.read_text().strip() != "")
     return int(path.read_text())
+
+
+def bearer(key: str) -> dict[str, str]:
+    """The header that presents ``key``."""
+    return {"Authorization": f"Bearer {key}"}
+
+
+def local(**overrides: Any) -> ServiceSettings:
+    """Service settings without authentication (``auth: none``), with ``overrides``."""
+    from hermes_agent.server import ServiceSettings
+
+    return ServiceSettings(auth="none", **overrides)

@@ -67,3 +67,8 @@ def _url(kind: str, tmp_path: Path) -> Iterator[str]:
     finally:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[attr-defined]
         admin.close()  # type: ignore[attr-defined]
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    """The URL of a SQLite file, ``state.db`` in ``tmp_path``."""
+    return f"sqlite:///{tmp_path / 'state.db'}"

@@ -21,13 +21,16 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from hermes_agent import current_call
 from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message
+
+if TYPE_CHECKING:
+    from hermes_agent.worker.store import RunStore
 from server_harness import free_port as free_port  # one definition, shared
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -288,3 +291,17 @@ def charge_script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]])
     if not results:
         return call("charge", cents=int(str(user.content).split()[-1]))
     return f"answer: {json.dumps(results[-1].tool_results[0].content)}"
+
+
+def expire(store: RunStore, request_id: str) -> None:
+    """As if the lease holder died: its lease runs out."""
+    from sqlalchemy import update
+
+    from hermes_agent.worker.store import runs_table
+
+    with store.storage.transaction(write=True) as conn:
+        conn.execute(
+            update(runs_table)
+            .where(runs_table.c.request_id == request_id)
+            .values(lease_expires_ns=time.time_ns() - 1)
+        )

@@ -28,23 +28,19 @@ from pathlib import Path
 
 import pytest
 
+from doc_pages import marked_blocks
 from server_harness import free_port
 
 pytest.importorskip("mcp")
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "mcp.md"
-BLOCK = re.compile(r"(?:<!-- (?P<mark>[^>]*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S)
 PORT_ON_THE_PAGE = "8001"
 
 
-def blocks() -> list[tuple[str, str, str]]:
-    return [(m["mark"] or "", m["lang"], m["body"]) for m in BLOCK.finditer(PAGE.read_text())]
-
-
 def test_every_block_is_marked() -> None:
-    unmarked = [(lang, body) for mark, lang, body in blocks() if not mark]
+    unmarked = [(lang, body) for mark, lang, body in marked_blocks(PAGE) if not mark]
     assert unmarked == [("text", 'pip install -e ".[mcp]"\n')]
-    marks = {mark.split(":")[0] for mark, _, _ in blocks() if mark}
+    marks = {mark.split(":")[0] for mark, _, _ in marked_blocks(PAGE) if mark}
     assert marks == {"file", "run"}
 
 
@@ -58,13 +54,13 @@ def test_the_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # ``python`` and ``hermes-agent`` on the page are this interpreter's
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     port = str(free_port())
-    for mark, _, body in blocks():
+    for mark, _, body in marked_blocks(PAGE):
         if mark.startswith("file:"):
             (tmp_path / mark.removeprefix("file:").strip()).write_text(body, encoding="utf-8")
     namespace: dict[str, object] = {"__name__": "docs_mcp"}
     servers: list[subprocess.Popen[bytes]] = []
     try:
-        for number, (mark, _, body) in enumerate(blocks(), start=1):
+        for number, (mark, _, body) in enumerate(marked_blocks(PAGE), start=1):
             code = body.replace(PORT_ON_THE_PAGE, port)
             if mark == "run: python":
                 exec(compile(code, f"mcp.md (block {number})", "exec"), namespace)
@@ -94,7 +90,6 @@ def start_server(command: str, folder: Path, port: int) -> subprocess.Popen[byte
 def test_the_service_mcp_section_is_a_valid_service_setting() -> None:
     """The page's ``service.mcp`` block is what ``ServiceSettings`` reads (its behaviour is
     tests/runs/test_run_matrix.py's MCP row, in both engines)."""
-    import re
 
     import yaml
 

@@ -27,6 +27,7 @@ from hermes_agent.runs.settings import QuotaLimits, QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
 from hermes_agent.types import Usage
 from openai_server import ScriptedServer, running_server, text
+from server_harness import bearer as _bearer
 from server_harness import serve, sse_events, wait_for
 from step_model import running_step_model
 from storage_backends import _url, database_url, sql_database_url  # noqa: F401  (fixtures)
@@ -192,10 +193,6 @@ def _stream_until(client: httpx.Client, chars: int) -> tuple[str, int, Iterator[
             if seen >= chars:
                 break
     return request_id, seen, frames
-
-
-def _bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def test_runs_cancelled_mid_answer_count_what_they_streamed(model_server: ScriptedServer) -> None:

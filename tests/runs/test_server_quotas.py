@@ -27,12 +27,9 @@ from hermes_agent.runs.quotas import (
 )
 from hermes_agent.runs.settings import QuotaLimits, QuotaSettings, service_settings
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
+from server_harness import bearer as _bearer
 from server_harness import make_agent, only_run_id, post_in_background, serve
 from storage_backends import database_url, sql_database_url  # noqa: F401  (fixtures)
-
-
-def _bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 def _seconds_to_utc_midnight() -> float:

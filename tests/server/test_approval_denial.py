@@ -24,14 +24,9 @@ from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message, ToolCall
 from hermes_agent.worker.runner import RunWorker
 from hermes_agent.worker.store import RunStore
-from server_harness import poll_run, serve
+from server_harness import delete_file, poll_run, serve
 
 BLAMED_ON_MODEL = "the model produced no usable tool call"
-
-
-def delete_file(path: str) -> str:
-    """Delete a file."""
-    return f"deleted {path}"
 
 
 def insisting(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from browsers import chromium_browser  # noqa: F401  (the browser fixture)
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.models.base import ModelResponse, ModelSettings
 from hermes_agent.runs.keys import MemoryKeyStore
@@ -149,14 +150,6 @@ def local(**overrides: Any) -> ServiceSettings:
 
 
 # -- the browser ---------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from browsers import chromium_browser, close, new_page, send  # noqa: F401  (the browser fixture)
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.types import Message
@@ -60,38 +61,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     settings = ServiceSettings(auth="none", approval_policy="wait")
     with serve(create_app(agent=agent, settings=settings)) as address:
         yield address
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM)
-        yield chromium
-        chromium.close()
-
-
-def new_page(browser: Any, width: int = 1280) -> Any:
-    context = browser.new_context(viewport={"width": width, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.errors = errors
-    return page
-
-
-def close(page: Any) -> None:
-    errors = page.errors
-    page.context.close()
-    assert not errors, f"the page raised: {errors}"
-
-
-def send(page: Any, text: str) -> Any:
-    page.fill("textarea[name=message]", text)
-    page.keyboard.press("Enter")
-    turn = page.locator(".msg.assistant").last
-    expect(turn).not_to_have_attribute("aria-busy", "true")
-    return turn
 
 
 def test_the_answer_is_markdown_drawn_as_nodes(browser: Any, url: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from browsers import chromium_browser, close, new_page, send  # noqa: F401  (the browser fixture)
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.pipeline.tables import markdown_table
 from hermes_agent.server import ServiceSettings, create_app
@@ -81,38 +82,6 @@ def url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 answer = client.post("/v1/runs", json={"message": message, "session_id": session})
                 assert answer.status_code in (200, 502), answer.text
         yield address
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM)
-        yield chromium
-        chromium.close()
-
-
-def new_page(browser: Any, width: int) -> Any:
-    context = browser.new_context(viewport={"width": width, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(15_000)
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.errors = errors
-    return page
-
-
-def close(page: Any) -> None:
-    errors = page.errors
-    page.context.close()
-    assert not errors, f"the page raised: {errors}"
-
-
-def send(page: Any, text: str) -> Any:
-    page.fill("textarea[name=message]", text)
-    page.keyboard.press("Enter")
-    turn = page.locator(".msg.assistant").last
-    expect(turn).not_to_have_attribute("aria-busy", "true")
-    return turn
 
 
 LAYOUT = """() => {

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from browsers import chromium_browser  # noqa: F401  (the browser fixture)
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.models.base import ModelSettings
 from hermes_agent.protocol.parser import NOTE_CALL_IN_THOUGHT, NOTE_REVEALED_THOUGHT
@@ -94,14 +95,6 @@ def agent(tmp_path: Path) -> Iterator[Agent]:
     built.add_tool(Tool.from_function(delete_file, requires_approval=True))
     yield built
     assert ran == [], "a call written inside a thought ran"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM)
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture

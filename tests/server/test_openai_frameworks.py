@@ -43,12 +43,10 @@ from pydantic_ai import NativeOutput, PromptedOutput  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
 
+from openai_server import hermes_call  # noqa: E402
+
 MODEL = "hermes-agent"
 set_tracing_disabled(True)  # openai-agents would send traces to OpenAI
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
 class Weather(BaseModel):

@@ -16,16 +16,9 @@ import pytest
 from hermes_agent.errors import ConfigError
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from server_harness import make_agent, pid_from, poll_run, process_gone, serve, sse_events
+from server_harness import local, make_agent, pid_from, poll_run, process_gone, serve, sse_events
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
-
-
-def local(**overrides: Any) -> ServiceSettings:
-    return ServiceSettings(auth="none", **overrides)
-
-
-def sqlite(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'state.db'}"
+from storage_backends import sqlite_url as sqlite
 
 
 def test_a_run_round_trips_through_the_store_and_survives_a_restart(sql_url: str) -> None:

@@ -17,6 +17,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
+from server_harness import bearer as _bearer
 from server_harness import (
     make_agent,
     pid_from,
@@ -39,10 +40,6 @@ def _settings(sql_url: str, **overrides: Any) -> ServiceSettings:
     }
     values.update(overrides)
     return ServiceSettings(**values)
-
-
-def _bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(name="keys")

@@ -28,8 +28,9 @@ from hermes_agent.server.openai_answer import AnswerText
 from hermes_agent.server.openai_schema import ContentPart, OpenAIError, content_text
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
-from server_harness import call, delete_file, poll_run, serve, wait, wait_for
+from server_harness import call, delete_file, local, poll_run, serve, wait, wait_for
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
+from storage_backends import sqlite_url as sqlite
 
 MODEL = "hermes-agent"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "openai-facade.md"
@@ -73,14 +74,6 @@ def make_agent(storage: str) -> Agent:
     agent.add_tool(Tool.from_function(wait))
     agent.add_tool(Tool.from_function(delete_file, requires_approval=True))
     return agent
-
-
-def local(**overrides: Any) -> ServiceSettings:
-    return ServiceSettings(auth="none", **overrides)
-
-
-def sqlite(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'state.db'}"
 
 
 def sdk(url: str, key: str = "unused", **options: Any) -> openai.OpenAI:

@@ -20,7 +20,7 @@ from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.server.openai_runs import plan_tools
 from hermes_agent.server.openai_schema import OpenAIError
-from openai_server import ScriptedServer, running_server, text
+from openai_server import ScriptedServer, hermes_call, running_server, text
 from server_harness import serve
 
 MODEL = "hermes-agent"
@@ -35,10 +35,6 @@ WEATHER = {
     "function": {"name": "get_weather", "description": "Weather in a city", "parameters": CITY},
 }
 RESPONSES_WEATHER = {"type": "function", "name": "get_weather", "parameters": CITY}
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(arguments)}}}\n</tool_call>'
 
 
 def user(content: str) -> dict[str, str]:

@@ -28,12 +28,9 @@ from hermes_agent.runs.quotas import DailyUsage, MemoryQuotaStore, Quotas
 from hermes_agent.runs.settings import QuotaLimits, QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
 from server_harness import make_agent, serve, wait_for
+from storage_backends import sqlite_url as _sqlite
 from test_channels import Receiver
 from test_channels_inbound import INBOUND_SECRET, app_for, message, post
-
-
-def _sqlite(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'state.db'}"
 
 
 def _local(**overrides: Any) -> ServiceSettings:

@@ -17,7 +17,6 @@ Unmarked blocks: the ``text`` diagram and the ``pip install`` line (checked agai
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,20 +27,16 @@ from pathlib import Path
 
 import pytest
 
+from doc_pages import marked_blocks
 from worker_harness import REDIS, broker_up, drop_queue
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "scale-out.md"
-BLOCK = re.compile(r"(?:<!-- (?P<mark>[^>]*?) -->\n)?```(?P<lang>\w+)\n(?P<body>.*?)```", re.S)
 PAGE_DB = "postgresql+psycopg://postgres@127.0.0.1:5432/hermes"
 PAGE_QUEUE = "queue_name: hermes-runs"
 
 
-def blocks() -> list[tuple[str, str, str]]:
-    return [(m["mark"] or "", m["lang"], m["body"]) for m in BLOCK.finditer(PAGE.read_text())]
-
-
 def test_every_block_is_marked() -> None:
-    unmarked = [(lang, body) for mark, lang, body in blocks() if not mark]
+    unmarked = [(lang, body) for mark, lang, body in marked_blocks(PAGE) if not mark]
     assert [lang for lang, _ in unmarked] == ["text", "text"]
     assert unmarked[1][1] == (
         'pip install -e ".[worker,local]"\ncreatedb -h 127.0.0.1 -U postgres hermes\n'
@@ -63,14 +58,14 @@ def test_the_page_runs(tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
-    for mark, _, body in blocks():
+    for mark, _, body in marked_blocks(PAGE):
         if mark.startswith("file:"):
             text = body.replace(PAGE_DB, db).replace(PAGE_QUEUE, f"queue_name: {queue}")
             (tmp_path / mark.removeprefix("file:").strip()).write_text(text, encoding="utf-8")
     namespace: dict[str, object] = {"__name__": "docs_scale_out"}
     workers: list[subprocess.Popen[bytes]] = []
     try:
-        for number, (mark, _, body) in enumerate(blocks(), start=1):
+        for number, (mark, _, body) in enumerate(marked_blocks(PAGE), start=1):
             if mark == "run: python":
                 exec(compile(body, f"scale-out.md (block {number})", "exec"), namespace)
             elif mark == "run: bash worker":

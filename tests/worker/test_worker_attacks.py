@@ -22,7 +22,7 @@ from hermes_agent.types import Message
 from hermes_agent.worker.journal import response_to_json
 from hermes_agent.worker.runner import RunWorker
 from hermes_agent.worker.store import RunStore
-from worker_harness import Ledger, call, charge_script
+from worker_harness import Ledger, call, charge_script, expire
 
 
 def calls(*bodies: tuple[str, dict[str, Any]]) -> str:
@@ -44,20 +44,6 @@ def charging_agent(url: str, ledger: Ledger, **tool_settings: Any) -> tuple[Agen
     model = ScriptedModel(charge_script)
     tool = Tool.from_function(ledger.charge, **tool_settings)
     return Agent(model, storage=url, tools=[tool]), model
-
-
-def expire(store: RunStore, request_id: str) -> None:
-    """As if the lease holder died: its lease runs out."""
-    from sqlalchemy import update
-
-    from hermes_agent.worker.store import runs_table
-
-    with store.storage.transaction(write=True) as conn:
-        conn.execute(
-            update(runs_table)
-            .where(runs_table.c.request_id == request_id)
-            .values(lease_expires_ns=time.time_ns() - 1)
-        )
 
 
 def _settings() -> Any:

@@ -24,7 +24,7 @@ from hermes_agent.types import Message
 from hermes_agent.worker.journal import StoreJournal, response_to_json
 from hermes_agent.worker.runner import RunWorker
 from hermes_agent.worker.store import LeaseLost, RunStore
-from worker_harness import Ledger, call
+from worker_harness import Ledger, call, expire
 from worker_harness import charge_script as script
 
 
@@ -49,20 +49,6 @@ def setup(
     worker = RunWorker(agent, store, sent.append, name="test:1", lease_ttl=lease_ttl)
     cleanup.extend([agent, worker])
     return agent, model, store, worker, sent
-
-
-def expire(store: RunStore, request_id: str) -> None:
-    """As if the lease holder died: its lease runs out."""
-    from sqlalchemy import update
-
-    from hermes_agent.worker.store import runs_table
-
-    with store.storage.transaction(write=True) as conn:
-        conn.execute(
-            update(runs_table)
-            .where(runs_table.c.request_id == request_id)
-            .values(lease_expires_ns=time.time_ns() - 1)
-        )
 
 
 def test_a_queued_run_completes_with_its_events_journal_and_turn(
