@@ -464,14 +464,11 @@ def test_table_markdown_and_json_renderers() -> None:
     agent = orders_agent()
     table = agent.run("orders?", output_format="table").rendered
     assert table.format == "table"
-    assert (
-        table.content
-        == (  # cells padded to their column's width (tests/pipeline/test_tables.py)
-            "| id  | item        | total |\n"
-            "|-----|-------------|-------|\n"
-            "| 1   | tea         | 4.5   |\n"
-            "| 2   | cake\\|slice | 3     |"
-        )
+    assert table.content == (  # cells padded to their column's width (pipeline/test_tables.py)
+        "| id  | item        | total |\n"
+        "|-----|-------------|-------|\n"
+        "| 1   | tea         | 4.5   |\n"
+        "| 2   | cake\\|slice | 3     |"
     )
     assert table.metadata["source_tools"] == ["orders"] and table.metadata["rendered_at"] > 0
     markdown = agent.run("orders?", output_format="markdown").rendered.content

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from hermes_agent import Agent, OpenAICompatible
 from hermes_agent.server import ServiceSettings, create_app
-from openai_server import ScriptedServer, running_server, text
+from openai_server import ScriptedServer, hermes_call, running_server, text
 from server_harness import serve
 
 agents = pytest.importorskip("agents")
@@ -42,8 +42,6 @@ from agents import (  # noqa: E402
 from pydantic_ai import NativeOutput, PromptedOutput  # noqa: E402
 from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
 from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
-
-from openai_server import hermes_call  # noqa: E402
 
 MODEL = "hermes-agent"
 set_tracing_disabled(True)  # openai-agents would send traces to OpenAI
