@@ -27,7 +27,7 @@ from pathlib import Path
 # The scripted agent of the overhead benchmark (this folder is on sys.path when run as a script).
 from bench_overhead import Script, echo
 
-from hermes_agent import Agent, ScriptedModel
+from hermes_agent import Agent, Memory, ScriptedModel
 from hermes_agent.storage import SqlStorage
 from hermes_agent.types import Message
 
@@ -84,7 +84,7 @@ def _fill(kind: str, sessions: int, turns: int, path: str) -> None:
     before = _rss_kib()
     model = ScriptedModel(lambda messages, tools: "an answer of a typical short length, ok")
     storage = SqlStorage(f"sqlite:///{path}") if kind == "sql" else None
-    agent = Agent(model=model, storage=storage, audit=False, history_window=turns)
+    agent = Agent(model=model, storage=storage, audit=False, memory=Memory(history_window=turns))
     started = time.perf_counter()
     # Through the store's own append, one transaction per turn, as an Agent writes them.
     for s in range(sessions):

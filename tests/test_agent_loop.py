@@ -8,7 +8,15 @@ import time
 
 import pytest
 
-from hermes_agent import Agent, HermesAgentError, Message, ScriptedModel, Status
+from hermes_agent import (
+    Agent,
+    HermesAgentError,
+    Memory,
+    Message,
+    ScriptedModel,
+    Status,
+    ToolExecution,
+)
 from hermes_agent.testing import tool_call as call
 
 
@@ -96,7 +104,9 @@ def test_a_tool_that_raises_becomes_a_500_result() -> None:
 
 
 def test_a_tool_that_times_out_becomes_a_408_result() -> None:
-    agent, _ = make_agent([call("slow"), "Too slow."], default_timeout=0.2)
+    agent, _ = make_agent(
+        [call("slow"), "Too slow."], tool_execution=ToolExecution(default_timeout=0.2)
+    )
 
     @agent.tool
     def slow() -> str:
@@ -209,7 +219,8 @@ def test_history_window_keeps_recent_turns_and_a_bounded_summary() -> None:
         seen.append(list(messages))
         return f"answer {len(seen)}"
 
-    agent = Agent(model=ScriptedModel(answer), history_window=10, summary_max_chars=200)
+    memory = Memory(history_window=10, summary_max_chars=200)
+    agent = Agent(model=ScriptedModel(answer), memory=memory)
     for turn in range(25):
         agent.run(f"question {turn}", session_id="s")
     last = seen[-1]

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from cli_harness import hermes
-from hermes_agent import Agent, ScriptedModel, tool
+from hermes_agent import Agent, Budget, ScriptedModel, tool
 from hermes_agent.messages import error_detail, preferred_language
 from hermes_agent.server import ServiceSettings, create_app
 from server_harness import serve
@@ -72,7 +72,7 @@ def test_a_runs_lang_variable_wins_over_the_agents_language() -> None:
 
 
 def test_a_budget_that_stops_the_run_says_so_in_chinese() -> None:
-    result = looping_agent(max_run_tokens=1, language="zh").run("17 * 23?")
+    result = looping_agent(budget=Budget(max_run_tokens=1), language="zh").run("17 * 23?")
     assert result.status == 206 and result.loop_status == "budget_exceeded"
     assert re.match(r"在得到最终答案前停止：本次运行已用 \d+ 个 token，预算为 1", result.output)
 
@@ -196,6 +196,23 @@ def test_the_documented_http_example_answers_as_shown(service: str) -> None:
     assert answer.json() == shown
 
 
+def test_a_socket_speaks_its_handshakes_language(service: str) -> None:
+    from websockets.sync.client import connect
+
+    ws_url = service.replace("http://", "ws://") + "/v1/ws"
+    with connect(ws_url, additional_headers={"Accept-Language": "zh-CN"}) as socket:
+        socket.send(json.dumps({"type": "approve", "approval_id": "nope", "approved": True}))
+        error = json.loads(socket.recv(timeout=20))
+        assert error["type"] == "error" and error["status"] == 404
+        assert error["detail"].startswith("未找到。详情：")
+        socket.send(json.dumps({"type": "run", "message": "17 * 23?"}))
+        while True:
+            frame = json.loads(socket.recv(timeout=60))
+            if frame["type"] == "event" and frame["event"]["kind"] == "result":
+                break
+        assert frame["event"]["result"]["output"].startswith("已执行 1 步")
+
+
 # -- the console ---------------------------------------------------------------------------
 
 CHROMIUM = os.environ.get("HERMES_CHROMIUM", "/usr/bin/chromium")
@@ -229,6 +246,22 @@ def test_the_console_labels_follow_the_browser_language(
             if locale.startswith("zh"):
                 assert page.evaluate("document.documentElement.lang") == "zh-CN"
                 expect(page.locator("form.composer button[type=submit]")).to_have_text("发送")
+            # One run's page and the approvals page speak the same language.
+            ran = httpx.post(f"{service}/v1/runs", json={"message": "17 * 23?"}, timeout=30)
+            page.goto(f"{service}/console/#/runs/{ran.json()['request_id']}")
+            expect(page.locator("main[data-ready=runs] dl.facts")).to_have_count(1, timeout=15_000)
+            zh = locale.startswith("zh")
+            expect(page.locator("dl.facts dt").first).to_have_text("会话" if zh else "Session")
+            expect(page.locator("section.output h2")).to_have_text(
+                "最终输出" if zh else "Final output"
+            )
+            expect(page.locator("[data-action=export]")).to_have_text(
+                "导出 JSONL" if zh else "Export JSONL"
+            )
+            page.goto(f"{service}/console/#/approvals")
+            expect(page.locator("main[data-ready=approvals] p.empty")).to_have_text(
+                "没有等待审批的调用。" if zh else "Nothing waits for an approval.", timeout=15_000
+            )
             assert not errors, errors
         finally:
             browser.close()

@@ -12,16 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hermes_agent import (
-    Agent,
-    ConfigError,
-    HermesConfig,
-    ScriptedConfig,
-    ScriptedModel,
-    build_agent,
-    load_tools_file,
-)
-from hermes_agent.loading import ToolsFileError
+from hermes_agent import Agent, ConfigError, HermesConfig, ScriptedModel, build_agent
+from hermes_agent.config import ScriptedConfig
+from hermes_agent.loading import ToolsFileError, load_tools_file
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hermes_agent"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

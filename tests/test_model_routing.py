@@ -19,6 +19,7 @@ from hermes_agent import (
     Agent,
     ConfigError,
     HermesAgentError,
+    Pricing,
     ScriptedModel,
     TextDeltaEvent,
     Usage,
@@ -50,10 +51,12 @@ def test_tool_turns_go_to_the_model_and_the_answer_to_the_answer_model() -> None
         [CALL, DRAFT],
         [ANSWER],
         storage="memory://",
-        price_per_1k_prompt=0.5,
-        price_per_1k_completion=1.0,
-        answer_price_per_1k_prompt=5.0,
-        answer_price_per_1k_completion=10.0,
+        pricing=Pricing(
+            prompt_per_1k=0.5,
+            completion_per_1k=1.0,
+            answer_prompt_per_1k=5.0,
+            answer_completion_per_1k=10.0,
+        ),
     )
     result = agent.run("What is 17 + 25?")
     assert result.status == 200

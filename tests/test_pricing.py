@@ -3,7 +3,7 @@ on the model's profile."""
 
 from __future__ import annotations
 
-from hermes_agent import Agent
+from hermes_agent import Agent, Pricing
 from hermes_agent.agent_context import cost_of
 from hermes_agent.models.base import ModelProfile
 from hermes_agent.models.scripted import ScriptedModel
@@ -34,7 +34,7 @@ def test_the_profile_prices_a_run_when_the_agent_sets_none() -> None:
 
 
 def test_prices_given_to_the_agent_win_over_the_profile() -> None:
-    agent = Agent(model=PricedModel(["ok"]), price_per_1k_prompt=10.0)
+    agent = Agent(model=PricedModel(["ok"]), pricing=Pricing(prompt_per_1k=10.0))
     assert cost_of(agent, {"scripted": Usage(1000, 1000)}) == 10.0
 
 

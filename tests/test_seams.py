@@ -16,12 +16,11 @@ import pytest
 
 import hermes_agent
 from hermes_agent import (
-    EVENT_KINDS,
     Agent,
     Completion,
     ConfigError,
     HookContext,
-    InMemoryStorage,
+    Memory,
     Message,
     ModelBase,
     ModelConfig,
@@ -31,12 +30,12 @@ from hermes_agent import (
     ScriptedModel,
     Status,
     StreamChunk,
-    build_model,
     register_model,
 )
 from hermes_agent.config import ToolConfig, parse_config
 from hermes_agent.evals.report import CaseResult, record_run
 from hermes_agent.events import (
+    EVENT_KINDS,
     EVENT_TYPES,
     InputEvent,
     OutputEvent,
@@ -50,8 +49,9 @@ from hermes_agent.events import (
     ToolCallStartedEvent,
     ToolResultsEvent,
 )
-from hermes_agent.models.registry import model_backends
+from hermes_agent.models.registry import build_model, model_backends
 from hermes_agent.pipeline.status import REFUSED
+from hermes_agent.storage import InMemoryStorage
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.registry import SETTINGS
 from hermes_agent.types import RunResult, Step, ToolCallRecord
@@ -151,7 +151,8 @@ def test_the_summary_call_is_made_inside_the_input_stage_and_fits_the_window() -
 
     model = Summarising(answer)
     store = InMemoryStorage()
-    agent = Agent(model=model, history_window=1, summary_max_chars=120, storage=store)
+    memory = Memory(history_window=1, summary_max_chars=120)
+    agent = Agent(model=model, memory=memory, storage=store)
     seen: list[tuple[str, int]] = []
     agent.add_hook("pre_input", lambda ctx: seen.append(("pre", len(prompts))))
     agent.add_hook("post_input", lambda ctx: seen.append(("post", len(prompts))))

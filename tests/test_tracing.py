@@ -48,7 +48,7 @@ def exporter() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
 
 def lookup(account: str, token: str) -> dict[str, str]:
     """Look an account up with an access token."""
-    time.sleep(0.05)
+    time.sleep(0.05)  # a tool that takes time: its span lasts a while
     return {"account": account, "owner": "Ada", "echo": token}
 
 
@@ -270,7 +270,7 @@ def test_failures_carry_error_type(exporter: tuple[TracerProvider, InMemorySpanE
 
     async def slow(seconds: float) -> str:
         """Sleep."""
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # slow work on purpose: it runs past its timeout
         return "slept"
 
     model = ScriptedModel(
@@ -340,11 +340,15 @@ def test_a_model_that_fails_marks_the_chat_and_the_run(
 def test_a_cancelled_run_ends_its_spans_as_cancelled(
     exporter: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
+    from server_harness import await_for
+
     provider, memory = exporter
+    running: list[bool] = []
 
     async def hang() -> str:
         """Wait for a long time."""
-        await asyncio.sleep(30)
+        running.append(True)
+        await asyncio.sleep(30)  # a tool that hangs: the run is cancelled meanwhile
         return "never"
 
     agent = Agent(model=ScriptedModel([call("hang"), "never"]), tools=[hang])
@@ -352,9 +356,8 @@ def test_a_cancelled_run_ends_its_spans_as_cancelled(
 
     async def cancel_midway() -> None:
         task = asyncio.create_task(agent.arun("wait"))
-        while not named(memory.get_finished_spans(), "ToolSelector"):
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)  # the tool is running
+        await await_for(lambda: named(memory.get_finished_spans(), "ToolSelector"))
+        await await_for(lambda: running, what="the tool running")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -491,7 +494,7 @@ def test_the_callers_traceparent_is_the_parent_of_the_run_over_uvicorn(
     exporter: tuple[TracerProvider, InMemorySpanExporter], tmp_path: Path
 ) -> None:
     from hermes_agent.server import ServiceSettings, create_app
-    from server_harness import make_agent, serve, sse_events
+    from server_harness import make_agent, serve, sse_events, wait_for
 
     provider, memory = exporter
     agent = make_agent("memory://")
@@ -513,15 +516,12 @@ def test_the_callers_traceparent_is_the_parent_of_the_run_over_uvicorn(
         ) as r:
             first = next(f for f in sse_events(r.iter_lines()) if "data" in f)
         stopped = first["data"]["request_id"]
-        deadline = time.monotonic() + 10
-        while not named(memory.get_finished_spans(), "ToolSelector"):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for(lambda: named(memory.get_finished_spans(), "ToolSelector"), what="a tool chosen")
         assert client.post(f"/v1/runs/{stopped}/cancel").json()["cancelled"] is True
-        deadline = time.monotonic() + 10
-        while len(named(memory.get_finished_spans(), "invoke_agent")) < 4:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for(
+            lambda: len(named(memory.get_finished_spans(), "invoke_agent")) >= 4,
+            what="the four runs' spans",
+        )
 
     finished = named(memory.get_finished_spans(), "invoke_agent")
     runs = {s.attributes["hermes.request_id"]: s for s in finished}  # type: ignore[index]

@@ -14,7 +14,9 @@
 Everything public is importable from here or from one of the public modules below, each with
 an ``__all__`` of what it offers (docs/api.md):
 
-- ``hermes_agent``: the agent, models, tools, hooks, events, results, configuration;
+- ``hermes_agent``: what building and running an agent takes: ``Agent`` and its option groups
+  (``Pricing``, ``Budget``, ``Memory``, ``ToolExecution``), models, tools, hooks, renderers,
+  events, results, errors, configuration;
 - ``hermes_agent.testing``: test an agent without a real model;
 - ``hermes_agent.storage``: sessions and the audit trail (``open_storage``, ``InMemoryStorage``);
 - ``hermes_agent.replay``: run a recorded request again and compare;
@@ -28,22 +30,19 @@ an ``__all__`` of what it offers (docs/api.md):
 - ``hermes_agent.mcp``: an agent as an MCP server;
 - ``hermes_agent.tools.mcp``: an MCP server's tools as ``Tool``s.
 
-Every other module (``agent``, ``config``, ``pipeline``, ``models``, ``runs``, ``audit``, ...) is
-implementation: its names may move between releases without notice.
+Every other module is implementation, internal to the package: its names may move between
+releases without notice. That is ``agent``, ``agent_context``, ``agent_support``, ``options``,
+``config``, ``loading``, ``types``, ``events``, ``errors``, ``messages``, ``pricing``,
+``logs``, ``heap``, ``late_cancels``, ``stages``, and the packages ``pipeline``, ``models``,
+``memory``, ``audit``, ``runs``, ``backends``, ``cli``. What a user needs of them is
+re-exported above; names only the service, the workers or the CLI use (the config's section
+classes, the run journal, a caller's ``ClientTurn``) stay in their modules.
 """
 
+from typing import TYPE_CHECKING
+
 from hermes_agent.agent import Agent
-from hermes_agent.config import (
-    AgentConfig,
-    HermesConfig,
-    LlamaCppConfig,
-    ModelConfig,
-    OpenAIConfig,
-    QueueConfig,
-    ScriptedConfig,
-    load_config,
-    parse_config,
-)
+from hermes_agent.config import HermesConfig, ModelConfig, load_config, parse_config
 from hermes_agent.errors import (
     ConfigError,
     HermesAgentError,
@@ -53,7 +52,6 @@ from hermes_agent.errors import (
     ToolDefinitionError,
 )
 from hermes_agent.events import (
-    EVENT_KINDS,
     Event,
     InputEvent,
     OutputEvent,
@@ -70,19 +68,11 @@ from hermes_agent.events import (
 )
 from hermes_agent.loading import ToolsFileError, build_agent, load_tools_file
 from hermes_agent.logs import enable_debug_logging
-from hermes_agent.messages import LanguageHook
-from hermes_agent.models.base import (
-    ClosesConnections,
-    Model,
-    ModelBase,
-    ModelProfile,
-    ModelSettings,
-)
+from hermes_agent.models.base import Model, ModelBase, ModelProfile, ModelSettings
 from hermes_agent.models.profiles import ThoughtPolicy, thought_policy
-from hermes_agent.models.registry import build_model, register_model
-from hermes_agent.models.scripted import ScriptedModel, ScriptedRequest
-from hermes_agent.pipeline.client_tools import client_tool
-from hermes_agent.pipeline.context import ClientTurn
+from hermes_agent.models.registry import register_model
+from hermes_agent.models.scripted import ScriptedModel
+from hermes_agent.options import Budget, Memory, Pricing, ToolExecution
 from hermes_agent.pipeline.hook_classes import (
     HookBase,
     PostExecutionHook,
@@ -97,26 +87,18 @@ from hermes_agent.pipeline.hook_classes import (
     PreThoughtHook,
 )
 from hermes_agent.pipeline.hooks import Hook, HookContext, HookError
-from hermes_agent.pipeline.journal import CallKey, RunJournal, current_call
-from hermes_agent.pipeline.renderers import RenderedMessage, Renderer, RenderInput
+from hermes_agent.pipeline.journal import CallKey, current_call
+from hermes_agent.pipeline.renderers import Renderer, RenderInput
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tables import TableRenderer, markdown_table
 from hermes_agent.pipeline.tool_selector import typed_arguments
-from hermes_agent.protocol.chatml import render_conversation, to_chatml
-from hermes_agent.protocol.parser import StreamParser, parse_completion
-from hermes_agent.storage import (
-    InMemoryStorage,
-    SessionIdError,
-    Storage,
-    StorageError,
-    open_storage,
-)
-from hermes_agent.tools.registry import Tool, ToolRegistry, tool
+from hermes_agent.tools.registry import Tool, tool
 from hermes_agent.types import (
     Completion,
     Message,
     ModelResponse,
     ParseError,
+    RenderedMessage,
     RunResult,
     Step,
     StreamChunk,
@@ -125,6 +107,10 @@ from hermes_agent.types import (
     ToolResult,
     Usage,
 )
+
+if TYPE_CHECKING:  # for type checkers: the real classes (at run time, loaded when asked for)
+    from hermes_agent.models.llamacpp import LlamaCpp
+    from hermes_agent.models.openai import OpenAICompatible
 
 __version__ = "0.1.0"
 
@@ -143,12 +129,9 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "EVENT_KINDS",
     "Agent",
-    "AgentConfig",
+    "Budget",
     "CallKey",
-    "ClientTurn",
-    "ClosesConnections",
     "Completion",
     "ConfigError",
     "Event",
@@ -158,11 +141,9 @@ __all__ = [
     "HookBase",
     "HookContext",
     "HookError",
-    "InMemoryStorage",
     "InputEvent",
-    "LanguageHook",
     "LlamaCpp",
-    "LlamaCppConfig",
+    "Memory",
     "Message",
     "MissingDependencyError",
     "Model",
@@ -173,7 +154,6 @@ __all__ = [
     "ModelResponse",
     "ModelSettings",
     "OpenAICompatible",
-    "OpenAIConfig",
     "OutputEvent",
     "OutputValidationError",
     "ParseError",
@@ -187,25 +167,18 @@ __all__ = [
     "PreOutputHook",
     "PreSelectionHook",
     "PreThoughtHook",
-    "QueueConfig",
+    "Pricing",
     "RenderInput",
     "RenderedMessage",
     "Renderer",
     "ResultEvent",
-    "RunJournal",
     "RunResult",
     "ScratchPadDeltaEvent",
-    "ScriptedConfig",
     "ScriptedModel",
-    "ScriptedRequest",
     "SelectionEvent",
-    "SessionIdError",
     "Status",
     "Step",
-    "Storage",
-    "StorageError",
     "StreamChunk",
-    "StreamParser",
     "TableRenderer",
     "TextDeltaEvent",
     "ThoughtDeltaEvent",
@@ -218,27 +191,21 @@ __all__ = [
     "ToolCallRecord",
     "ToolCallStartedEvent",
     "ToolDefinitionError",
-    "ToolRegistry",
+    "ToolExecution",
     "ToolResult",
     "ToolResultsEvent",
     "ToolsFileError",
     "Usage",
     "__version__",
     "build_agent",
-    "build_model",
-    "client_tool",
     "current_call",
     "enable_debug_logging",
     "load_config",
     "load_tools_file",
     "markdown_table",
-    "open_storage",
-    "parse_completion",
     "parse_config",
     "register_model",
-    "render_conversation",
     "thought_policy",
-    "to_chatml",
     "tool",
     "typed_arguments",
 ]

@@ -27,11 +27,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, TypeVar, Unpack, overload
 
 from pydantic import BaseModel
 
-from hermes_agent.agent_context import build_context, checked_options, pricing
+from hermes_agent.agent_context import build_context, checked_options, run_pricing
 from hermes_agent.agent_support import (
     acquire_elsewhere,
     close_connections_of,
@@ -57,6 +57,15 @@ from hermes_agent.memory.session import (
 from hermes_agent.messages import language_of
 from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.registry import build_model
+from hermes_agent.options import (
+    AgentOptions,
+    Budget,
+    Memory,
+    Pricing,
+    ToolExecution,
+    ToolSettings,
+    agent_options,
+)
 from hermes_agent.pipeline.context import (
     Approver,
     ClientTurn,
@@ -74,13 +83,13 @@ from hermes_agent.pipeline.structured import OutputType
 from hermes_agent.storage.base import Storage, check_session_id
 from hermes_agent.storage.opening import open_storage
 from hermes_agent.tools.registry import DEFAULT_TOOLSET, Tool, ToolRegistry
-from hermes_agent.tools.runtime import DEFAULT_MAX_RESULT_CHARS, ToolRuntime
+from hermes_agent.tools.runtime import ToolRuntime
 from hermes_agent.types import Message, RunResult, ToolChoice
 
 if TYPE_CHECKING:
     from hermes_agent.replay import ReplayReport
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 logger = logging.getLogger("hermes_agent")
 
@@ -98,6 +107,12 @@ upper layer, and a config is honoured whichever way the agent is built."""
 
 _CONFIG_WIRINGS: list[ConfigWiring] = []
 
+# The groups' defaults (immutable, so one of each serves every agent).
+_DEFAULT_PRICING = Pricing()
+_DEFAULT_BUDGET = Budget()
+_DEFAULT_MEMORY = Memory()
+_DEFAULT_TOOL_EXECUTION = ToolExecution()
+
 
 def add_config_wiring(wiring: ConfigWiring) -> None:
     """Have ``Agent.from_settings`` call ``wiring(agent, config)`` last (once per wiring)."""
@@ -111,20 +126,21 @@ class Agent:
     ``model`` is any object with the ``Model`` seam (``OpenAICompatible``, ``LlamaCpp``,
     ``ScriptedModel``...); ``None`` means the embedded SmolLM2 model, loaded on first use.
     ``answer_model`` (optional) writes the final answer while ``model`` makes the tool calls
-    (see ``RunContext.route``); its prices are ``answer_price_per_1k_*``.
+    (see ``RunContext.route``).
     ``tool_choice`` is ``"auto"``, ``"required"``, ``"none"`` or a tool name; it applies to the
     first model turn of each run. ``toolsets`` limits which tools the model sees. ``explain``
     asks the model for a one-line reason with each turn (``Step.reason``, and the trail).
-    ``max_run_tokens``, ``max_run_cost`` and ``run_timeout_s`` bound what one run may spend
-    (``pipeline.budget``; each may be set per run too).
-    ``max_result_chars`` bounds every tool's result (characters of its JSON; a tool's own
-    larger ``max_result_chars`` raises it for that tool): a longer one is cut, with a note,
-    before it is stored or sent (``pipeline.tool_executor``).
     ``output_format`` is the renderer of an answer; ``channel_formats`` maps the name of a
     channel a run names (``run(..., channel="web")``) to the renderer of its answers, over
     ``DEFAULT_CHANNEL_FORMATS``.
     ``language`` (``en`` or ``zh``) is the language of the runtime's own messages to the end
     user (a run stopped short, a failed model); a run's ``lang`` variable overrides it.
+
+    The options few agents change come in groups (``hermes_agent.options``): ``pricing``
+    (``Pricing``: the models' prices per 1,000 tokens), ``budget`` (``Budget``: what one run
+    may spend; each may be set per run too), ``memory`` (``Memory``: how much of a session
+    the prompt carries) and ``tool_execution`` (``ToolExecution``: timeouts, concurrency and
+    the bound on every tool's result).
     """
 
     def __init__(
@@ -134,46 +150,37 @@ class Agent:
         answer_model: Model | None = None,
         system_prompt: str | None = None,
         preamble: str | None = None,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Callable[..., object]] = (),
         tool_choice: ToolChoice = "auto",
+        toolsets: Iterable[str] | None = None,
         scratch_pad: bool = False,
+        explain: bool = False,
         temperature: float | None = None,
         max_tokens: int | None = None,
         max_iterations: int = 5,
         max_retries: int = 2,
-        default_timeout: float = 30.0,
-        max_concurrency: int = 8,
-        max_calls_per_turn: int = 32,
-        history_window: int = 10,
-        summary_max_chars: int = 200,
-        toolsets: Iterable[str] | None = None,
-        session_store: SessionStore | None = None,
-        approver: Approver | None = None,
-        output_format: str = "text",
-        channel_formats: Mapping[str, str] | None = None,
-        tool_settings: Mapping[str, Mapping[str, Any]] | None = None,
         storage: Storage | str | None = None,
+        session_store: SessionStore | None = None,
         audit: bool = True,
         secrets: Iterable[str] = (),
         redact_patterns: Iterable[str] = (),
-        summarize_with_model: bool | None = None,
-        price_per_1k_prompt: float | None = None,
-        price_per_1k_completion: float | None = None,
-        answer_price_per_1k_prompt: float | None = None,
-        answer_price_per_1k_completion: float | None = None,
-        explain: bool = False,
-        max_run_tokens: int | None = None,
-        max_run_cost: float | None = None,
-        run_timeout_s: float | None = None,
-        max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+        approver: Approver | None = None,
+        output_format: str = "text",
+        channel_formats: Mapping[str, str] | None = None,
+        tool_settings: Mapping[str, Mapping[str, object]] | None = None,
         language: str = "en",
+        pricing: Pricing = _DEFAULT_PRICING,
+        budget: Budget = _DEFAULT_BUDGET,
+        memory: Memory = _DEFAULT_MEMORY,
+        tool_execution: ToolExecution = _DEFAULT_TOOL_EXECUTION,
     ) -> None:
         configure_from_environment()  # HERMES_DEBUG=1 / DEBUG=1: the debug lines on stderr
         if max_iterations < 1:
             raise HermesAgentError("max_iterations must be at least 1")
-        self.max_run_tokens = max_run_tokens
-        self.max_run_cost = max_run_cost
-        self.run_timeout_s = run_timeout_s
+        self.pricing = pricing
+        """The models' prices (``Pricing``)."""
+        self.budget = budget
+        """What one run may spend unless it says otherwise (``Budget``)."""
         self.language = language_of(language)
         for candidate in (model, answer_model):
             if candidate is not None and not isinstance(candidate, Model):
@@ -192,9 +199,9 @@ class Agent:
         self.limits = LoopLimits(
             max_iterations=max_iterations,
             max_retries=max_retries,
-            default_timeout=default_timeout,
-            max_concurrency=max_concurrency,
-            max_calls_per_turn=max_calls_per_turn,
+            default_timeout=tool_execution.default_timeout,
+            max_concurrency=tool_execution.max_concurrency,
+            max_calls_per_turn=tool_execution.max_calls_per_turn,
         )
         self.toolsets = list(toolsets) if toolsets is not None else None
         self._audit = audit
@@ -204,16 +211,15 @@ class Agent:
         """Masks this agent's secrets in all it stores (audit records and messages), whatever
         the store, and whoever else shares it."""
         self.history = HistoryLoader(
-            history_window=history_window,
-            summary_max_chars=summary_max_chars,
-            summarize_with_model=summarize_with_model,
+            history_window=memory.history_window,
+            summary_max_chars=memory.summary_max_chars,
+            summarize_with_model=memory.summarize_with_model,
         )
-        self.prices = (price_per_1k_prompt, price_per_1k_completion)
-        self.answer_prices = (answer_price_per_1k_prompt, answer_price_per_1k_completion)
         self.registry = ToolRegistry()
         self.hooks = Hooks()
         self.runtime = ToolRuntime(
-            threads=max(4, self.limits.max_concurrency), max_result_chars=max_result_chars
+            threads=max(4, self.limits.max_concurrency),
+            max_result_chars=tool_execution.max_result_chars,
         )
         self.approver = approver
         self.renderers: dict[str, Renderer] = dict(BUILTIN_RENDERERS)
@@ -236,57 +242,22 @@ class Agent:
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def from_config(cls, path: str | os.PathLike[str], **overrides: Any) -> Agent:
+    def from_config(cls, path: str | os.PathLike[str], **overrides: Unpack[AgentOptions]) -> Agent:
         """Build an agent from a YAML file (see ``hermes_agent.config``); keyword arguments
-        override what the file says."""
+        (``Agent``'s, ``model`` included) override what the file says."""
         return cls.from_settings(load_config(path), **overrides)
 
     @classmethod
-    def from_settings(cls, config: HermesConfig, **overrides: Any) -> Agent:
-        """Build an agent from an already-validated ``HermesConfig``."""
-        a = config.agent
-        options: dict[str, Any] = {
-            "system_prompt": a.system_prompt,
-            "preamble": config.prompt.preamble,
-            "tool_choice": a.tool_choice,
-            "scratch_pad": a.scratch_pad,
-            "explain": a.explain,
-            "temperature": config.model.temperature,
-            "max_tokens": config.model.max_tokens,
-            "max_iterations": a.max_iterations,
-            "max_retries": a.max_retries,
-            "default_timeout": a.default_timeout,
-            "max_concurrency": a.max_concurrency,
-            "max_calls_per_turn": a.max_calls_per_turn,
-            "history_window": a.history_window,
-            "summary_max_chars": a.summary_max_chars,
-            "max_run_tokens": a.max_run_tokens,
-            "max_run_cost": a.max_run_cost,
-            "run_timeout_s": a.run_timeout_s,
-            "max_result_chars": a.max_result_chars,
-            "language": a.language,
-        }
-        options["output_format"] = config.output.format
-        options["channel_formats"] = config.output.channel_formats
-        options["tool_settings"] = {name: t.settings() for name, t in config.tools.items()}
-        # Stored only where the config's storage section says: a library keeps nothing on disk
-        # unless told (the CLI passes its documented default when the section is absent).
-        options["storage"] = config.storage.url if config.storage else None
-        options["audit"] = config.audit.enabled
-        options["redact_patterns"] = config.audit.redact_patterns
-        options["secrets"] = config.model.secrets()
-        options["price_per_1k_prompt"] = config.model.price_per_1k_prompt
-        options["price_per_1k_completion"] = config.model.price_per_1k_completion
-        answering = config.answer_model
-        if answering is not None:
-            options["secrets"] = [*options["secrets"], *answering.secrets()]
-            options["answer_price_per_1k_prompt"] = answering.price_per_1k_prompt
-            options["answer_price_per_1k_completion"] = answering.price_per_1k_completion
+    def from_settings(cls, config: HermesConfig, **overrides: Unpack[AgentOptions]) -> Agent:
+        """Build an agent from an already-validated ``HermesConfig`` (its keys become
+        ``Agent``'s options in ``options.agent_options``); keyword arguments override them."""
+        options = agent_options(config)
         options.update(overrides)
         model = options.pop("model", None) or build_model(config.model)
         if options.get("answer_model") is None and config.answer_model is not None:
             options["answer_model"] = build_model(config.answer_model)
-        agent = cls(model, **options)
+        options["model"] = model
+        agent = cls(**options)
         for point, hook in config_hooks(config):
             agent.add_hook(point, hook)
         for name, renderer in config_renderers(config):
@@ -360,22 +331,22 @@ class Agent:
         )
 
     @property
-    def history_window(self) -> int:
-        """How many recent turns the prompt carries verbatim (older ones are summarised)."""
-        return self.history.history_window
-
-    @history_window.setter
-    def history_window(self, value: int) -> None:
-        self.history.history_window = value
+    def memory(self) -> Memory:
+        """How much of a session the prompt carries, as the agent does it now (the values
+        live in ``history``, the loader of a session's history)."""
+        h = self.history
+        return Memory(h.history_window, h.summary_max_chars, h.summarize_with_model)
 
     @property
-    def summary_max_chars(self) -> int:
-        """The longest summary of old turns the prompt carries (0: none)."""
-        return self.history.summary_max_chars
-
-    @summary_max_chars.setter
-    def summary_max_chars(self, value: int) -> None:
-        self.history.summary_max_chars = value
+    def tool_execution(self) -> ToolExecution:
+        """How tool calls run, as the agent runs them now (the values live in ``limits`` and
+        ``runtime``)."""
+        return ToolExecution(
+            default_timeout=self.limits.default_timeout,
+            max_concurrency=self.limits.max_concurrency,
+            max_calls_per_turn=self.limits.max_calls_per_turn,
+            max_result_chars=self.runtime.max_result_chars,
+        )
 
     @property
     def model(self) -> Model:
@@ -426,26 +397,26 @@ class Agent:
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
-        **settings: Any,
+        **settings: Unpack[ToolSettings],
     ) -> Callable[[F], F]: ...
 
     def tool(
         self,
-        function: Callable[..., Any] | None = None,
+        function: F | None = None,
         *,
         name: str | None = None,
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
-        **settings: Any,
-    ) -> Any:
+        **settings: Unpack[ToolSettings],
+    ) -> F | Callable[[F], F]:
         """Register a function as a tool; its schema comes from type hints and docstring.
 
         Use bare (``@agent.tool``) or with options (``@agent.tool(timeout=5,
         execution_mode="subprocess")``; see ``Tool`` for every setting).
         """
 
-        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def decorate(fn: F) -> F:
             self.add_tool(
                 Tool.from_function(
                     fn,
@@ -464,12 +435,12 @@ class Agent:
         self,
         name: str | None = None,
         description: str | None = None,
-        parameters: Mapping[str, Any] | type[BaseModel] | None = None,
+        parameters: Mapping[str, object] | type[BaseModel] | None = None,
         *,
         toolset: str = DEFAULT_TOOLSET,
         timeout: float | None = None,
         check_fn: Callable[[], bool] | None = None,
-        **settings: Any,
+        **settings: Unpack[ToolSettings],
     ) -> Callable[[F], F]:
         """Register a tool with an explicit name, description and parameters schema.
 
@@ -536,7 +507,7 @@ class Agent:
         output_format: str | None = None,
         channel: str | None = None,
         output_type: OutputType | None = None,
-        variables: Mapping[str, Any] | None = None,
+        variables: Mapping[str, object] | None = None,
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
@@ -588,7 +559,7 @@ class Agent:
         request_id: str | None = None,
         journal: RunJournal | None = None,
         approver: Approver | None = None,
-        variables: Mapping[str, Any] | None = None,
+        variables: Mapping[str, object] | None = None,
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
@@ -686,7 +657,7 @@ class Agent:
                     result.warnings.append(problem)
             if isinstance(lock, AcquiresAsync) and lock.unheld is not None:
                 result.warnings.append(lock.unheld)
-            pricing(self).fill(result)
+            run_pricing(self).fill(result)
         finally:
             lock.release()
         if options.spec is not None and result.status == Status.UNPROCESSABLE:
@@ -705,7 +676,7 @@ class Agent:
         tool_choice: ToolChoice | None = None,
         toolsets: Iterable[str] | None = None,
         output_type: OutputType | None = None,
-        variables: Mapping[str, Any] | None = None,
+        variables: Mapping[str, object] | None = None,
     ) -> AsyncIterator[Event]:
         """Yield events as the run happens (see ``hermes_agent.events`` for every kind):
         ``TextDeltaEvent``, ``ToolCallStartedEvent``, ``ToolCallParsedEvent``,

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from hermes_agent.agent_support import checked_variables
 from hermes_agent.audit.recorder import Recorder
@@ -24,6 +24,7 @@ from hermes_agent.memory.history import HistoryLoader, LoadedHistory
 from hermes_agent.memory.session import SessionStore, off_the_loop
 from hermes_agent.messages import language_of
 from hermes_agent.models.base import Model, ModelSettings
+from hermes_agent.options import Budget, Pricing
 from hermes_agent.pipeline.budget import RunBudget
 from hermes_agent.pipeline.context import (
     Approver,
@@ -69,11 +70,8 @@ class AgentParts(Protocol):
     redactor: Redactor
     history: HistoryLoader
     answer_model: Model | None
-    prices: tuple[float | None, float | None]
-    answer_prices: tuple[float | None, float | None]
-    max_run_tokens: int | None
-    max_run_cost: float | None
-    run_timeout_s: float | None
+    pricing: Pricing
+    budget: Budget
     language: str
 
     @property
@@ -87,7 +85,7 @@ class RunOptions:
     """What a run was asked for beyond its message, checked (see ``checked_options``)."""
 
     spec: OutputSpec | None
-    variables: dict[str, Any]
+    variables: dict[str, object]
     budget: RunBudget
 
 
@@ -95,7 +93,7 @@ def checked_options(
     agent: AgentParts,
     *,
     output_type: OutputType | None,
-    variables: Mapping[str, Any] | None,
+    variables: Mapping[str, object] | None,
     max_run_tokens: int | None,
     max_run_cost: float | None,
     run_timeout_s: float | None,
@@ -104,10 +102,11 @@ def checked_options(
     budgets where the run sets none); ``HermesAgentError`` for what is wrong with them."""
     spec = output_spec(output_type) if output_type is not None else None
     given = checked_variables(variables)
+    own = agent.budget
     budget = RunBudget(
-        max_run_tokens if max_run_tokens is not None else agent.max_run_tokens,
-        max_run_cost if max_run_cost is not None else agent.max_run_cost,
-        run_timeout_s if run_timeout_s is not None else agent.run_timeout_s,
+        max_run_tokens if max_run_tokens is not None else own.max_run_tokens,
+        max_run_cost if max_run_cost is not None else own.max_run_cost,
+        run_timeout_s if run_timeout_s is not None else own.run_timeout_s,
         lambda usage_by_model: cost_of(agent, usage_by_model),
     )
     problem = budget.problem()
@@ -116,14 +115,15 @@ def checked_options(
     return RunOptions(spec, given, budget)
 
 
-def pricing(agent: AgentParts) -> RunPricing:
+def run_pricing(agent: AgentParts) -> RunPricing:
     """The prices of the agent's models as they are now."""
-    return RunPricing(agent.model, agent.answer_model, agent.prices, agent.answer_prices)
+    prices = agent.pricing
+    return RunPricing(agent.model, agent.answer_model, prices.model, prices.answer_model)
 
 
 def cost_of(agent: AgentParts, usage_by_model: Mapping[str, Usage]) -> float | None:
     """What ``usage_by_model`` costs at the prices of the agent's models."""
-    return pricing(agent).cost_of(usage_by_model)
+    return run_pricing(agent).cost_of(usage_by_model)
 
 
 def build_context(

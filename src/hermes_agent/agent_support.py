@@ -35,7 +35,7 @@ _loops = threading.local()
 logger = logging.getLogger("hermes_agent")
 
 
-def checked_variables(variables: Mapping[str, Any] | None) -> dict[str, Any]:
+def checked_variables(variables: Mapping[str, object] | None) -> dict[str, object]:
     """A run's own copy of its variables; ``HermesAgentError`` naming what is wrong."""
     if variables is None:
         return {}

@@ -32,6 +32,7 @@ import logging
 from hermes_agent.agent import Agent
 from hermes_agent.config import HermesConfig
 from hermes_agent.runs.backend import RunBackend
+from hermes_agent.runs.gate import Gate
 from hermes_agent.runs.in_process import serve_in_process
 from hermes_agent.runs.keys import KeyStore, open_key_store
 from hermes_agent.runs.local import RunManager
@@ -76,12 +77,22 @@ class Backends:
             logger.exception("cannot end the runs an earlier life left open (the store)")
             return []
 
+    @property
+    def gate(self) -> Gate:
+        """The run layer's gate every run passes (a door may ask it before a run starts)."""
+        return self.manager.gate
+
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking runs and let those in flight finish for ``grace_s``, then cancel them
+        (followers receive ``run_stopped``); nothing is released."""
+        await self.manager.shutdown(grace_s)
+
     async def shutdown(self, grace_s: float) -> None:
         """Stop taking runs, let those in flight finish for ``grace_s`` (then cancel them),
         and release everything: the queue's broker connections, the serving fork's model
         connections (opened on this loop) and tool pools (the audit trail is flushed), and
         the keys."""
-        await self.manager.shutdown(grace_s)
+        await self.drain(grace_s)
         if self.queue is not None:
             self.queue.close()
         await self.agent.close_connections()

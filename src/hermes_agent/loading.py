@@ -18,11 +18,12 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 from hermes_agent.agent import Agent, add_config_wiring
 from hermes_agent.config import HermesConfig, load_config
 from hermes_agent.errors import ConfigError, ToolDefinitionError
+from hermes_agent.options import AgentOptions, agent_options
 from hermes_agent.pipeline.renderers import BUILTIN_RENDERERS
 from hermes_agent.pipeline.tables import TableRenderer
 from hermes_agent.tools.registry import Tool
@@ -48,7 +49,7 @@ def build_agent(
     config: str | os.PathLike[str] | HermesConfig | None = None,
     *,
     tools_files: Sequence[str | os.PathLike[str]] = (),
-    **overrides: Any,
+    **overrides: Unpack[AgentOptions],
 ) -> Agent:
     """The agent a config describes, with the tools of ``tools_files`` added.
 
@@ -70,7 +71,8 @@ def build_agent(
     if settings is not None and settings.mcp_servers:
         # Their header and environment secrets are masked like the model's API key.
         secrets = [s for server in settings.mcp_servers.values() for s in server.secrets()]
-        overrides["secrets"] = [*overrides.get("secrets", settings.model.secrets()), *secrets]
+        configured = agent_options(settings).get("secrets", ())
+        overrides["secrets"] = [*overrides.get("secrets", configured), *secrets]
     agent = Agent(**overrides) if settings is None else Agent.from_settings(settings, **overrides)
     try:
         if settings is not None and settings.mcp_servers:

@@ -467,7 +467,9 @@ class AgentTracer:
         # The calls of a step run concurrently from the moment the executor got them; each
         # lasted what the executor measured (execution_time_ms).
         started = run.calls_started_ns
-        ended = min(started + int(record.metadata["execution_time_ms"] * 1e6), time.time_ns())
+        took = record.metadata.get("execution_time_ms")
+        took_ms = took if isinstance(took, int | float) else 0.0
+        ended = min(started + int(took_ms * 1e6), time.time_ns())
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": record.name,

@@ -168,12 +168,12 @@ class ToolCallRecord:
     """A tool call the run made, with its validated arguments and its result."""
 
     name: str
-    arguments: dict[str, Any]
-    result: Any
+    arguments: dict[str, object]
+    result: object
     status_code: int = 200
     error: str | None = None
     id: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
     """execution_time_ms, cache_hit, truncated, fallback_for, ..."""
 
 
@@ -202,6 +202,15 @@ class Step:
 
 
 @dataclass(slots=True)
+class RenderedMessage:
+    """The answer as rendered for its channel."""
+
+    content: str
+    format: str
+    metadata: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class RunResult:
     """The answer to one ``Agent.run``: output, status and everything that happened on the way."""
 
@@ -222,17 +231,17 @@ class RunResult:
     ``budget_exceeded`` (``max_run_tokens`` or ``max_run_cost`` spent: status 206,
     ``stopped_by`` names it), ``timed_out`` (``run_timeout_s`` passed: status 504) or
     ``failed``."""
-    answered_by: dict[str, Any] | None = None
+    answered_by: dict[str, str] | None = None
     """When a hook ended the run with its reply: ``{"hook", "point", "reason"}``."""
     stopped_by: str | None = None
     """The bound that stopped the loop before an answer: ``max_iterations``,
     ``max_run_tokens``, ``max_run_cost`` or ``run_timeout_s``; ``None`` otherwise."""
-    variables: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, object] = field(default_factory=dict)
     """The run's variables as its hooks left them (``Agent.run(variables=...)``)."""
-    approvals: list[dict[str, Any]] = field(default_factory=list)
+    approvals: list[dict[str, object]] = field(default_factory=list)
     """Each approval decision: tool, arguments, approved, reason."""
-    rendered: Any = None
-    """The answer rendered for its channel (a ``RenderedMessage``)."""
+    rendered: RenderedMessage | None = None
+    """The answer rendered for its channel."""
     cost: float | None = None
     """In the config's currency, when prices per 1k tokens are set."""
     warnings: list[str] = field(default_factory=list)
@@ -256,7 +265,7 @@ class RunResult:
         ``repr`` stays the full dataclass repr for debugging."""
         return self.output
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """A JSON-safe dict (``hermes-agent run --json`` prints this)."""
         data: dict[str, Any] = as_plain(self)
         data["usage"]["total_tokens"] = self.usage.total_tokens

@@ -109,7 +109,7 @@ def result_with_flights() -> RunResult:
 
 def hub_for(channels: dict[str, Any], store: Any = None) -> ChannelHub:
     async def no_wait(_: float) -> None:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop instead of the backoff
 
     return ChannelHub(
         channel_settings(channels), store=store or MemoryChannelStore(), sleep=no_wait
@@ -446,11 +446,13 @@ def test_a_delivery_cut_short_by_shutdown_is_kept_as_a_dead_letter() -> None:
 
         async def go() -> None:
             task = asyncio.create_task(hub.deliver(OutboundMessage("ops", "the answer")))
-            await asyncio.sleep(0.3)
+            silent.settimeout(10)
+            held, _ = await asyncio.to_thread(silent.accept)  # the delivery is under way
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
             await hub.aclose()
+            held.close()
 
         asyncio.run(go())
     [letter] = store.dead_letters()

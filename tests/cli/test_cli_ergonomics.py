@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from cli_harness import hermes
-from hermes_agent import Agent, LanguageHook, ScriptedModel, build_agent, load_tools_file
+from hermes_agent import Agent, ScriptedModel, build_agent
 from hermes_agent.config import parse_config
 from hermes_agent.errors import ModelError
-from hermes_agent.messages import language_of, text, translate_output
+from hermes_agent.loading import load_tools_file
+from hermes_agent.messages import LanguageHook, language_of, text, translate_output
 from hermes_agent.types import Message
 
 TOOLS_FILE = '''

@@ -80,7 +80,7 @@ class OwnPostgres:
 
     def restart(self, mode: str, down_s: float = 1.0) -> None:
         self.stop(mode)
-        time.sleep(down_s)
+        time.sleep(down_s)  # the fault itself: the database is away this long
         self.start()
 
     def pids(self) -> list[int]:
@@ -192,7 +192,7 @@ class FaultProxy:
 
     def stall(self, seconds: float) -> None:
         self._loop.call_soon_threadsafe(self._flowing.clear)
-        time.sleep(seconds)
+        time.sleep(seconds)  # the fault itself: nothing flows this long
         self._loop.call_soon_threadsafe(self._flowing.set)
 
     def close(self) -> None:
@@ -256,9 +256,9 @@ class FaultModel:
                 )
                 tag = found.group(1) if found else "?"
                 self.seen[tag] += 1
-                await asyncio.sleep(self.latency)
+                await asyncio.sleep(self.latency)  # a model's pace
                 if tag.startswith("hang-"):
-                    await asyncio.sleep(3600)
+                    await asyncio.sleep(3600)  # a model that hangs: the run's deadline ends it
                 if tag.startswith("reset-"):
                     _abort(writer)
                     return
@@ -277,7 +277,7 @@ class FaultModel:
                     for byte in headers + payload:
                         writer.write(bytes([byte]))
                         await writer.drain()
-                        await asyncio.sleep(1.0)
+                        await asyncio.sleep(1.0)  # a model that drips, a byte a second
                 else:
                     writer.write(headers + payload)
                     await writer.drain()
@@ -332,7 +332,7 @@ def step(tag: str, n: int) -> str:
             "VALUES (%s, %s, %s, %s, %s, %s, clock_timestamp(), to_timestamp(%s))",
             (key.id, tag, n, os.getpid(), key.fencing_token, held[0] if held else None, entered),
         )
-        time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))
+        time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))  # the tool's work, to freeze in
         # The fence on the effect (the shipped one): the run's row says which attempt holds
         # it; an older token (a process that froze mid-call and woke after the takeover)
         # changes nothing.
@@ -436,7 +436,7 @@ def wait_finished(store: Any, ids: list[str], timeout: float) -> None:
     while time.monotonic() < deadline:
         if all((s := store.get(rid)) is not None and s.finished for rid in ids):
             return
-        time.sleep(0.2)
+        time.sleep(0.2)  # the polling pace; the tally says what had not finished
 
 
 def tally(store: Any, storage: Any, ids: list[str], grace_s: float = 3.0) -> Tally:

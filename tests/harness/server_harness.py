@@ -51,7 +51,7 @@ def _last_user(messages: Sequence[Message]) -> Message:
 
 async def wait(seconds: float) -> str:
     """Wait a while."""
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds)  # slow work on purpose: a run to act on while it is in flight
     return "waited"
 
 
@@ -94,11 +94,9 @@ def serve(app: FastAPI) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
+    wait_for(lambda: server.started or not thread.is_alive(), 20, "the test server starting")
+    if not server.started:
+        raise RuntimeError("the test server did not start")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -147,12 +145,26 @@ def process_gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` until it holds, and return what it returned; fail saying ``what``
+    never held once ``timeout`` seconds have passed. The tests' one way to wait for something
+    to happen (no fixed sleep before an assertion)."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not (value := predicate()):
         if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.01)  # the polling pace
+    return value
+
+
+async def await_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+    """``wait_for`` for a coroutine: polls without blocking the event loop."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        await asyncio.sleep(0.01)  # the polling pace
+    return value
 
 
 def poll_run(client: httpx.Client, request_id: str, timeout: float = 10.0) -> dict[str, Any]:
@@ -164,7 +176,7 @@ def poll_run(client: httpx.Client, request_id: str, timeout: float = 10.0) -> di
             return body
         if time.monotonic() > deadline:
             raise AssertionError(f"run still {body['status']}")
-        time.sleep(0.05)
+        time.sleep(0.05)  # the polling pace, bounded by the deadline above
 
 
 def pid_from(path: Path) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hermes_agent import Agent, Message, ScriptedModel
+from hermes_agent import Agent, Memory, Message, Pricing, ScriptedModel, ToolExecution
 from hermes_agent.audit.records import AuditRecord, AuditSink
 from hermes_agent.protocol.chatml import render_conversation, to_chatml
 from hermes_agent.storage import InMemoryStorage
@@ -23,9 +23,7 @@ def test_model_summary_of_old_turns_is_bounded_and_made_once_per_fold() -> None:
 
     agent = Agent(
         model=ScriptedModel(answer),
-        history_window=3,
-        summary_max_chars=120,
-        summarize_with_model=True,
+        memory=Memory(history_window=3, summary_max_chars=120, summarize_with_model=True),
     )
     for turn in range(6):
         agent.run(f"question {turn}", session_id="s")
@@ -42,7 +40,9 @@ def test_summary_falls_back_to_extractive_when_the_model_fails() -> None:
             raise_model_error()
         return f"answer to {messages[-1].content}"
 
-    agent = Agent(model=ScriptedModel(answer), history_window=1, summarize_with_model=True)
+    agent = Agent(
+        model=ScriptedModel(answer), memory=Memory(history_window=1, summarize_with_model=True)
+    )
     agent.run("first", session_id="s")
     agent.run("second", session_id="s")
     agent.run("third", session_id="s")
@@ -63,7 +63,8 @@ def test_a_huge_tool_result_does_not_push_the_prompt_past_the_context_window() -
     def remember(messages: Sequence[Message], tools: object) -> None:
         prompts.append(to_chatml(render_conversation(messages, tools)))  # type: ignore[arg-type]
 
-    agent = Agent(model=model, max_tokens=200, max_result_chars=200_000)  # kept whole
+    whole = ToolExecution(max_result_chars=200_000)  # kept whole
+    agent = Agent(model=model, max_tokens=200, tool_execution=whole)
 
     @agent.tool
     def dump() -> str:
@@ -91,8 +92,7 @@ def test_a_huge_tool_result_does_not_push_the_prompt_past_the_context_window() -
 def test_usage_per_step_and_cost() -> None:
     agent = Agent(
         model=ScriptedModel([call("noop"), "done"]),
-        price_per_1k_prompt=0.5,
-        price_per_1k_completion=1.5,
+        pricing=Pricing(prompt_per_1k=0.5, completion_per_1k=1.5),
     )
 
     @agent.tool
@@ -230,7 +230,9 @@ def test_a_model_summary_is_recorded_with_the_input_stage() -> None:
 
     storage = FakeStorage()
     agent = Agent(
-        model=ScriptedModel(answer), storage=storage, history_window=1, summarize_with_model=True
+        model=ScriptedModel(answer),
+        storage=storage,
+        memory=Memory(history_window=1, summarize_with_model=True),
     )
     agent.run("first", session_id="s")
     agent.run("second", session_id="s")
@@ -251,10 +253,10 @@ def test_changing_the_history_window_after_construction_takes_effect() -> None:
     from hermes_agent import Agent, ScriptedModel
 
     model = ScriptedModel(["a", "b", "c"])
-    agent = Agent(model=model, history_window=10)
+    agent = Agent(model=model, memory=Memory(history_window=10))
     agent.run("one", session_id="s")
-    agent.history_window = 0
-    agent.summary_max_chars = 0
+    agent.history.history_window = 0
+    agent.history.summary_max_chars = 0
     agent.run("two", session_id="s")
     assert [m.content for m in model.requests[1].messages] == ["two"]
     assert agent.history.history_window == 0

@@ -118,6 +118,7 @@ def test_a_cancel_during_an_append_waits_for_it_and_the_run_ends_as_it_finished(
         run = asyncio.create_task(agent.arun("hello", session_id="stuck"))
         await asyncio.to_thread(store.waiting.wait, 10)
         run.cancel()
+        # A spell in which the cancel, waiting for the append, must not end the run.
         await asyncio.sleep(0.2)
         waited = not run.done()  # the cancel waits for the append in flight
         store.gate.set()
@@ -144,7 +145,7 @@ def test_a_timeout_during_an_append_raises_nothing_and_leaves_the_task_usable() 
         cancelling = task.cancelling()
         try:
             async with asyncio.timeout(0.05):
-                await asyncio.sleep(5)
+                await asyncio.sleep(5)  # a wait the timeout must cut short
         except TimeoutError:
             return result.output, cancelling, True
         return result.output, cancelling, False
@@ -263,7 +264,7 @@ def test_a_cancel_during_an_append_that_fails_is_a_cancel_chained_to_the_failure
         call = asyncio.create_task(off_the_loop(store, "stuck", failing_append, append=True))
         await asyncio.to_thread(store.waiting.wait, 10)
         call.cancel()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # a spell in which the cancel must not end the call
         assert not call.done()  # the cancel waits for the append
         store.gate.set()
         try:

@@ -18,12 +18,15 @@ from websockets.sync.client import connect
 
 from hermes_agent import (
     Agent,
+    Budget,
     HermesAgentError,
     HookContext,
     PostExecutionHook,
     PreThoughtHook,
+    Pricing,
     ScriptedModel,
     Status,
+    ToolExecution,
     build_agent,
 )
 from hermes_agent.agent_context import cost_of
@@ -155,7 +158,7 @@ def test_a_tool_raising_timeout_error_is_a_tool_error_and_the_deadline_a_408() -
         model=ScriptedModel(
             [call("db", q="a"), call("net", q="b"), call("slow", q="c"), call("aslow", q="d"), "ok"]
         ),
-        default_timeout=0.3,
+        tool_execution=ToolExecution(default_timeout=0.3),
     )
 
     @agent.tool
@@ -248,7 +251,7 @@ def test_a_token_budget_stops_the_run_before_the_calls_of_the_turn_that_spent_it
         agent = Agent(
             model=ScriptedModel([call("lookup", code="1"), call("lookup", code="2"), "done"]),
             storage="memory://",
-            max_run_tokens=10_000,
+            budget=Budget(max_run_tokens=10_000),
         )
 
         @agent.tool
@@ -275,9 +278,8 @@ def test_a_cost_budget_needs_prices_and_counts_each_model_at_its_own() -> None:
     agent = agent_with(
         call("lookup", code="1"),
         "never",
-        price_per_1k_prompt=1000.0,
-        price_per_1k_completion=1000.0,
-        max_run_cost=0.5,
+        pricing=Pricing(prompt_per_1k=1000.0, completion_per_1k=1000.0),
+        budget=Budget(max_run_cost=0.5),
     )
     result = agent.run("go")
     assert (result.loop_status, result.stopped_by, result.status) == (
@@ -298,7 +300,7 @@ def test_run_timeout_s_ends_the_run_timed_out_and_leaves_the_session_as_it_was()
     agent = Agent(
         model=ScriptedModel([call("wait", seconds=5.0), "never"]),
         storage="memory://",
-        run_timeout_s=0.5,
+        budget=Budget(run_timeout_s=0.5),
     )
 
     @agent.tool
@@ -327,7 +329,7 @@ def test_budgets_are_checked_when_given() -> None:
     config = parse_config(
         {"model": {"provider": "scripted", "responses": ["ok"]}, "agent": {"run_timeout_s": 9}}
     )
-    assert Agent.from_settings(config).run_timeout_s == 9
+    assert Agent.from_settings(config).budget.run_timeout_s == 9
 
 
 # -- hooks written the execute(context) way -----------------------------------------------------
@@ -548,7 +550,7 @@ def test_the_gate_bounds_variables_for_every_door() -> None:
 
 
 def test_usage_counts_toward_the_cost_budget_per_model() -> None:
-    agent = agent_with("ok", price_per_1k_prompt=1.0, price_per_1k_completion=2.0)
+    agent = agent_with("ok", pricing=Pricing(prompt_per_1k=1.0, completion_per_1k=2.0))
     assert cost_of(agent, {"scripted": Usage(1000, 1000)}) == 3.0
 
 

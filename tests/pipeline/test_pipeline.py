@@ -15,7 +15,8 @@ import pytest
 from hermes_agent import Agent, Message, ScriptedModel, Tool
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.testing import tool_call as call
-from processes import alive
+from processes import alive, gone_within
+from server_harness import wait_for
 
 
 def scripted(*replies: str) -> ScriptedModel:
@@ -28,7 +29,7 @@ def scripted(*replies: str) -> ScriptedModel:
 def sleep_forever() -> str:
     """Never returns."""
     while True:
-        time.sleep(1)
+        time.sleep(1)  # a tool that hangs: the timeout must kill it
 
 
 def report_pid() -> int:
@@ -373,7 +374,7 @@ def test_cache_hit_within_ttl_and_miss_after() -> None:
 
     first = agent.run("a").tool_calls[0]
     second = agent.run("a").tool_calls[0]
-    time.sleep(0.6)
+    time.sleep(0.6)  # a measured duration: the 0.5 s time to live runs out
     third = agent.run("a").tool_calls[0]
     assert runs == ["a", "a"]
     assert (first.result, first.metadata["cache_hit"]) == ("value-1", False)
@@ -554,23 +555,28 @@ def test_cli_asks_for_approval_on_a_terminal(tmp_path: Path) -> None:
     }
 
 
-def test_a_worker_busy_when_the_agent_closes_is_killed_when_its_call_returns() -> None:
+def test_a_worker_busy_when_the_agent_closes_is_killed_when_its_call_returns(
+    tmp_path: Path,
+) -> None:
     import threading
 
     from hermes_agent.tools.sandbox import Limits, SubprocessPool
 
+    started, release = tmp_path / "started", tmp_path / "release"
+
     def slow_pid() -> int:
-        time.sleep(0.5)
+        started.touch()
+        wait_for(release.exists, what="the test releasing the tool")  # busy until then
         return os.getpid()
 
     pool = SubprocessPool(slow_pid, Limits())
     box: list[int] = []
     worker = threading.Thread(target=lambda: box.append(pool.call({}, 10)))
     worker.start()
-    time.sleep(0.2)
+    wait_for(started.exists, what="the tool running in its worker")
     pool.close()  # the worker is busy: nothing idle to kill yet
+    release.touch()
     worker.join(10)
     assert box and box[0] != os.getpid()
-    time.sleep(0.2)
-    assert not alive(box[0])
+    assert gone_within(box[0], 5)
     assert pool.pids() == []

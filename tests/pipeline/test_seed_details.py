@@ -17,20 +17,14 @@ from typing import Any
 
 import pytest
 
-from hermes_agent import (
-    Agent,
-    HookContext,
-    InMemoryStorage,
-    PostExecutionHook,
-    ScriptedModel,
-    parse_config,
-)
+from hermes_agent import Agent, HookContext, PostExecutionHook, ScriptedModel, parse_config
 from hermes_agent.logs import debug_from_environment
 from hermes_agent.protocol.prompts import (
     HERMES_ROLE,
     HONEST_ERRORS_RULE,
     TOOL_FAILURE_GUIDANCE,
 )
+from hermes_agent.storage import InMemoryStorage
 from hermes_agent.testing import tool_call as call
 
 SECRET = "sk-SECRET123"

@@ -185,7 +185,7 @@ def echo(text: str) -> str:
 
 
 def test_timings_and_cache_flags_stay_in_the_audit_trail() -> None:
-    from hermes_agent import InMemoryStorage
+    from hermes_agent.storage import InMemoryStorage
 
     store = InMemoryStorage()
     model = ScriptedModel(

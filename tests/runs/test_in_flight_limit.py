@@ -31,7 +31,7 @@ from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.storage import open_storage
 from hermes_agent.worker.backend import count_in_flight, lock_admissions
 from hermes_agent.worker.store import RunStore
-from server_harness import serve
+from server_harness import await_for, serve
 from step_model import running_step_model
 from storage_backends import _url
 from worker_harness import REDIS, Cluster, broker_up, cluster, drop_queue, free_port
@@ -109,7 +109,7 @@ def test_queued_submits_at_once_on_postgresql_admit_the_limit(tmp_path: Path, pg
             while not all((run := store.get(rid)) and run.finished for rid in first):
                 left = [(rid, getattr(store.get(rid), "status", None)) for rid in first]
                 assert time.monotonic() < deadline, f"{left}\n{c.log(0)}"
-                time.sleep(0.05)
+                time.sleep(0.05)  # the polling pace, bounded by the deadline above
             statuses = {store.get(rid).status for rid in first}  # type: ignore[union-attr]
         finally:
             store.storage.close()
@@ -159,7 +159,7 @@ def test_in_process_submits_at_once_admit_the_limit(tmp_path: Path) -> None:
             client.get(f"/v1/runs/{rid}").json()["status"] in ("queued", "running") for rid in first
         ):
             assert time.monotonic() < deadline, "the runs did not end"
-            time.sleep(0.05)
+            time.sleep(0.05)  # the polling pace, bounded by the deadline above
         again = _admitted(_at_once([client], SUBMITS, "b"))
         assert len(again) == LIMIT
 
@@ -266,8 +266,7 @@ def test_local_work_admitted_at_once_holds_its_place_before_the_quota(tmp_path: 
                 refused += 1
 
         tasks = [asyncio.create_task(one()) for _ in range(SUBMITS)]
-        while inside + refused < SUBMITS:
-            await asyncio.sleep(0.01)
+        await await_for(lambda: inside + refused >= SUBMITS, what="every submission answered")
         release.set()
         await asyncio.gather(*tasks)
         return inside, len(live)
@@ -298,7 +297,7 @@ def test_answers_to_parked_approvals_at_once_admit_the_limit(tmp_path: Path, pg_
             deadline = time.monotonic() + 60
             while not (view := clients[0].get(f"/v1/runs/{rid}").json())["pending_approvals"]:
                 assert time.monotonic() < deadline, view
-                time.sleep(0.05)
+                time.sleep(0.05)  # the polling pace, bounded by the deadline above
             refs.append(view["pending_approvals"][0]["approval_id"])
         start = threading.Barrier(len(refs))
 

@@ -20,7 +20,7 @@ from hermes_agent import Agent, ScriptedModel, Tool
 from hermes_agent.runs.status import ending_status
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.types import Message, RunResult, Usage
-from server_harness import call, serve, sse_events, wait
+from server_harness import call, serve, sse_events, wait, wait_for
 
 LOCAL = ServiceSettings(auth="none")
 
@@ -126,7 +126,7 @@ def test_respond_async_answers_202_at_once_with_where_to_follow(
     deadline = time.monotonic() + 10
     while (run := client.get(f"/v1/runs/{rid}").json())["status"] != "completed":
         assert time.monotonic() < deadline, run
-        time.sleep(0.05)
+        time.sleep(0.05)  # the polling pace, bounded by the deadline above
     assert run["result"]["output"] == "echo: hello async"
 
 
@@ -221,9 +221,10 @@ def test_a_full_disk_is_503_on_readyz_and_each_run_says_what_was_lost(tmp_path: 
             assert client.get("/readyz").status_code == 200
 
             filler = fill(disk)
-            time.sleep(1.1)  # the probe's answer is kept a second
-            ready = client.get("/readyz")
-            assert ready.status_code == 503, ready.text
+            # The probe's answer is kept a second.
+            ready = wait_for(
+                lambda: (r := client.get("/readyz")).status_code == 503 and r, 5, "readyz 503"
+            )
             assert ready.json()["error"] == "the store cannot be written (see the service log)"
             reply = client.post("/v1/runs", json={"message": "while full", "session_id": "f"})
             # The run had its effects: it answers, and says what the store did not keep.
@@ -233,8 +234,7 @@ def test_a_full_disk_is_503_on_readyz_and_each_run_says_what_was_lost(tmp_path: 
             assert any("trail" in w and "not stored" in w for w in warnings), warnings
 
             filler.unlink()
-            time.sleep(1.1)
-            assert client.get("/readyz").status_code == 200
+            wait_for(lambda: client.get("/readyz").status_code == 200, 5, "readyz 200 again")
             after = client.post("/v1/runs", json={"message": "after"})
             assert after.status_code == 200 and after.json()["warnings"] == []
         agent.close()

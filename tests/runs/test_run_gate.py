@@ -155,7 +155,7 @@ def test_cancelling_before_the_answer_still_spends_the_turns_tokens(tmp_path: Pa
         import asyncio
 
         stalled.append(term)
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # a tool that stalls: the run is cancelled meanwhile
         return term
 
     agent.add_tool(Tool.from_function(slow_lookup, name="lookup", timeout=60), replace=True)
@@ -375,9 +375,12 @@ def test_the_library_refuses_the_same_schemas() -> None:
 def test_a_replay_holds_a_slot_while_it_runs(tmp_path: Path) -> None:
     import threading
 
+    looked: list[str] = []
+
     def slow_lookup(term: str) -> str:
         """Look a term up, slowly."""
-        time.sleep(1.5)
+        looked.append(term)
+        time.sleep(1.5)  # slow work on purpose: the replay holds its slot meanwhile
         return term
 
     app = _app(tmp_path, max_runs_in_flight_per_user=1)
@@ -387,11 +390,12 @@ def test_a_replay_holds_a_slot_while_it_runs(tmp_path: Path) -> None:
         client = httpx.Client(base_url=base, timeout=60)
         rid = client.post("/v1/runs", json={"message": "look"}).json()["request_id"]
         replies: list[int] = []
+        before = len(looked)
         replaying = threading.Thread(
             target=lambda: replies.append(client.post(f"/v1/runs/{rid}/replay").status_code)
         )
         replaying.start()
-        time.sleep(0.5)  # the replay runs its first slow call now
+        wait_for(lambda: len(looked) > before, what="the replay's first slow call")
         busy = client.post("/v1/runs", json={"message": "hello"})
         assert busy.status_code == 429 and "in flight" in busy.json()["detail"]
         second = client.post(f"/v1/runs/{rid}/replay")

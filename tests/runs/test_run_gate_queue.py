@@ -90,7 +90,7 @@ def test_answering_parked_approvals_cannot_pass_the_limit(tmp_path: Path, pg_url
                 deadline = time.monotonic() + 60
                 while not (view := alice.get(f"/v1/runs/{rid}").json())["pending_approvals"]:
                     assert time.monotonic() < deadline, view
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # the polling pace, bounded by the deadline above
                 refs.append(view["pending_approvals"][0]["approval_id"])
             # Three parked runs; the first answer takes the one slot while its step sleeps.
             first = alice.post(f"/v1/approvals/{refs[0]}", json={"approved": True})
@@ -132,7 +132,7 @@ def test_runs_nobody_read_back_still_count_before_the_next_is_admitted(
                 deadline = time.monotonic() + 60
                 while not ((run := store.get(big)) and run.finished):
                     assert time.monotonic() < deadline
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # the polling pace, bounded by the deadline above
             finally:
                 store.storage.close()
             refused = alice.post("/v1/runs", json={"message": "job next steps=1"})

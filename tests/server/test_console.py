@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from browsers import chromium_browser  # noqa: F401  (the browser fixture)
-from hermes_agent import Agent, ScriptedModel
+from hermes_agent import Agent, Pricing, ScriptedModel
 from hermes_agent.models.base import ModelResponse, ModelSettings
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
@@ -136,8 +136,7 @@ def make_agent(tmp_path: Path) -> Agent:
     agent = Agent(
         model=SlowStream(script, chunk_size=4),
         storage=f"sqlite:///{tmp_path / 'state.db'}",
-        price_per_1k_prompt=0.5,
-        price_per_1k_completion=1.5,
+        pricing=Pricing(prompt_per_1k=0.5, completion_per_1k=1.5),
     )
     agent.add_tool(Tool.from_function(lookup, cache_ttl=60, idempotent=True))
     agent.add_tool(Tool.from_function(delete_file, requires_approval=True))

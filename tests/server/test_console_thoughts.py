@@ -73,7 +73,7 @@ class SlowStream(ScriptedModel):
         settings: ModelSettings,
     ) -> AsyncIterator[StreamChunk]:
         async for chunk in super().stream(messages, tools, settings):
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # a model's pace: the thoughts arrive over time
             yield chunk
 
 

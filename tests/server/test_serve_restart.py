@@ -34,7 +34,7 @@ import httpx
 from hermes_agent.audit.records import Role
 from hermes_agent.runs.status import FINAL_STATUSES
 from hermes_agent.storage import open_storage
-from server_harness import free_port
+from server_harness import await_for, free_port
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 from test_server_shutdown import model_endpoint
 
@@ -50,7 +50,7 @@ from hermes_agent import tool
 @tool
 async def pause(seconds: float) -> str:
     """Wait a while."""
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds)  # slow work on purpose: a run in flight at the kill
     return "paused"
 '''
 
@@ -113,7 +113,7 @@ def serving(
             except httpx.HTTPError:
                 pass
             assert time.monotonic() < deadline, "serve did not start"
-            time.sleep(0.1)
+            time.sleep(0.1)  # the polling pace, bounded by the deadline above
         yield process
     finally:
         if process.poll() is None:
@@ -151,10 +151,7 @@ def _load_then_kill(url: str, process: subprocess.Popen[bytes], storage_url: str
         limits = httpx.Limits(max_connections=RUNS + 10, max_keepalive_connections=RUNS + 10)
         async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
             tasks = [asyncio.create_task(_start(client, i, k, ids)) for i, k in enumerate(KINDS)]
-            deadline = time.monotonic() + 60
-            while len(ids) < RUNS:
-                assert time.monotonic() < deadline, f"only {len(ids)} ids given out"
-                await asyncio.sleep(0.05)
+            await await_for(lambda: len(ids) >= RUNS, 60, f"the {RUNS} runs given ids")
             completed = await _until_short_runs_end(client, ids)
             await asyncio.to_thread(_until_endings_stored, storage_url, completed)
             process.send_signal(signal.SIGKILL)
@@ -172,7 +169,7 @@ async def _until_short_runs_end(client: httpx.AsyncClient, ids: list[str]) -> li
         completed = [rid for rid, status in statuses.items() if status == "completed"]
         if len(completed) >= RUNS // 2:
             return completed
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the polling pace, bounded by the deadline above
     raise AssertionError("the short runs did not complete")
 
 
@@ -190,7 +187,7 @@ def _until_endings_stored(storage_url: str, request_ids: list[str]) -> None:
                 for rid in waiting
                 if not any(r.role == Role.OUTPUT.value for r in storage.records(rid))
             ]
-            time.sleep(0.02)
+            time.sleep(0.02)  # the polling pace, bounded by the deadline above
     finally:
         storage.close()
 

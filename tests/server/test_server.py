@@ -16,7 +16,16 @@ import pytest
 from hermes_agent.errors import ConfigError
 from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from server_harness import local, make_agent, pid_from, poll_run, process_gone, serve, sse_events
+from server_harness import (
+    local,
+    make_agent,
+    pid_from,
+    poll_run,
+    process_gone,
+    serve,
+    sse_events,
+    wait_for,
+)
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 from storage_backends import sqlite_url as sqlite
 
@@ -86,7 +95,7 @@ def test_a_stream_sends_typed_events_and_a_dropped_client_gets_every_missed_one(
         assert all(f["event"] == f["data"]["kind"] for f in seen)
         request_id = seen[0]["data"]["request_id"]
         last = seen[-1]["id"]
-        time.sleep(1.5)  # the run goes on without anyone listening
+        poll_run(client, request_id)  # the run goes on to its end without anyone listening
         rest: list[dict[str, Any]] = []
         comments = 0
         headers = {"Last-Event-ID": last}
@@ -259,10 +268,7 @@ def test_cancel_kills_the_sleeping_subprocess_of_a_tool(tmp_path: Path) -> None:
         request_id = _start_nap(client, pid_file)
         sleeper = pid_from(pid_file)
         client.post(f"/v1/runs/{request_id}/cancel")
-        deadline = time.monotonic() + 5
-        while not process_gone(sleeper) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert process_gone(sleeper)
+        wait_for(lambda: process_gone(sleeper), 5, "the sleeper killed with its run")
 
 
 def test_a_run_past_its_wall_clock_limit_is_stopped(tmp_path: Path) -> None:

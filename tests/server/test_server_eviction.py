@@ -49,6 +49,6 @@ def test_finished_runs_older_than_the_ttl_are_forgotten() -> None:
         client = httpx.Client(base_url=url, timeout=30)
         first = run(client)
         assert source(client, first) == "memory"
-        time.sleep(0.5)
+        time.sleep(0.5)  # a measured spell: past the 0.3 s time to live
         second = run(client)
         assert (source(client, first), source(client, second)) == ("store", "memory")

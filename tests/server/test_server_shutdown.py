@@ -39,7 +39,7 @@ from hermes_agent.audit.records import AuditRecord, Role
 from hermes_agent.runs.in_process import stored_status
 from hermes_agent.storage import open_storage
 from processes import alive
-from server_harness import free_port
+from server_harness import await_for, free_port, wait_for
 from storage_backends import sql_database_url  # noqa: F401  (the sql_url fixture)
 
 RUNS = 100
@@ -69,7 +69,7 @@ model_url, storage_url, port, grace = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 async def pause(seconds: float) -> str:
     \"\"\"Wait a while.\"\"\"
-    await asyncio.sleep(seconds)
+    await asyncio.sleep(seconds)  # slow work on purpose: a run in flight at SIGTERM
     return "paused"
 
 
@@ -157,9 +157,8 @@ def _model_app(released: threading.Event) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         body = await request.json()
         content = _answer(body)
-        while not released.is_set():
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(MODEL_LATENCY_S)
+        await await_for(released.is_set, 120, "the test releasing the model")
+        await asyncio.sleep(MODEL_LATENCY_S)  # a model's pace: runs are in flight at SIGTERM
         if body.get("stream"):
             return StreamingResponse(_stream(content), media_type="text/event-stream")
         message = {"role": "assistant", "content": content}
@@ -180,10 +179,8 @@ def model_endpoint(released: threading.Event) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the model did not start"
-        time.sleep(0.02)
+    wait_for(lambda: server.started or not thread.is_alive(), 20, "the model starting")
+    assert server.started, "the model did not start"
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:
@@ -333,16 +330,15 @@ def test_sigterm_during_100_runs_completes_or_records_each_and_leaves_whole_trai
             cwd=tmp_path,
         )
         try:
-            deadline = time.monotonic() + 60
-            while True:
+
+            def healthy() -> bool:
                 assert process.poll() is None, "the service exited at start"
                 try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
+                    return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
                 except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "the service did not start"
-                time.sleep(0.1)
+                    return False
+
+            wait_for(healthy, 60, "the service answering /healthz")
             exit_s, returncode = _load_and_stop(url, process, runs, pid_dir, released)
         finally:
             if process.poll() is None:

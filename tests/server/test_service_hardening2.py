@@ -287,7 +287,7 @@ def test_serve_closes_clients_that_never_finish_their_headers(tmp_path: Path) ->
             sock = socket.create_connection(("127.0.0.1", config.port))
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             slow.append(sock)
-        time.sleep(0.3)
+        time.sleep(0.3)  # the slow clients' first lines reach the server before the real request
         # The slow clients hold no slot of limit_concurrency (no request head yet, see
         # tests/cli/test_idle_connections.py), so a real request is answered ...
         assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
@@ -300,7 +300,7 @@ def test_serve_closes_clients_that_never_finish_their_headers(tmp_path: Path) ->
         wait_for(lambda: httpx.get(f"{base}/healthz", timeout=5).status_code == 200, 5)
         # A WebSocket lives on past the header timeout (its own pings keep it).
         with connect(base.replace("http://", "ws://") + "/v1/ws") as ws:
-            time.sleep(1.5)
+            time.sleep(1.5)  # a measured spell: past the header timeout
             ws.send(json.dumps({"type": "run", "message": "hello"}))
             assert json.loads(ws.recv(timeout=10))["type"] == "started"
     finally:

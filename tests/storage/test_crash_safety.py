@@ -23,7 +23,7 @@ WORKER = textwrap.dedent(
     '''
     import json, sys, threading, time
     from pathlib import Path
-    from hermes_agent import Agent, ScriptedModel
+    from hermes_agent import Agent, ScriptedModel, ToolExecution
     from hermes_agent.storage import SqlStorage
 
     url, ready = sys.argv[1], Path(sys.argv[2])
@@ -57,7 +57,7 @@ WORKER = textwrap.dedent(
     for number in range(3):
         threading.Thread(target=churn, args=(number,), daemon=True).start()
     agent = Agent(model=ScriptedModel(stuck_model), tools=[quick, stuck], storage=storage,
-                  max_iterations=50, default_timeout=300)
+                  max_iterations=50, tool_execution=ToolExecution(default_timeout=300))
     agent.run("this run will be killed", session_id="victim")
     '''
 )

@@ -23,7 +23,8 @@ from hermes_agent.audit.records import AuditRecord
 from hermes_agent.storage import SqlStorage
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.schema import audit_table, messages_table, sessions_table
-from hermes_agent.storage.sql import SqlAuditSink, _count_in_statement, append_messages
+from hermes_agent.storage.sql import SqlAuditSink, append_messages
+from hermes_agent.storage.statements import _count_in_statement, row_by_row
 from hermes_agent.types import Message, ToolCall, ToolResult
 
 TURN = [
@@ -106,10 +107,11 @@ def test_trail_records_go_directly_with_sqlalchemy_s_conversions(storage: SqlSto
     assert found[0].content == "hi\\u0000there" and found[0].sanitized  # made storable
     direct = storage.driver._sqlite3
     assert direct is not None
-    _, processors, _ = direct.sql(insert(audit_table), ("latency_ms", "seq"))
+    columns = ("latency_ms", "seq")
+    _, processors, _ = direct.sql(row_by_row(audit_table, columns), columns)
     assert set(processors) == {"latency_ms"}  # the Double column's float(), as SQLAlchemy's
     with pytest.raises(ValueError, match=r"parameters \['seq'\]"), direct.transaction() as tx:
-        tx.insert_many(insert(audit_table), [{"latency_ms": 1.0, "seq": 1}, {"latency_ms": 2.0}])
+        tx.insert_many(audit_table, [{"latency_ms": 1.0, "seq": 1}, {"latency_ms": 2.0}])
 
 
 def test_a_failure_rolls_the_whole_transaction_back(storage: SqlStorage) -> None:
@@ -120,7 +122,7 @@ def test_a_failure_rolls_the_whole_transaction_back(storage: SqlStorage) -> None
     taken = {"session_id": "s1", "position": 0, "role": "user", "content": "again"}
     with pytest.raises(sqlalchemy.exc.IntegrityError), direct.transaction(write=True) as tx:
         assert tx.scalar(_count_in_statement("sqlite"), bound) == 2
-        tx.insert_many(insert(messages_table), [taken])  # position 0 is taken
+        tx.insert_many(messages_table, [taken])  # position 0 is taken
     assert [row[3:] for row in stored_rows(storage, "sessions")] == [(1, 1)]  # not counted in
 
     with pytest.raises(KeyboardInterrupt), direct.transaction(write=True) as tx:

@@ -136,6 +136,7 @@ def test_a_backend_killed_mid_statement_is_a_transient_error_and_its_connection_
 
         def sleeper() -> None:
             try:
+                # A statement that runs long: its backend is killed.
                 storage.write_at_once(text("SELECT pg_sleep(5) AS slept"), {})
             except BaseException as exc:  # the test reads it
                 caught.append(exc)
@@ -149,7 +150,7 @@ def test_a_backend_killed_mid_statement_is_a_transient_error_and_its_connection_
             ).fetchall()
             if found:
                 break
-            time.sleep(0.02)
+            time.sleep(0.02)  # the polling pace, bounded by the deadline above
         assert [row[0] for row in found] == [victim]
         admin.execute("SELECT pg_terminate_backend(%s)", [victim])
         thread.join(10)

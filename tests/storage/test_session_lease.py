@@ -94,7 +94,7 @@ def test_a_run_cancelled_while_it_waits_leaves_nothing_held(
         held = one.sessions.lock("s")
         assert held.acquire(timeout=5)
         waiting = asyncio.create_task(other.sessions.lock("s").acquire_async())
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # a spell in which the held lock must not be taken
         assert not waiting.done()
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):

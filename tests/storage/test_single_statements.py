@@ -1,11 +1,11 @@
-"""Writes that are one statement each on PostgreSQL, in autocommit.
+"""Writes that are one statement each on PostgreSQL, in autocommit (storage.statements).
 
-A queued run's fenced writes (worker.fenced_statements): they store what the transactions,
-statement by statement, store; a token that lost its lease writes nothing, also when the
-takeover is in flight while the statement runs; rows that cannot travel as JSON, and endings
-other than an answer, still go the transaction's way; a batch retried after its reply was
-lost stores nothing twice. A turn appended to a session (storage.single_statements): one
-statement, writers of one session taking turns."""
+A queued run's fenced writes (worker.run_writes): a model turn's batch and a completed run's
+ending store the whole run in one statement each; a token that lost its lease writes nothing,
+also when the takeover is in flight while the statement runs; a row that cannot travel as JSON
+is refused before anything is sent, and endings other than an answer go the transaction's way;
+a batch retried after its reply was lost stores nothing twice. A turn appended to a session:
+one statement, writers of one session taking turns."""
 
 from __future__ import annotations
 
@@ -178,26 +178,32 @@ def statements(storage: SqlStorage, alone: list[bool] | None = None) -> list[str
     return sent
 
 
-def test_one_statement_each_stores_what_the_transactions_store(store: RunStore) -> None:
+def test_one_statement_each_stores_the_whole_run(store: RunStore) -> None:
     alone: list[bool] = []
     sent = statements(store.storage, alone)
-    # Two runs of a session each way: the second turn's messages follow the first's.
+    # Two runs of a session: the second turn's messages follow the first's.
     one = [run_once(store, "one"), run_once(store, "one")]
     # The submitter's insert, the claim, the batch, the ending: one statement each, and the
     # last three each a transaction of its own.
     assert len(sent) == 2 * 4, sent
     assert alone == [False, True, True, True] * 2
-    store._single_statements = False
-    both = [run_once(store, "both"), run_once(store, "both")]
-    assert len(sent) > 2 * 4 + 2 * 8  # the transactions' way, statement by statement
-    for fast, slow in zip(one, both, strict=True):
-        written, reference = stored(store, fast, "one"), stored(store, slow, "both")
-        assert written == reference
-    assert records_of(store, one[0]) == [1, 2, 3, 4, 5]  # the answer's after the batch's
-    assert written["turn_saved"] is True and written["run"][3:] == (None, None)
+    for rid in one:
+        written = stored(store, rid, "one")
+        assert written["journal"] == {
+            "turn/0": ("done", {"text": "x"}),
+            "call/0/0": ("done", {"value": "charged 5", "status_code": 200}),
+        }
+        assert records_of(store, rid) == [1, 2, 3, 4, 5]  # the answer's after the batch's
+        assert [r["role"] for r in written["records"]] == [
+            "user", "assistant", "tool", "assistant", "output",
+        ]  # fmt: skip
+        assert written["turn_saved"] is True
+        assert written["run"] == ("completed", {"output": "done"}, None, None, None)
+        assert [seq for seq, _ in written["events"]] == [1, 2, 3, 4, 5]
+        assert written["events"][-1] == (5, {"kind": "result"})
     assert written["counts"] == (2, 8)
     assert [m.content for m in written["session"]] == [m.content for m in TURN * 2]
-    assert [seq for seq, _ in written["events"]] == [1, 2, 3, 4, 5]
+    assert written["session"][1].tool_calls == TURN[1].tool_calls
 
 
 def test_a_token_that_lost_its_lease_writes_nothing(store: RunStore) -> None:
@@ -369,25 +375,34 @@ def test_an_ending_with_its_turn_saved_an_event_alone_and_a_parked_follower(
     assert run is not None and run.status == "completed" and run.result == {"output": "done"}
 
 
-def test_a_row_that_cannot_travel_as_json_is_refused_and_a_failed_ending_is_a_transaction(
+def test_a_row_that_cannot_travel_as_json_is_refused_and_a_failed_ending_is_one_statement(
     store: RunStore,
 ) -> None:
     # Every row a run writes travels as JSON (its text is made storable before it reaches the
     # store): one that does not is a defect, refused before anything is sent, never written
-    # another way. NaN is what JSON cannot say (and the trail's latency is never NaN).
+    # another way. A fraction for an integer column is what no parameter would store either.
     sent = statements(store.storage)
     with pytest.raises(ValueError, match="cannot travel as JSON"):
-        run_once(store, "s", latency_ms=float("nan"))
+        run_once(store, "s", step=1.5)
     assert not [s for s in sent if "AS following" in s]  # the ending was never sent
 
     failed = store.add("t", QueuedRequest(message="charge 5"))
     claim = store.claim(failed, "w1", 30.0)
     del sent[:]
-    store.finish(failed, claim.token, "failed", error="the model failed")
-    assert len(sent) > 1 and not any(s.lstrip().startswith("WITH") for s in sent)
+    store.write_batch(failed, claim.token, Batch(records=[record(failed, "t", 0)]))
+    del sent[:]
+    last = Batch(events=[(1, {"kind": "input"})], records=[record(failed, "t", 1, step=3)])
+    store.finish(failed, claim.token, "failed", error="the model failed", batch=last)
+    assert len(sent) == 1 and sent[0].lstrip().startswith("WITH")
     run = store.get(failed)
     assert run is not None and run.status == "failed" and run.error == "the model failed"
-    assert [wire["kind"] for _, wire in store.events(failed)] == ["run_stopped"]
+    assert [wire["kind"] for _, wire in store.events(failed)] == ["input", "run_stopped"]
+    trail = store.storage.records(failed)
+    assert [(r.seq, r.role, r.step) for r in trail] == [
+        (0, "assistant", 0), (1, "assistant", 3), (2, "stopped", 3),
+    ]  # fmt: skip
+    assert trail[-1].session_id == "t" and trail[-1].model_name == "m"
+    assert trail[-1].status_code == 500 and '"the model failed"' in trail[-1].content
 
 
 def test_a_turn_appended_to_a_session_is_one_statement_and_writers_take_turns(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, select
 
-from hermes_agent import Agent, ScriptedModel
+from hermes_agent import Agent, Memory, ScriptedModel
 from hermes_agent.storage import LATEST_VERSION, SqlStorage, StorageError, open_storage
 from hermes_agent.storage.sql import messages_table, schema_version
 from hermes_agent.types import Message, ToolCall, ToolResult
@@ -68,7 +68,9 @@ def test_two_sessions_interleaved_in_one_process_stay_apart(db_url: str) -> None
 
 def test_two_sessions_in_two_threads_never_mix(db_url: str) -> None:
     with open_storage(db_url) as storage:
-        agent = Agent(model=ScriptedModel(remembers), storage=storage, history_window=50)
+        agent = Agent(
+            model=ScriptedModel(remembers), storage=storage, memory=Memory(history_window=50)
+        )
         outputs: dict[str, list[str]] = {"left": [], "right": []}
         failures: list[BaseException] = []
 

@@ -32,6 +32,7 @@ from hermes_agent.storage import (
     open_storage,
 )
 from hermes_agent.testing import tool_call as call
+from server_harness import wait_for
 from storage_backends import database_url, sql_database_url  # noqa: F401  (the fixtures)
 
 LONE = "\ud800"
@@ -365,7 +366,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_records(sql_url: str) ->
         assert storage.records("new")[0].sanitized is not None
 
 
-# -- many rows in one statement (storage.bulk) -------------------------------------------------
+# -- many rows in one statement (storage.statements) -------------------------------------------
 
 HARD_TEXTS = [
     'quotes " and \' and \\ backslashes \\u0041 and {"json": [1]}',
@@ -380,8 +381,8 @@ def test_many_rows_in_one_statement_read_back_exactly(sql_url: str) -> None:
     """``insert_rows`` (on PostgreSQL one statement with the rows as JSON): every value reads
     back as it was given, whatever its text, with numbers, ``None`` and the text of a str enum
     (a record's stage and role) kept."""
-    from hermes_agent.storage.bulk import insert_rows
     from hermes_agent.storage.schema import audit_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
     try:
@@ -434,11 +435,13 @@ def statements_of(storage: SqlStorage) -> Iterator[list[tuple[str, bool]]]:
         event.remove(storage.engine, "before_cursor_execute", note)
 
 
-def test_values_json_would_read_otherwise_go_row_by_row(sql_url: str) -> None:
-    """A boolean or a float given for an integer column is stored as a parameter stores it
-    (PostgreSQL's JSON conversion would refuse them): those rows go row by row."""
-    from hermes_agent.storage.bulk import insert_rows
+def test_values_json_would_read_otherwise_are_stored_as_a_parameter_stores_them(
+    sql_url: str,
+) -> None:
+    """A boolean or a whole float given for an integer column is stored as a parameter stores
+    it (PostgreSQL's JSON conversion would refuse them as they are), in the one statement."""
     from hermes_agent.storage.schema import audit_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
     try:
@@ -449,16 +452,19 @@ def test_values_json_would_read_otherwise_go_row_by_row(sql_url: str) -> None:
         with statements_of(storage) as sent, storage.transaction(write=True) as conn:
             insert_rows(conn, audit_table, rows)
         assert [(r.step, r.status_code) for r in storage.records("r3")] == [(1, 200), (0, 1)]
-        assert not any("json_populate_recordset" in text_ for text_, _ in sent)
+        inserts = [text_ for text_, _ in sent if text_.startswith("INSERT")]
+        assert len(inserts) == 1
+        if sql_url.startswith("postgresql"):
+            assert "json_populate_recordset" in inserts[0]
     finally:
         storage.close()
 
 
 def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
-    """With ``replace_on``, a row whose key is stored replaces it, and of two rows with one
-    key in a batch the last stays (one PostgreSQL statement may not change a row twice)."""
-    from hermes_agent.storage.bulk import insert_rows
+    """A journal entry whose key is stored replaces it, and of two rows with one key in a
+    batch the last stays (one PostgreSQL statement may not change a row twice)."""
     from hermes_agent.storage.schema import journal_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
 
@@ -472,13 +478,12 @@ def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
             "updated_ns": 2**62 + token,
         }
 
-    keys = ("request_id", "key")
     try:
         with storage.transaction(write=True) as conn:
             insert_rows(conn, journal_table, [entry("a", "started", 1), entry("b", "started", 1)])
         with storage.transaction(write=True) as conn:
             again = [entry("b", "waiting", 2), entry("b", "done", 2), entry("c", "done", 2)]
-            insert_rows(conn, journal_table, again, replace_on=keys)  # b twice: the last stays
+            insert_rows(conn, journal_table, again)  # b twice: the last stays
         with storage.transaction() as conn:
             rows = conn.execute(
                 text(
@@ -495,11 +500,11 @@ def test_many_rows_replace_those_of_the_same_key(sql_url: str) -> None:
         storage.close()
 
 
-def test_a_float_json_cannot_say_goes_row_by_row(sql_url: str) -> None:
-    """A latency that is not finite cannot travel as JSON: the rows go one by one, as SQLite's
-    always do, and are stored all the same."""
-    from hermes_agent.storage.bulk import insert_rows
+def test_a_float_json_cannot_say_is_stored_all_the_same(sql_url: str) -> None:
+    """A latency that is not finite, which JSON has no number for, travels as the text
+    PostgreSQL reads it from, and is stored as a parameter stores it."""
     from hermes_agent.storage.schema import audit_table
+    from hermes_agent.storage.statements import insert_rows
 
     storage = SqlStorage(sql_url)
     try:
@@ -509,11 +514,11 @@ def test_a_float_json_cannot_say_goes_row_by_row(sql_url: str) -> None:
                     "r2", "s2", 0, "Worker", "usage", "{}", 1, latency, "ok", 200, "m", "0" * 64
                 )
             )
-            for latency in (float("inf"), 2.5)
+            for latency in (float("inf"), float("-inf"), 2.5)
         ]
         with storage.transaction(write=True) as conn:
             insert_rows(conn, audit_table, rows)
-        assert [r.latency_ms for r in storage.records("r2")] == [float("inf"), 2.5]
+        assert [r.latency_ms for r in storage.records("r2")] == [float("inf"), float("-inf"), 2.5]
     finally:
         storage.close()
 
@@ -560,13 +565,13 @@ def test_the_trail_writer_sleeps_its_linger_out_instead_of_waking_at_each_step(
     sink.LINGER_S, sink.MAX_DELAY_S = 1.0, 30.0  # one linger covers the steps below
     try:
         sink.write([_trail_record(0)])
-        time.sleep(0.01)  # the writer has taken the first step and lingers
+        wait_for(sink._queue.empty, what="the writer taking the first step (it lingers)")
         writer = sink._thread
         assert writer is not None and writer.native_id is not None
         before = _voluntary_switches(writer.native_id)
         for index in range(1, 101):
             sink.write([_trail_record(index)])
-            time.sleep(0.001)
+            time.sleep(0.001)  # a stream's pace: a step every millisecond
         woken = _voluntary_switches(writer.native_id) - before
         sink.flush()
         assert [r.step for r in storage.records("written-behind")] == list(range(101))
@@ -587,7 +592,7 @@ def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> Non
     sink.LINGER_S, sink.MAX_DELAY_S = 0.01, 0.64
     try:
         sink.write([_trail_record(0)])
-        time.sleep(0.005)  # the writer has taken the first step and lingers
+        wait_for(sink._queue.empty, what="the writer taking the first step (it lingers)")
         writer = sink._thread
         assert writer is not None and writer.native_id is not None
         before, started = _voluntary_switches(writer.native_id), time.monotonic()
@@ -595,7 +600,7 @@ def test_under_steady_steps_each_linger_is_twice_the_last(tmp_path: Path) -> Non
         while time.monotonic() - started < 0.6:
             index += 1
             sink.write([_trail_record(index)])
-            time.sleep(0.002)
+            time.sleep(0.002)  # a stream's pace: a step every two milliseconds
         woken = _voluntary_switches(writer.native_id) - before
         sink.flush()
         assert [r.step for r in storage.records("written-behind")] == list(range(index + 1))
@@ -626,10 +631,10 @@ def test_the_steps_before_a_pause_are_stored_within_the_longest_linger(tmp_path:
         while time.monotonic() - started < 0.4:  # uncapped, the lingers would reach 0.32 s
             sink.write([_trail_record(index)])
             index += 1
-            time.sleep(0.002)
+            time.sleep(0.002)  # a stream's pace: a step every two milliseconds
         last = time.monotonic()
-        while sum(count for _, count in bursts) < index and time.monotonic() - last < 5:
-            time.sleep(0.005)  # no flush: it would end the linger
+        # No flush: it would end the linger.
+        wait_for(lambda: sum(count for _, count in bursts) >= index, 5, "every step stored")
         assert sum(count for _, count in bursts) == index
         assert max(lingers) == pytest.approx(0.04), lingers  # doubled, then capped
         assert bursts[-1][0] - last < 0.25, bursts[-1][0] - last  # one capped linger or two
@@ -650,11 +655,11 @@ def test_a_burst_that_reaches_max_records_is_written_without_another_linger(
     try:
         started = time.monotonic()
         sink.write([_trail_record(0)])
-        time.sleep(0.1)  # the writer has taken it and lingers; the rest come meanwhile
+        # The writer has taken it and lingers; the rest come meanwhile.
+        wait_for(sink._queue.empty, what="the writer taking the first step")
         for index in range(1, 60):
             sink.write([_trail_record(index)])
-        while not bursts and time.monotonic() - started < 5:  # no flush: it ends lingers
-            time.sleep(0.01)
+        wait_for(lambda: bursts, 5, "the first burst")  # no flush: it ends lingers
         # Written when its first linger ended (0.5 s), not after a second one (1.0 s more).
         assert bursts and bursts[0][0] - started < 1.2, bursts
         sink.flush()
@@ -701,7 +706,9 @@ def test_a_flush_queued_while_the_writer_stores_does_not_wait_for_its_next_linge
         assert storing.wait(20)
         sink.write([_trail_record(1)])
         second.start()
-        time.sleep(0.1)  # the second flush has queued its turn behind step 1
+        # The second flush has queued its turn behind step 1 (a step is a list, a turn is not).
+        queued = sink._queue.queue
+        wait_for(lambda: queued and not isinstance(queued[-1], list), what="the second flush")
     finally:
         go.set()
     first.join(20)
@@ -724,7 +731,7 @@ def test_flush_and_close_cut_the_writers_linger_short(tmp_path: Path, ending: st
     sink.LINGER_S, sink.MAX_DELAY_S = 60.0, 120.0
     try:
         sink.write([_trail_record(0)])
-        time.sleep(0.05)  # lingering now
+        wait_for(sink._queue.empty, what="the writer taking step 0 (lingering now)")
         sink.write([_trail_record(1)])
         _ends_within(getattr(sink, ending), 20)
         assert [r.step for r in storage.records("written-behind")] == [0, 1]

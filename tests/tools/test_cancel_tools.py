@@ -24,15 +24,15 @@ from hermes_agent import Agent, ScriptedModel, Tool
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.sandbox import Abort, CallAborted, Limits, SubprocessPool
 from processes import alive, gone_within
+from server_harness import await_for, wait_for
 
 
 def read_pids(path: Path, seconds: float = 10) -> tuple[int, int]:
     """(worker pid, sleeper pid) as ``nap`` wrote them."""
-    until = time.monotonic() + seconds
-    while not path.exists() or len(path.read_text().split()) < 2:
-        assert time.monotonic() < until, f"{path} was never written"
-        time.sleep(0.01)
-    worker, sleeper = path.read_text().split()
+    written = wait_for(lambda: path.exists() and path.read_text(), seconds, f"{path} written")
+    while len(written.split()) < 2:  # caught halfway through its writing
+        written = wait_for(path.read_text, seconds, f"{path} written")
+    worker, sleeper = written.split()
     return int(worker), int(sleeper)
 
 
@@ -90,8 +90,7 @@ def test_cancelling_arun_kills_the_sleeping_tool_process_at_once(
 
     async def scenario() -> float:
         task = asyncio.create_task(agent.arun(f"nap {pid_file}"))
-        while not pid_file.exists():
-            await asyncio.sleep(0.01)
+        await await_for(pid_file.exists, what="the nap tool running")
         strays.extend(read_pids(pid_file))
         started = time.monotonic()
         task.cancel()
@@ -131,7 +130,8 @@ def test_cancelling_one_run_leaves_another_runs_tool_alone(tmp_path: Path) -> No
 
     def hold(seconds: float) -> str:
         """Hold a worker for a while."""
-        time.sleep(seconds)
+        (tmp_path / f"holding {seconds}").touch()
+        time.sleep(seconds)  # slow work on purpose: one of the two is cancelled meanwhile
         return f"held {os.getpid()}"
 
     def script(messages: object, _tools: object) -> str:
@@ -146,7 +146,8 @@ def test_cancelling_one_run_leaves_another_runs_tool_alone(tmp_path: Path) -> No
     async def scenario() -> str:
         doomed = asyncio.create_task(agent.arun("30"))
         kept = asyncio.create_task(agent.arun("1.5"))
-        await asyncio.sleep(0.7)  # both tools run now (a pool of two workers)
+        # Both tools run now (a pool of two workers).
+        await await_for(lambda: len(list(tmp_path.glob("holding *"))) == 2, what="both tools")
         started.set()
         doomed.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -204,7 +205,7 @@ def test_ctrl_c_during_agent_run_kills_the_tool_process(tmp_path: Path, strays: 
                 interrupted = time.monotonic()
             worker, sleeper = map(int, Path({str(pid_file)!r}).read_text().split())
             while not (gone(worker) and gone(sleeper)) and time.monotonic() - interrupted < 5:
-                time.sleep(0.01)
+                time.sleep(0.01)  # a bounded poll (5 s) in a program of its own
             report = {{"worker_gone": gone(worker), "sleeper_gone": gone(sleeper),
                        "seconds": time.monotonic() - interrupted}}
             # The agent still works: the next run starts a new worker (and is cut short by
@@ -243,29 +244,34 @@ def test_ctrl_c_during_agent_run_kills_the_tool_process(tmp_path: Path, strays: 
 
 def slow(seconds: float) -> int:
     """Sleep, then return the worker's pid."""
-    time.sleep(seconds)
+    time.sleep(seconds)  # slow work on purpose: a call to abort, or to wait in line behind
     return os.getpid()
 
 
-def test_an_aborted_pool_call_kills_its_worker_and_frees_its_slot() -> None:
-    pool = SubprocessPool(slow, Limits(), size=1)
-    first = pool.call({"seconds": 0}, 10)  # a warm worker, back in the pool
+def marked(seconds: float, marker: str) -> int:
+    """``slow``, once it has created the file ``marker`` (the test sees the call started)."""
+    Path(marker).touch()
+    return slow(seconds)
+
+
+def test_an_aborted_pool_call_kills_its_worker_and_frees_its_slot(tmp_path: Path) -> None:
+    pool = SubprocessPool(marked, Limits(), size=1)
+    marker = str(tmp_path / "started")
+    # A warm worker, back in the pool.
+    first = pool.call({"seconds": 0, "marker": str(tmp_path / "warm")}, 10)
     assert pool.pids() == [first]
     abort = Abort()
     outcome: list[BaseException] = []
 
     def busy() -> None:
         try:
-            pool.call({"seconds": 60}, 120, abort=abort)
+            pool.call({"seconds": 60, "marker": marker}, 120, abort=abort)
         except BaseException as exc:
             outcome.append(exc)
 
     thread = threading.Thread(target=busy)
     thread.start()
-    until = time.monotonic() + 10
-    while pool.pids() and time.monotonic() < until:  # the call took the worker
-        time.sleep(0.01)
-    time.sleep(0.2)
+    wait_for(Path(marker).exists, what="the call running in the worker")
     started = time.monotonic()
     abort.abort()
     thread.join(5)
@@ -274,19 +280,33 @@ def test_an_aborted_pool_call_kills_its_worker_and_frees_its_slot() -> None:
     assert [type(exc) for exc in outcome] == [CallAborted]
     assert not alive(first)  # killed, and reaped by the calling thread
     assert pool.pids() == []  # never handed back
-    second = pool.call({"seconds": 0}, 10)  # the one slot is free; a new worker serves
+    # The one slot is free; a new worker serves.
+    second = pool.call({"seconds": 0, "marker": str(tmp_path / "again")}, 10)
     assert second != first
     abort.abort()  # aborting a call that is over does nothing
     assert pool.pids() == [second] and alive(second)
     pool.close()
 
 
-def test_an_abort_while_waiting_for_a_free_worker_leaves_the_line_only() -> None:
-    pool = SubprocessPool(slow, Limits(), size=1)
+def test_an_abort_while_waiting_for_a_free_worker_leaves_the_line_only(tmp_path: Path) -> None:
+    pool = SubprocessPool(marked, Limits(), size=1)
+    marker = tmp_path / "holding"
     results: list[int] = []
-    holder = threading.Thread(target=lambda: results.append(pool.call({"seconds": 1.5}, 10)))
+    holder = threading.Thread(
+        target=lambda: results.append(pool.call({"seconds": 1.5, "marker": str(marker)}, 10))
+    )
     holder.start()
-    time.sleep(0.3)
+    wait_for(marker.exists, what="the first call holding the one worker")
+    in_line = threading.Event()
+    take_slot = pool._slots.acquire
+
+    def watched(blocking: bool = True, timeout: float | None = None) -> bool:
+        """The pool's wait for a slot, telling when the second call waits (its abort checked)."""
+        if threading.current_thread() is waiter:
+            in_line.set()
+        return take_slot(blocking, timeout)
+
+    pool._slots.acquire = watched  # type: ignore[method-assign]
     abort = Abort()
     outcome: list[BaseException] = []
 
@@ -298,7 +318,7 @@ def test_an_abort_while_waiting_for_a_free_worker_leaves_the_line_only() -> None
 
     waiter = threading.Thread(target=wait_in_line)
     waiter.start()
-    time.sleep(0.2)
+    assert in_line.wait(10), "the second call never waited for a slot"
     started = time.monotonic()
     abort.abort()
     waiter.join(5)

@@ -29,7 +29,7 @@ def grind(seconds: float) -> str:
 
 async def pause() -> str:
     """Wait a little, as a run waits on its model or a service: the loop lets go of the GIL."""
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.02)  # a wait on the loop, as a run waits on its model
     return "paused"
 
 

@@ -28,6 +28,7 @@ from hermes_agent import Agent, ScriptedModel, Tool
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.sandbox import Limits, SubprocessPool, ToolProcessError
 from processes import alive, gone_within
+from server_harness import wait_for
 
 
 def scripted(*replies: str) -> ScriptedModel:
@@ -35,11 +36,8 @@ def scripted(*replies: str) -> ScriptedModel:
 
 
 def read_pid(path: Path, seconds: float = 10) -> int:
-    until = time.monotonic() + seconds
-    while not path.exists() or not path.read_text().strip():
-        assert time.monotonic() < until, f"{path} was never written"
-        time.sleep(0.02)
-    return int(path.read_text())
+    text = wait_for(lambda: path.exists() and path.read_text().strip(), seconds, f"{path} written")
+    return int(text)
 
 
 @pytest.fixture
@@ -190,7 +188,7 @@ def test_a_worker_that_sends_half_a_frame_is_killed_at_the_deadline(tmp_path: Pa
         """Announces a 100-byte reply, sends 10 bytes of it, then nothing."""
         pid_file.write_text(str(os.getpid()))
         worker_socket().sendall((100).to_bytes(8, "big") + b"x" * 10)
-        time.sleep(3600)
+        time.sleep(3600)  # a tool that hangs: the pool must end it
         return "never"
 
     agent = Agent(model=scripted(call("wedge"), "it hung"))
@@ -212,7 +210,7 @@ def test_a_header_then_silence_does_not_block_the_calling_thread(tmp_path: Path)
         """Sends a length header and nothing after it."""
         pid_file.write_text(str(os.getpid()))
         worker_socket().sendall((16).to_bytes(8, "big"))
-        time.sleep(3600)
+        time.sleep(3600)  # a tool that hangs: the pool must end it
         return "never"
 
     pool = SubprocessPool(header_only, Limits())
@@ -241,7 +239,7 @@ def test_a_frame_over_the_size_bound_is_refused_at_once(tmp_path: Path) -> None:
         """Announces a reply of a terabyte."""
         pid_file.write_text(str(os.getpid()))
         worker_socket().sendall((2**40).to_bytes(8, "big"))
-        time.sleep(3600)
+        time.sleep(3600)  # a tool that hangs: the pool must end it
         return "never"
 
     pool = SubprocessPool(huge, Limits())
@@ -276,7 +274,7 @@ def test_a_reply_that_is_not_json_is_an_error_and_ends_the_worker(tmp_path: Path
         pid_file.write_text(str(os.getpid()))
         body = pickle.dumps(Payload(str(tmp_path / "pwned")))
         worker_socket().sendall(len(body).to_bytes(8, "big") + body)
-        time.sleep(3600)
+        time.sleep(3600)  # a tool that hangs: the pool must end it
         return "never"
 
     pool = SubprocessPool(garbage, Limits())
@@ -295,7 +293,7 @@ def test_a_dead_worker_is_noticed_even_when_a_process_it_forked_holds_its_socket
         """Forks a copy of itself (which keeps the socket open), then exits."""
         child = os.fork()
         if child == 0:
-            time.sleep(60)
+            time.sleep(60)  # a child that outlives its parent, holding the socket open
             os._exit(0)
         child_file.write_text(str(child))
         os._exit(3)
@@ -310,24 +308,23 @@ def test_a_dead_worker_is_noticed_even_when_a_process_it_forked_holds_its_socket
     assert gone_within(strays[0], 2)  # and the child went with its group
 
 
-def test_waiting_for_a_free_worker_counts_against_the_timeout() -> None:
-    release = threading.Event()
+def test_waiting_for_a_free_worker_counts_against_the_timeout(tmp_path: Path) -> None:
+    running = tmp_path / "running"
 
     def slow() -> str:
         """Takes 2 s."""
-        time.sleep(2)
+        running.touch()
+        time.sleep(2)  # slow work on purpose: the one worker stays busy
         return "slow"
 
     pool = SubprocessPool(slow, Limits(), size=1)
 
     def occupy() -> None:
-        release.set()
         pool.call({}, 10)
 
     busy = threading.Thread(target=occupy)
     busy.start()
-    release.wait()
-    time.sleep(0.2)
+    wait_for(running.exists, what="the first call running in the one worker")
     started = time.monotonic()
     with pytest.raises(TimeoutError, match=r"^no worker of this tool was free within 0.5 s$"):
         pool.call({}, 0.5)
@@ -359,7 +356,7 @@ def test_a_grandchild_dies_with_a_worker_that_timed_out(
     def spawn_and_hang(how: str) -> str:
         """Starts a sleeper, then hangs."""
         start_sleeper(str(pid_file), how)
-        time.sleep(3600)
+        time.sleep(3600)  # a tool that hangs: the pool must end it
         return "never"
 
     agent = Agent(model=scripted(call("spawn_and_hang", how=how), "it hung"))
@@ -491,7 +488,7 @@ def test_the_pool_works_in_a_host_that_ignores_sigchld() -> None:
 
     def hang() -> None:
         """Never returns."""
-        time.sleep(3600)
+        time.sleep(3600)  # a tool that hangs: the pool must end it
 
     previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped unasked
     try:

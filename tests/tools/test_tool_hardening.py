@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import hermes_agent
-from hermes_agent import Agent, ScriptedModel, Tool
+from hermes_agent import Agent, ScriptedModel, Tool, ToolExecution
 from hermes_agent.pipeline.hooks import HookContext
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.runtime import ClosedError, ToolThreads
@@ -380,7 +380,8 @@ def test_twenty_thousand_calls_in_one_turn_run_only_the_cap() -> None:
 
 
 def test_max_calls_per_turn_is_configurable() -> None:
-    agent = Agent(model=ScriptedModel([call("ping") * 3, "done"]), max_calls_per_turn=2)
+    two = ToolExecution(max_calls_per_turn=2)
+    agent = Agent(model=ScriptedModel([call("ping") * 3, "done"]), tool_execution=two)
     agent.add_tool(Tool.from_function(lambda: "pong", name="ping"))
     result = agent.run("ping")
     assert [c.status_code for c in result.tool_calls] == [200, 200, 429]

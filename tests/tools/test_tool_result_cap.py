@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_agent import Agent, ScriptedModel
+from hermes_agent import Agent, ScriptedModel, ToolExecution
 from hermes_agent.config import AgentConfig, HermesConfig, ScriptedConfig
 from hermes_agent.events import Event, ResultEvent, ToolResultsEvent
 from hermes_agent.pipeline.tool_executor import _NOTE_ROOM
@@ -100,7 +100,8 @@ def test_the_agents_bound_is_a_setting_of_code_and_config_and_forks_keep_it() ->
         """Text."""
         return "y" * 5000
 
-    agent = Agent(ScriptedModel([call("text"), "done"]), tools=[text], max_result_chars=1000)
+    capped = ToolExecution(max_result_chars=1000)
+    agent = Agent(ScriptedModel([call("text"), "done"]), tools=[text], tool_execution=capped)
     [record] = agent.run("text").tool_calls
     assert record.metadata["result_chars"] == 5000 and len(record.result) < 1000 + _NOTE_ROOM
     assert agent.fork().runtime.max_result_chars == 1000
@@ -151,7 +152,7 @@ def test_whatever_a_tool_returns_the_model_and_the_record_get_at_most_the_bound(
         return value
 
     model = ScriptedModel([call("anything"), "done"])
-    agent = Agent(model, tools=[anything], max_result_chars=limit)
+    agent = Agent(model, tools=[anything], tool_execution=ToolExecution(max_result_chars=limit))
     [record] = agent.run("go").tool_calls
     size = len(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
     if size <= limit:

@@ -126,7 +126,7 @@ def test_a_heartbeat_extends_the_lease_from_when_the_store_runs_it(
                 select(runs_table.c.status).where(runs_table.c.request_id == rid).with_for_update()
             )
             holding.set()
-            time.sleep(1.0)
+            time.sleep(1.0)  # a measured hold of the row lock: the beat waits for it
             released.append(time.time_ns())
 
     thread = threading.Thread(target=hold)
@@ -228,7 +228,7 @@ def test_a_note_taken_while_the_worker_lived_on_is_not_used_later(
     assert store.heartbeat(other, token, 5.0)  # it lives on
     assert store.claim(lapsed, "w:2", 5.0).outcome == "claimed"
     assert _charged(store, [lapsed]) == [1]
-    time.sleep(0.01)
+    time.sleep(0.01)  # the clock moves on: the next beat is later than the note
     assert store.heartbeat(other, token, 5.0)
     store.write_journal(other, token, "call/0/0", "started", {"tool": "pay"})
     expire(store, other)  # now its worker dies inside its call, alone
@@ -266,7 +266,7 @@ def test_a_call_that_must_run_alone_waits_for_the_others_and_keeps_new_ones_out(
         async def run_alone() -> None:
             await gate.enter(suspect, alone=True)
             seen.append("alone")
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # a moment alone, in which the late one may not go in
             gate.leave(suspect)
 
         async def run_late() -> None:
@@ -275,11 +275,11 @@ def test_a_call_that_must_run_alone_waits_for_the_others_and_keeps_new_ones_out(
             gate.leave(late)
 
         alone = asyncio.create_task(run_alone())
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop: the task reaches the gate
         assert gate.contended
         arrived = asyncio.create_task(run_late())  # behind the one waiting to run alone
         await gate.enter(first, alone=False)  # a run already in a call may go on
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # turns of the loop in which neither waiting task may go in
         assert seen == []
         gate.leave_all(first)
         seen.append("first out")
@@ -368,7 +368,7 @@ def test_fence_holds_the_run_until_the_effect_commits(url: str, cleanup: list[An
             with raw.transaction():
                 fence(raw, CallKey(rid, 0, 0, first.token))
                 fenced.set()
-                time.sleep(0.5)
+                time.sleep(0.5)  # a measured hold of the fence's transaction
             committed.append(time.monotonic_ns())
 
     thread = threading.Thread(target=tool)

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from fault_harness import FaultModel, OwnPostgres
+from server_harness import wait_for as _wait
 from step_model import running_step_model
 from worker_harness import REDIS, TOOLS, Cluster, broker_up, cluster, free_port
 
@@ -40,13 +41,6 @@ LEASE_TTL = 2.0
 def _needs_redis() -> None:
     if not broker_up(REDIS):
         pytest.skip(f"no broker at {REDIS}")
-
-
-def _wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def _sqlite(path: Path) -> sqlite3.Connection:
@@ -80,7 +74,7 @@ def step(tag: str, n: int) -> str:
             "INSERT INTO executions(call_key, token, at) VALUES (?, ?, ?)",
             (key.id, key.fencing_token, time.time()),
         )
-    time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))
+    time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))  # the tool's work, to freeze in
     return f"step {n} of {tag} done"
 '''
 
@@ -155,7 +149,7 @@ def test_postgresql_frozen_past_the_lease_with_calls_due(
         _wait(lambda: sum(made.executions().values()) >= 12, 60, "the runs did not start")
         frozen = own_pg.freeze()
         try:
-            time.sleep(freeze_s)
+            time.sleep(freeze_s)  # the fault itself: the database is frozen this long
         finally:
             own_pg.thaw(frozen)
         _wait(
@@ -273,7 +267,7 @@ def step(tag: str, n: int) -> str:
     key = current_call()
     note("entered", key.id, key.fencing_token, os.getpid())
     while key.fencing_token == 1 and not os.path.exists(GO):
-        time.sleep(0.02)
+        time.sleep(0.02)  # the first attempt waits for the test's go (in a worker process)
     if RECIPE == "fence":
         outcome = in_the_store(key)
     else:

@@ -92,7 +92,7 @@ class Env:
     def wait_until(self, ids: list[str], completed: int, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while self.completed(ids) < completed and time.monotonic() < deadline:
-            time.sleep(0.05)
+            time.sleep(0.05)  # the polling pace; the fault comes after, reached or not
 
     def finish(self, name: str, ids: list[str], timeout: float = 60.0) -> Tally:
         wait_finished(self.store, ids, timeout)
@@ -152,7 +152,7 @@ def test_store_connections_reset(env: Env) -> None:
     resets = 0
     for _ in range(4):
         resets += env.proxy.reset()
-        time.sleep(0.6)
+        time.sleep(0.6)  # the faults' pace: four resets spread over the runs
     found = env.finish(f"store connections reset ({resets} connections, 4 times)", ids)
     assert resets > 0
     assert_goals(found)
@@ -197,11 +197,11 @@ def test_worker_frozen_inside_a_tool_call(env: Env) -> None:
                     victim = int(row[0])
                     break
                 os.kill(row[0], signal.SIGCONT)
-            time.sleep(0.01)
+            time.sleep(0.01)  # the polling pace, bounded by the deadline above
         assert victim is not None, "no run was seen inside a tool call"
         frozen_at = time.monotonic()
         try:
-            time.sleep(LEASE_TTL * 5)
+            time.sleep(LEASE_TTL * 5)  # a measured freeze: well past the victim's lease
         finally:
             os.kill(victim, signal.SIGCONT)
             woke = time.time()

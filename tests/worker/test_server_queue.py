@@ -58,7 +58,7 @@ def _until(client: httpx.Client, request_id: str, status: str, timeout: float = 
             return body
         assert body["status"] not in ("completed", "failed", "dead", "cancelled"), body
         assert time.monotonic() < deadline, f"run {request_id} still {body['status']}"
-        time.sleep(0.05)
+        time.sleep(0.05)  # the polling pace, bounded by the deadline above
 
 
 def _executions(c: Cluster, tag: str) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hermes_agent import Agent, ScriptedModel
+from hermes_agent import Agent, Memory, ScriptedModel
 from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
@@ -87,7 +87,8 @@ def test_a_cached_history_summary_does_not_shift_the_replayed_turns(
 
     model = ScriptedModel(script)
     tool = Tool.from_function(ledger.charge, requires_approval=True)
-    agent = Agent(model, storage=url, tools=[tool], history_window=1, summarize_with_model=True)
+    memory = Memory(history_window=1, summarize_with_model=True)
+    agent = Agent(model, storage=url, tools=[tool], memory=memory)
     store, worker, _ = worker_for(agent, cleanup)
     old = [Message("user", f"old question {i}") for i in range(3)]
     agent.sessions.append("s1", [m for q in old for m in (q, Message("assistant", "ok"))])

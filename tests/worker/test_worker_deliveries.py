@@ -8,6 +8,7 @@ import time
 
 from hermes_agent.config import QueueConfig
 from hermes_agent.worker.app import DeliveryNotes, delivery_delay
+from server_harness import wait_for
 
 
 class Notes:
@@ -23,10 +24,12 @@ class Notes:
 def test_a_delivery_that_starts_at_once_is_never_noted() -> None:
     notes = Notes()
     deliveries = DeliveryNotes(notes, delay=0.2)
+    guard = deliveries._guard = CountedWakes()
     try:
         deliveries.received("r1")
         deliveries.started("r1")
-        time.sleep(0.5)
+        # Asleep with nothing pending: it looked again after r1's deadline.
+        assert guard.asleep.wait(5)
         assert notes.noted == []
         assert deliveries.pending() == []
     finally:
@@ -36,6 +39,7 @@ def test_a_delivery_that_starts_at_once_is_never_noted() -> None:
 def test_a_delivery_that_waits_for_a_slot_is_noted_once_after_the_delay() -> None:
     notes = Notes()
     deliveries = DeliveryNotes(notes, delay=0.2)
+    guard = deliveries._guard = CountedWakes()
     try:
         received = time.monotonic()
         deliveries.received("waits")
@@ -43,12 +47,12 @@ def test_a_delivery_that_waits_for_a_slot_is_noted_once_after_the_delay() -> Non
         deliveries.received("waits")  # a second receipt keeps the first deadline
         deliveries.started("starts")
         assert notes.seen.wait(5)
-        time.sleep(0.3)
+        assert guard.asleep.wait(5)  # past both deadlines, with nothing left to note
         assert [rid for rid, _ in notes.noted] == ["waits"]
         assert notes.noted[0][1] - received >= 0.2
         assert deliveries.pending() == []
         deliveries.started("waits")  # started after its note: nothing more
-        time.sleep(0.3)
+        time.sleep(0.3)  # a spell past the delay, in which no second note may come
         assert len(notes.noted) == 1
     finally:
         deliveries.close()
@@ -56,20 +60,20 @@ def test_a_delivery_that_waits_for_a_slot_is_noted_once_after_the_delay() -> Non
 
 def test_a_note_the_store_refuses_does_not_stop_the_next() -> None:
     noted: list[str] = []
+    refused = threading.Event()
 
     def note(request_id: str) -> None:
         if request_id == "bad":
+            refused.set()
             raise RuntimeError("the store is away")
         noted.append(request_id)
 
     deliveries = DeliveryNotes(note, delay=0.05)
     try:
         deliveries.received("bad")
-        time.sleep(0.2)
+        assert refused.wait(5)
         deliveries.received("good")
-        deadline = time.monotonic() + 5
-        while not noted and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: noted, 5, "the good note")
         assert noted == ["good"]
     finally:
         deliveries.close()
@@ -81,7 +85,7 @@ def test_closed_notes_take_nothing_more() -> None:
     deliveries.received("r1")
     deliveries.close()
     deliveries.received("r2")
-    time.sleep(0.2)
+    assert "r2" not in deliveries.pending()  # not taken: its thread, joined, notes nothing
     assert "r2" not in [rid for rid, _ in notes.noted]
 
 
@@ -96,9 +100,13 @@ class CountedWakes(threading.Condition):
     def __init__(self) -> None:
         super().__init__()
         self.wakes = 0
+        self.asleep = threading.Event()  # set while it waits with no deadline
 
     def wait(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            self.asleep.set()
         woken = super().wait(timeout)
+        self.asleep.clear()
         self.wakes += 1
         return woken
 
@@ -113,7 +121,7 @@ def test_deliveries_that_start_at_once_do_not_wake_the_thread_each_time() -> Non
             deliveries.started(f"r{i}")
             if i % 100 == 0:
                 time.sleep(0.01)  # a stream over about 0.2 s, as a busy worker sees one
-        time.sleep(0.7)  # the thread looks again after the delay, then sleeps
+        assert counted.asleep.wait(5)  # the thread looks again after the delay, then sleeps
         assert counted.wakes <= 10, counted.wakes
         assert notes.noted == []
         # Asleep with nothing to wait for, it is woken by the next delivery, and notes it

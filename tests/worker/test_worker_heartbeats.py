@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 import pytest
 
 from hermes_agent.worker.attempt import Attempt
 from hermes_agent.worker.heartbeats import LeaseKeeper
+from server_harness import wait_for
 
 
 class Store:
@@ -50,13 +50,6 @@ def attempt(store: Store, request_id: str, lease_ttl: float) -> Attempt:
     return Attempt(store, request_id, 1, lease_ttl)  # type: ignore[arg-type]
 
 
-def wait_for(check: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def lease_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("test-leases")]
 
@@ -80,7 +73,7 @@ def test_many_runs_share_one_keeper_thread_and_each_is_beaten(store: Store) -> N
             keeper.release(h)
         assert keeper.held() == 0
         beaten = dict(store.beats)
-        time.sleep(0.35)
+        time.sleep(0.35)  # a spell past the beat interval, in which no beat may come
         assert store.beats == beaten  # released: no beat more
     finally:
         keeper.close()
@@ -91,7 +84,7 @@ def test_a_run_that_ends_before_its_first_beat_costs_the_store_nothing(store: St
     try:
         for i in range(200):
             keeper.release(keeper.hold(attempt(store, f"short-{i}", 0.3), lambda: None))
-        time.sleep(0.35)
+        time.sleep(0.35)  # a spell past the first beat's time, in which none may come
         assert store.beats == {}
         assert keeper.held() == 0
     finally:
@@ -145,7 +138,7 @@ def test_a_failed_beat_is_tried_again_and_does_not_count_as_one(store: Store) ->
         first = away.last_beat
         keeper.hold(away, lambda: None)
         wait_for(lambda: store.most_at_once.get("away", 0) >= 1)
-        time.sleep(0.35)
+        time.sleep(0.35)  # a spell of failing beats: none counts as one, the run stays held
         assert away.last_beat == first and not away.lost
         store.failing.discard("away")
         wait_for(lambda: store.beats.get("away", 0) >= 1)
@@ -165,7 +158,7 @@ def test_release_waits_for_a_beat_in_flight(store: Store) -> None:
         keeper.release(held)
         assert time.monotonic() - started >= 0.15
         assert store.running["ending"] == 0 and store.beats["ending"] == 1
-        time.sleep(0.35)
+        time.sleep(0.35)  # a spell past the beat interval, in which no beat may come
         assert store.beats["ending"] == 1
     finally:
         store.stall["ending"].set()
@@ -179,5 +172,5 @@ def test_a_closed_keeper_holds_nothing_and_stops_its_thread(store: Store) -> Non
     wait_for(lambda: lease_threads() == [])
     late = keeper.hold(attempt(store, "late", 0.3), lambda: None)
     keeper.release(late)
-    time.sleep(0.35)
+    time.sleep(0.35)  # a spell past the beat interval, in which no beat may come
     assert "late" not in store.beats and keeper.held() == 1

@@ -84,7 +84,7 @@ def test_a_queued_run_waits_on_postgresql_3_times_not_16(
     """What a run's store calls cost is mostly their round trips: on PostgreSQL a run of one
     tool call that starts its session waits for the server 3 times, once for each of its
     claim, its model turn's batch and its ending (16 before the batch and the ending were
-    one statement each, worker.fenced_statements; 17 before the ending's
+    one statement each, storage.statements; 17 before the ending's
     update said which run of the session is next, 18 before the claim said whether the
     session holds any message, 26 before pooled connections were pinged only when
     their socket spoke and single statements ran in autocommit), counted in libpq's own trace
@@ -133,7 +133,7 @@ def test_a_runs_ending_is_one_transaction_of_a_few_statements_that_numbers_every
 ) -> None:
     """The ending (the last batch, the turn in its session, the run's row, the answer's record
     and the last event) is one transaction of eight statements on SQLite, and one statement of
-    eight parts on PostgreSQL (worker.fenced_statements); the session's counters, the trail's
+    eight parts on PostgreSQL (storage.statements); the session's counters, the trail's
     numbers and the events' come out as if written one by one."""
     from sqlalchemy import event, select
 
@@ -488,24 +488,24 @@ def test_a_delivery_never_claimed_is_swept_back(
     rid = store.add("s1", QueuedRequest(message="charge 1"))
     store.mark_delivered(rid)
     assert worker.sweep() == []  # not yet: its worker may still take it
-    time.sleep(0.35)
+    time.sleep(0.35)  # a measured spell: past the 0.1 s lease, and the sweep's own delay
     assert worker.sweep() == [rid] and sent == [rid]
     assert worker.sweep() == []  # once per lease, not on every pass
     running = store.add("s2", QueuedRequest(message="charge 2"))
     store.claim(running, "gone:1", 0.1)
-    time.sleep(0.15)
+    time.sleep(0.15)  # a measured spell: the claim's 0.1 s lease runs out
     assert running in worker.sweep()  # a run whose worker died
     # A delivery lost without a trace (never noted as received): sent again after ten leases.
     forgotten = store.add("s3", QueuedRequest(message="charge 3"))
     assert forgotten not in worker.sweep()
-    time.sleep(1.1)
+    time.sleep(1.1)  # a measured spell: ten leases of 0.1 s
     assert forgotten in worker.sweep()
 
 
 def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
     url: str, cleanup: list[Any]
 ) -> None:
-    release = threading.Event()
+    release, running = threading.Event(), threading.Event()
 
     def slow(seconds: float) -> str:
         """Wait.
@@ -513,6 +513,7 @@ def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
         Args:
             seconds: how long.
         """
+        running.set()
         release.wait(seconds)
         return "slept"
 
@@ -526,7 +527,7 @@ def test_cancelling_a_running_run_stops_it_at_the_next_heartbeat(
     outcome: list[str] = []
     thread = threading.Thread(target=lambda: outcome.append(worker.execute(rid)))
     thread.start()
-    time.sleep(0.5)
+    assert running.wait(10), "the run's tool never started"
     assert store.cancel(rid, "stop it")
     thread.join(timeout=5)
     release.set()

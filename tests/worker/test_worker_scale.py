@@ -18,6 +18,7 @@ import pytest
 from hermes_agent import build_agent
 from hermes_agent.worker import submit
 from hermes_agent.worker.store import RunStore
+from server_harness import wait_for
 from step_model import running_step_model
 from worker_harness import RABBITMQ, REDIS, cluster, free_port
 
@@ -30,7 +31,7 @@ def _wait_all(store: RunStore, ids: list[str], timeout: float) -> None:
         states = [store.get(rid) for rid in ids]
         if all(s is not None and s.finished for s in states):
             return
-        time.sleep(0.2)
+        time.sleep(0.2)  # the polling pace; past the deadline, the message says what was left
     states = [s for s in (store.get(rid) for rid in ids) if s is not None]
     left = Counter(s.status for s in states)
     stuck = [
@@ -73,7 +74,7 @@ def test_sixty_runs_survive_a_killed_worker(tmp_path: Path, pg_url: str, broker:
                     if held >= 2:
                         victim_pid = int(str(owner).rsplit(":", 1)[1])
                         break
-                time.sleep(0.05)
+                time.sleep(0.05)  # the polling pace, bounded by the deadline above
             assert victim_pid is not None, "no worker was ever seen holding two runs"
             victim = next(p for p in c.workers if p.pid == victim_pid)
             # Frozen first, so that none of its runs can end while the runs it holds are read.
@@ -240,24 +241,18 @@ def test_celery_events_dead_letter_and_requeue_by_an_operator(tmp_path: Path, pg
             submitter = build_agent(tmp_path / "config.yaml")
             try:
                 handle = submit(submitter, "job d steps=1", session_id="dl")
-                deadline = time.monotonic() + 30
-                while handle.status() != "running" and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_for(lambda: handle.status() == "running", 30, "the run running")
 
                 def started() -> int:  # the two-second tool records its start, then sleeps
                     with c.effects_db() as conn:
                         row = conn.execute("SELECT count(*) FROM executions").fetchone()
                     return int(row[0]) if row else 0
 
-                while not started() and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                wait_for(started, 30, "the tool started")
                 c.kill(doomed)  # inside the tool
                 c.start_worker(concurrency=1)  # its sweeper finds the run, which is dead
                 c.wait_ready()
-                deadline = time.monotonic() + 30
-                while handle.status() != "dead" and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                assert handle.status() == "dead"
+                wait_for(lambda: handle.status() == "dead", 30, "the run dead-lettered")
                 assert "dead-lettered" in (handle.state().error or "")
                 config = str(tmp_path / "config.yaml")
                 runner = CliRunner()
@@ -321,9 +316,8 @@ def test_task_events_off_leave_the_runs_out_of_the_event_stream(
             assert result.output.startswith("done q after 1 steps")
         finally:
             submitter.close()
-        deadline = time.monotonic() + 10  # its heartbeats: the receiver hears the worker
-        while "worker-heartbeat" not in ours() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # Its heartbeats: the receiver hears the worker.
+        wait_for(lambda: "worker-heartbeat" in ours(), 10, "a worker heartbeat")
         assert ours() == {"worker-online", "worker-heartbeat"}
         assert not [e for e in events if str(e.get("type")).startswith("task-")]
 
@@ -341,9 +335,7 @@ def test_task_events_off_leave_the_runs_out_of_the_event_stream(
             assert handle.result(timeout=60).output.startswith("done r after 1 steps")
         finally:
             submitter.close()
-        deadline = time.monotonic() + 10
-        while "task-succeeded" not in ours() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: "task-succeeded" in ours(), 10, "the task-succeeded event")
         assert {"task-received", "task-started", "task-succeeded"} <= ours()
         watched = {e.get("uuid") for e in events if e.get("type") == "task-received"}
         assert len(watched) == 1  # the second run's delivery only: the first went unseen

@@ -47,6 +47,8 @@ from hermes_agent.errors import HermesAgentError
 from hermes_agent.heap import settle_heap
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from hermes_agent.runs.keys import KeyStore
     from hermes_agent.runs.settings import ServiceSettings
 
@@ -133,7 +135,8 @@ def serve(
     try:
         server_config = uvicorn_config(app, settings, level)
         settle_heap()  # all that the service keeps is built: the collector need not walk it
-        _draining_server(uvicorn, app.state.manager, settings.shutdown_grace_s)(server_config).run()
+        drain = app.state.backends.drain
+        _draining_server(uvicorn, drain, settings.shutdown_grace_s)(server_config).run()
     except _Stopped:
         pass
     finally:
@@ -296,18 +299,18 @@ class _BusyConnections:
         return max(len(self._all) - sum(map(len, self._silent)), 0)
 
 
-def _draining_server(uvicorn: Any, manager: Any, grace: float) -> Any:
+def _draining_server(uvicorn: Any, drain: Callable[[float], Awaitable[None]], grace: float) -> Any:
     """A uvicorn server that starts draining runs the moment it is told to stop.
 
     Plain uvicorn first waits for open connections (clients following runs never close
     theirs) and only then runs the app's lifespan shutdown, which grants the runs a grace
     period of their own: twice the grace in all, and followers dropped without their run's
-    end. Starting ``RunManager.shutdown`` with uvicorn's shutdown makes it one grace period,
+    end. Starting ``Backends.drain`` with uvicorn's shutdown makes it one grace period,
     after which followers receive ``run_stopped`` and close."""
 
     class DrainingServer(uvicorn.Server):  # type: ignore[misc]
         async def shutdown(self, sockets: Any = None) -> None:
-            draining = asyncio.ensure_future(manager.shutdown(grace))
+            draining = asyncio.ensure_future(drain(grace))
             await super().shutdown(sockets)
             await draining
 

@@ -43,6 +43,7 @@ from hermes_agent.evals.oracle import (
 from hermes_agent.evals.report import CaseResult, Report, record_run
 from hermes_agent.evals.resume import run_cases
 from hermes_agent.models.base import ClosesConnections, Model
+from hermes_agent.options import Memory, ToolExecution
 from hermes_agent.pipeline.status import REFUSED
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import RunResult, Step, ToolCallRecord
@@ -454,8 +455,9 @@ class BfclHarness:
             system_prompt="\n\n".join(prompts) or None,
             tool_choice=self.tool_choice,
             max_iterations=self.max_iterations,
-            max_concurrency=1,  # stateful backends: run calls in the order they were written
-            history_window=1000,  # a BFCL conversation is kept whole, as BFCL does
+            # Stateful backends: run calls in the order they were written.
+            tool_execution=ToolExecution(max_concurrency=1),
+            memory=Memory(history_window=1000),  # a BFCL conversation is kept whole, as BFCL does
         )
 
     async def _single_turn(self, case: BfclCase) -> CaseResult:

@@ -11,9 +11,11 @@ as they treat any call — schema validation (a 400 comes back as an error resul
 approval, rate limits, the timeout, the cache, hooks — and the audit trail records it as a run
 of its own (user message ``MCP tools/call <name>``). No model is loaded for it.
 
-Approvals: an MCP client cannot be asked at a terminal (over stdio, standard input *is* the
-protocol), so a tool with ``requires_approval`` is denied unless it is named in ``approve``
-(``--approve NAME``), or the caller passes an ``approver`` of its own.
+Approvals: nobody can be asked at a terminal (over stdio, standard input *is* the protocol).
+A tool named in ``approve`` (``--approve NAME``) is approved; for any other tool with
+``requires_approval`` the MCP caller is asked, by an elicitation request (a form of one boolean,
+``approve``), when its client declared elicitation on a session of 2025-11-25 or before; else
+the call is denied. An ``approver`` of the caller's own replaces all of that.
 
 With ``ask=True`` the agent itself is one more tool, ``ask(message, session_id?)``: a whole
 run with the agent's model, whose answer comes back as text (and, structured, with the run's
@@ -45,6 +47,7 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing, suppress
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from hermes_agent.agent import Agent
@@ -68,6 +71,8 @@ from hermes_agent.runs.principal import (
     stored_session_id,
 )
 from hermes_agent.runs.request import RunRequest
+from hermes_agent.tools.mcp.content import content_blocks
+from hermes_agent.tools.mcp.progress import listen, reset
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import (
     Completion,
@@ -214,7 +219,8 @@ class AgentMcpServer:
         self.version = __version__
         self.policy: Approver = approver if approver is not None else approve_only(approve)
         """Who answers the approvals of this server's calls and runs."""
-        self._direct = agent.fork(model=DirectCallModel(), approver=self.policy)
+        self._ask_the_caller = approver is None
+        self._direct = agent.fork(model=DirectCallModel(), approver=self._approve)
         if ask and ASK_TOOL in self.tools():
             raise ValueError(f"the agent has a tool named {ASK_TOOL!r}; it cannot also serve ask")
 
@@ -265,6 +271,7 @@ class AgentMcpServer:
         if principal is None:  # the HTTP middleware refuses these first; never run anonymously
             return _failure("missing or invalid API key: send 'Authorization: Bearer <key>'")
         arguments = dict(params.arguments or {})
+        _caller.set(ctx)  # this request's task only: whom an approval of its run may ask
         if self.ask and params.name == ASK_TOOL:
             return await self._ask(arguments, principal)
         if params.name == ASK_TOOL and not self.ask:
@@ -273,10 +280,15 @@ class AgentMcpServer:
         if params.name not in tools:
             known = ", ".join([*tools, *([ASK_TOOL] if self.ask else [])]) or "none"
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}; known: {known}")
+        progress = _Progress(ctx)  # the SDK drops the reports of a caller that asked for none
+        token = listen(progress)
         try:
             record = await self.call(params.name, arguments, principal)
         except RunRejected as exc:
             return _failure(f"refused ({exc.status_code}): {exc.message}")
+        finally:
+            reset(token)
+            await progress.close()  # every report goes before the result
         if record.status_code == 200:
             return _success(record.result)
         return _failure(record.error or f"the call ended with status {record.status_code}")
@@ -356,14 +368,24 @@ class AgentMcpServer:
         tool = self.agent.registry.get(asked.tool)
         if tool is None:
             return False, f"no tool {asked.tool!r} is served"
-        decision = self.policy(ToolCall(name=asked.tool, arguments=asked.arguments), tool)
+        return await self._approve(ToolCall(name=asked.tool, arguments=asked.arguments), tool)
+
+    async def _approve(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
+        """An approval of a call this server runs: the policy's answer; where the built-in
+        policy (``approve``) would deny, the MCP caller is asked instead when it can answer an
+        elicitation request (a session of 2025-11-25 or before whose client declared it)."""
+        decision = self.policy(call, tool)
         if inspect.isawaitable(decision):
             decision = await decision
         if isinstance(decision, tuple):
-            return bool(decision[0]), str(decision[1])
-        return bool(decision), "approved by the MCP server's approver" if decision else (
-            "denied by the MCP server's approver"
-        )
+            approved, reason = bool(decision[0]), str(decision[1])
+        else:
+            approved = bool(decision)
+            reason = f"{'approved' if approved else 'denied'} by the MCP server's approver"
+        ctx = _caller.get()
+        if approved or not self._ask_the_caller or ctx is None or not _can_elicit(ctx):
+            return approved, reason
+        return await _ask_caller(ctx, call, tool)
 
     # -- transports -----------------------------------------------------------------------------
 
@@ -448,7 +470,97 @@ def _answer(view: RunView) -> CallToolResult:
     return _result(output or error or view.status, details, error=failed)
 
 
+_caller: ContextVar[ServerRequestContext[Any] | None] = ContextVar("mcp_caller", default=None)
+"""The MCP request whose call (or ``ask`` run) is running in this context."""
+
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Approve",
+            "description": "Let the agent run this call.",
+        }
+    },
+    "required": ["approve"],
+}
+
+
+def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
+    """Whether the caller can be asked: its client declared elicitation, on a session with a
+    way back to it (2026-07-28 has none: it would take an input-required result)."""
+    from mcp.types import ClientCapabilities, ElicitationCapability
+
+    if ctx.protocol_version >= "2026-07-28":
+        return False
+    try:
+        wanted = ClientCapabilities(elicitation=ElicitationCapability())
+        return ctx.session.check_client_capability(wanted)
+    except Exception:  # no session to ask
+        return False
+
+
+async def _ask_caller(
+    ctx: ServerRequestContext[Any], call: ToolCall, tool: Tool
+) -> tuple[bool, str]:
+    """Ask the MCP caller to approve ``call`` (an elicitation form of one boolean)."""
+    arguments = to_json(call.arguments)
+    if len(arguments) > 500:
+        arguments = arguments[:500] + "…"
+    message = f"The agent's tool {tool.name!r} needs approval to run with {arguments}. Approve?"
+    try:
+        answer = await ctx.session.elicit_form(
+            message, APPROVAL_SCHEMA, related_request_id=ctx.request_id
+        )
+    except Exception as exc:  # the caller could not be asked: nobody approved
+        return False, f"the MCP caller could not be asked to approve it ({type(exc).__name__})"
+    if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+        return True, "approved by the MCP caller"
+    said = "cancelled" if answer.action == "cancel" else "declined"
+    return False, f"the MCP caller {said} the approval"
+
+
+class _Progress:
+    """The progress reports of one ``tools/call``, sent as ``notifications/progress`` (when
+    its caller sent a progress token) in the order they were made. A tool reports from the loop
+    (an async tool) or from its thread; one task sends them."""
+
+    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
+        self._ctx = ctx
+        self._loop = asyncio.get_running_loop()
+        self._reports: asyncio.Queue[tuple[float, float | None, str | None] | None]
+        self._reports = asyncio.Queue()
+        self._sender = self._loop.create_task(self._send())
+
+    def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        report = (float(progress), None if total is None else float(total), message)
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._reports.put_nowait(report)
+        else:  # a sync tool on its thread
+            self._loop.call_soon_threadsafe(self._reports.put_nowait, report)
+
+    async def _send(self) -> None:
+        while (report := await self._reports.get()) is not None:
+            with suppress(Exception):  # a caller gone: the call still ends as it ends
+                await self._ctx.session.report_progress(*report)
+
+    async def close(self) -> None:
+        """Send what was reported (reports made before the call ended are queued already)."""
+        self._reports.put_nowait(None)
+        await self._sender
+
+
 def _success(value: Any) -> CallToolResult:
+    blocks = content_blocks(value)
+    if blocks is not None:
+        try:
+            return _blocks(blocks)
+        except ValueError:  # not blocks MCP knows: sent as the JSON they are
+            pass
     text = value if isinstance(value, str) else to_json(value)
     return _result(text, value if isinstance(value, dict) else None, error=False)
 
@@ -464,4 +576,16 @@ def _result(text: str, structured: dict[str, Any] | None, *, error: bool) -> Cal
         content=[TextContent(type="text", text=text)],
         structured_content=structured,
         is_error=error,
+    )
+
+
+def _blocks(blocks: list[dict[str, Any]]) -> CallToolResult:
+    """A ``Content`` result's blocks as MCP content blocks (``ValueError`` when one is not a
+    valid block)."""
+    from mcp.types import CallToolResult, ContentBlock
+    from pydantic import TypeAdapter
+
+    adapter: TypeAdapter[ContentBlock] = TypeAdapter(ContentBlock)
+    return CallToolResult(
+        content=[adapter.validate_python(block) for block in blocks], is_error=False
     )

@@ -1,8 +1,9 @@
 """Run budgets: how many tokens, how much money and how much wall time one run may use.
 
 ``max_iterations`` bounds the rounds of tool calls; these bound what a run spends. Each is set
-on the agent (``Agent(max_run_tokens=..., max_run_cost=..., run_timeout_s=...)``, or the
-config's ``agent:`` section) and may be changed per run (``agent.run(..., max_run_tokens=...)``).
+on the agent (``Agent(budget=Budget(max_run_tokens=..., max_run_cost=...,
+run_timeout_s=...))``, or the config's ``agent:`` section) and may be changed per run
+(``agent.run(..., max_run_tokens=...)``).
 
 - ``max_run_tokens`` and ``max_run_cost`` are checked between steps: before each model turn,
   and before the calls of a turn run. Once the run has used its budget it stops there —
@@ -52,7 +53,8 @@ class RunBudget:
         ):
             return (
                 "max_run_cost needs prices to count a cost against: set price_per_1k_prompt "
-                "and price_per_1k_completion (the config's model section, or Agent(...))"
+                "and price_per_1k_completion (the config's model section), or "
+                "Agent(pricing=Pricing(prompt_per_1k=..., completion_per_1k=...))"
             )
         return None
 

@@ -47,7 +47,7 @@ turn (the service streams a run's turns while anyone follows its events)."""
 HistorySource = Callable[[], Awaitable[LoadedHistory]]
 """Loads the session's history for the prompt (the InputParser calls it once per run)."""
 
-Approver = Callable[[ToolCall, Tool], Any]
+Approver = Callable[[ToolCall, Tool], object]
 """Decides whether a call of a ``requires_approval`` tool may run: returns (or awaits to) a
 bool, or a ``(bool, reason)`` pair."""
 

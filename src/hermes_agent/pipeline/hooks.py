@@ -407,7 +407,7 @@ class HookContext:
         and set them to fill ``{{ name }}`` placeholders in the system prompt."""
         return self.__run.variables
 
-    def inject_variable(self, name: str, value: Any) -> None:
+    def inject_variable(self, name: str, value: object) -> None:
         """Set one variable (``ctx.variables[name] = value``, checked like the run's own)."""
         problem = variables_problem({name: value})
         if problem is not None:
@@ -435,7 +435,7 @@ class HookContext:
             )
         self.__run.answer_by_hook(self.hook_name, self.point, reply, int(status), reason)
 
-    def note(self, **facts: Any) -> None:
+    def note(self, **facts: object) -> None:
         """Add facts to this run's audit trail, e.g. ``ctx.note(contains_disclaimer=True)``
         (a ``hook`` record naming this hook; redacted like every record)."""
         self.__run.note_hook(self.hook_name, self.point, facts=facts)
@@ -466,12 +466,12 @@ class HookContext:
         """Refuse a planned call (``pre_execution``): the model gets a 403 result."""
         self.__run.veto(self._live_plan(plan), reason)
 
-    def rewrite_result(self, call_id: str, content: Any) -> None:
+    def rewrite_result(self, call_id: str, content: object) -> None:
         """Replace what a tool returned (``post_execution``), everywhere it shows."""
         self.__run.rewrite_result(call_id, content)
 
 
-Hook = Callable[[HookContext], Any]
+Hook = Callable[[HookContext], object]
 
 
 class Hooks:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes_agent.pipeline.tables import TableRenderer, markdown_table
-from hermes_agent.types import ToolCallRecord
+from hermes_agent.types import RenderedMessage, ToolCallRecord
 
 __all__ = [
     "BUILTIN_RENDERERS",
@@ -49,25 +49,18 @@ class RenderInput:
     status: int
     tool_calls: list[ToolCallRecord]
     channel: str | None = None
-    variables: dict[str, Any] = field(default_factory=dict)
+    variables: dict[str, object] = field(default_factory=dict)
 
     def latest_records(self) -> list[dict[str, Any]] | None:
         """The most recent successful tool data that is a non-empty list of dicts."""
         for call in reversed(self.tool_calls):
             data = call.result
-            ok = call.error is None and isinstance(data, list) and bool(data)
-            if ok and all(isinstance(row, dict) for row in data):
-                return data  # type: ignore[no-any-return]
+            if call.error is not None or not isinstance(data, list) or not data:
+                continue
+            rows = [row for row in data if isinstance(row, dict)]
+            if len(rows) == len(data):
+                return rows
         return None
-
-
-@dataclass(slots=True)
-class RenderedMessage:
-    """The answer as rendered for its channel."""
-
-    content: str
-    format: str
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 Renderer = Callable[[RenderInput], str]

@@ -232,7 +232,12 @@ _PARAMETER_OPEN: Final = "<parameter="
 _PARAMETER_CLOSE: Final = "</parameter>"
 # One regex for the four tags, so each search moves forward: linear however many parameters.
 _XML_TAG: Final = re.compile("<function=|</function>|<parameter=|</parameter>")
-_XML_NAME: Final = re.compile(r"[^\s<>]+")
+# A name runs to its '>': blanks inside it are part of it (a JSON Schema property may hold
+# them), a line break or another tag is not.
+_XML_NAME: Final = re.compile(r"[^\s<>](?:[^<>\n]*[^\s<>])?")
+# A value that never met its </parameter> may end in a closing marker that drifted
+# ("</parameter1>", "</parameter_x>", a bare "</parameter"): the model's close, not its text.
+_DRIFTED_CLOSE: Final = re.compile(r"\n?</parameter[^\s<>]*>?\Z")
 
 
 class _InvalidXML(ValueError):
@@ -291,10 +296,13 @@ def _xml_parameters(text: str, pos: int) -> tuple[dict[str, str], str | None, in
         value = text[start:stop]
         value = value[1:] if value.startswith("\n") else value
         value = value[:-1] if value.endswith("\n") else value
+        closed = after is not None and after.group() == _PARAMETER_CLOSE
+        if not closed and "</parameter" in value:
+            value = _DRIFTED_CLOSE.sub("", value)
         if key in arguments and problem is None:
             problem = f"parameter {key!r} is given twice; give each parameter once"
         arguments[key] = value
-        pos = after.end() if after is not None and after.group() == _PARAMETER_CLOSE else stop
+        pos = after.end() if closed and after is not None else stop
 
 
 def _xml_name(text: str, pos: int, what: str) -> tuple[str, int]:

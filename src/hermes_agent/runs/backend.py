@@ -169,6 +169,12 @@ class RunBackend(Protocol):
         """The caller's approvals waiting for an answer, oldest first."""
         ...
 
+    def held_events(self, request_id: str, principal: Principal) -> list[dict[str, Any]] | None:
+        """The events so far of a run this process holds in memory (its steps and its
+        approvals as they were asked and answered, before the trail has them all); ``None``
+        for a run it does not hold (a queued run, a run read from the store)."""
+        ...
+
     def admitted(
         self, principal: Principal, request: RunRequest, what: str
     ) -> AbstractAsyncContextManager[Tally]:

@@ -215,6 +215,10 @@ class InProcessBackend:
             lambda: manager.holding(owner, what),
         )  # fmt: skip
 
+    def held_events(self, request_id: str, principal: Principal) -> list[dict[str, Any]] | None:
+        run = self.manager.get(request_id, principal.user_id, admin=principal.admin)
+        return None if run is None else [wire for _, wire in run.events]
+
     async def approvals(self, principal: Principal) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
         for run in self.manager.runs.values():

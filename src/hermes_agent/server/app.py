@@ -141,6 +141,7 @@ def create_app(
 
     app = FastAPI(title="Hermes Agent", version="1", lifespan=lifespan)
     app.state.settings = settings
+    app.state.backends = composed  # the composition, for the CLI's drain and for tests
     app.state.manager = composed.manager
     app.state.quotas = composed.manager.quotas
     app.state.metrics = composed.metrics

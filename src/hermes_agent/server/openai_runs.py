@@ -190,7 +190,7 @@ async def start_run(
     if history:
         # The gate measures the whole conversation again as the run starts; asked here
         # first, so that a conversation too big is never written to the store.
-        state.manager.gate.check_size(run_request)
+        state.backends.gate.check_size(run_request)
         try:
             await _seed(storage, stored, history, state.agent)
         except SessionIdError as exc:

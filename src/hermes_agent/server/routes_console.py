@@ -42,7 +42,6 @@ from hermes_agent.runs.events import (
     UnknownEvent,
     read_event,
 )
-from hermes_agent.runs.local import Run, RunManager
 from hermes_agent.server.auth import CurrentUser
 from hermes_agent.server.routes_runs import json_response
 from hermes_agent.storage.base import Storage
@@ -251,48 +250,44 @@ async def me(request: Request, user: CurrentUser) -> Response:
 # -- the runs list -------------------------------------------------------------------------
 
 
-def _manager(request: Request) -> RunManager:
-    manager: RunManager = request.app.state.manager
-    return manager
-
-
 def _storage(request: Request) -> Storage:
     storage: Storage = request.app.state.storage
     return storage
 
 
-def _events(run: Run) -> Iterator[RunEvent]:
-    """The run's log, each event as its type (what this version cannot read is skipped)."""
-    for _, wire in run.events:
+def _events(wires: list[dict[str, Any]]) -> Iterator[RunEvent]:
+    """A held run's log, each event as its type (what this version cannot read is skipped)."""
+    for wire in wires:
         try:
             yield read_event(wire)
         except UnknownEvent:
             continue
 
 
-def _tools_of_events(run: Run) -> list[str]:
+def _tools_of_events(wires: list[dict[str, Any]]) -> list[str]:
     names: list[str] = []
-    for event in _events(run):
+    for event in _events(wires):
         if isinstance(event, SelectionEvent):
             names.extend(c.name for c in event.planned if c.name)
             names.extend(c.name for c in event.rejected if c.name)
     return names
 
 
-def _memory_row(run: Run, manager: RunManager) -> dict[str, Any]:
-    result = run.result or {}
-    end = run.finished if run.finished is not None else time.time()
-    steps = sum(1 for event in _events(run) if isinstance(event, ThoughtEvent))
+def _memory_row(view: RunView, wires: list[dict[str, Any]]) -> dict[str, Any]:
+    result = view.result or {}
+    created = view.created or 0.0
+    end = view.finished if view.finished is not None else time.time()
+    steps = sum(1 for event in _events(wires) if isinstance(event, ThoughtEvent))
     return {
-        "request_id": run.id,
-        "session_id": run.session_id,
-        "status": run.status,
-        "created": run.created,
-        "duration_ms": result.get("duration_ms", round((end - run.created) * 1000, 3)),
+        "request_id": view.request_id,
+        "session_id": view.session_id,
+        "status": view.status,
+        "created": view.created,
+        "duration_ms": result.get("duration_ms", round((end - created) * 1000, 3)),
         "steps": len(result["steps"]) if "steps" in result else steps,
-        "tools": _distinct(_tools_of_events(run)),
+        "tools": _distinct(_tools_of_events(wires)),
         "status_code": result.get("status"),
-        "pending_approvals": len(manager.pending(run)),
+        "pending_approvals": len(view.pending_approvals),
         "source": "memory",
     }
 
@@ -316,7 +311,7 @@ async def console_runs(
     ones, queued ones, older ones from the store), with what the console shows beside each:
     steps, tools, duration, status code. ``since`` and ``until`` are seconds since the epoch;
     ``tool`` keeps the runs that called that tool."""
-    manager, storage = _manager(request), _storage(request)
+    storage = _storage(request)
     backend: RunBackend = request.app.state.backend
     listed = await backend.runs(
         user, session_id or None, status, min(_MAX_SCAN, limit * 4 if tool else limit)
@@ -341,9 +336,9 @@ async def console_runs(
 
     rows: list[dict[str, Any]] = []
     for row in listed:
-        run = manager.get(row["request_id"], user.user_id)
-        if run is not None:
-            shown = _memory_row(run, manager)
+        wires = backend.held_events(row["request_id"], user)
+        if wires is not None:
+            shown = _memory_row(await backend.view(row["request_id"], user), wires)
         else:
             shown = await run_in_threadpool(from_store, row)
             if row["status"] == "waiting_approval":
@@ -366,20 +361,22 @@ async def console_runs(
 )
 async def console_run(request_id: str, request: Request, user: CurrentUser) -> Response:
     """One run, per step: the five stages, the prompt, the completion, the calls."""
-    manager, storage = _manager(request), _storage(request)
+    storage = _storage(request)
     backend: RunBackend = request.app.state.backend
     view = await backend.view(request_id, user)  # RunNotFound: 404, whoever's it is
-    run = manager.get(request_id, user.user_id, admin=user.admin)
+    wires = backend.held_events(request_id, user)
     records = await run_in_threadpool(storage.records, request_id)
-    return json_response(run_view(view, records, run))
+    return json_response(run_view(view, records, wires))
 
 
-def run_view(view: RunView, records: list[AuditRecord], run: Run | None) -> dict[str, Any]:
+def run_view(
+    view: RunView, records: list[AuditRecord], held: list[dict[str, Any]] | None
+) -> dict[str, Any]:
     """The console's view of a run: the run backend's view of it (status, result, approvals
     waiting), its audit records per step (``audit.trace_view``), and from memory while this
     process holds it (the approvals as they were asked and answered)."""
     result = view.result
-    approvals = _answered_approvals(run) if run is not None else []
+    approvals = _answered_approvals(held) if held is not None else []
     if not approvals and result:
         approvals = list(result["approvals"])
     trace = trace_view(records, approvals)
@@ -412,12 +409,12 @@ def run_view(view: RunView, records: list[AuditRecord], run: Run | None) -> dict
     }
 
 
-def _answered_approvals(run: Run) -> list[dict[str, Any]]:
+def _answered_approvals(wires: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The run's approvals as its events tell them: the tool and arguments that were shown,
     and the answer with the reason the person gave."""
     asked: dict[str, ApprovalRequiredEvent] = {}
     answered: list[dict[str, Any]] = []
-    for event in _events(run):
+    for event in _events(wires):
         if isinstance(event, ApprovalRequiredEvent):
             asked[event.approval_id] = event
         elif isinstance(event, ApprovalResolvedEvent) and event.approval_id in asked:

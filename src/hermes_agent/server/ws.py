@@ -31,12 +31,14 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.messages import error_detail, preferred_language
 from hermes_agent.runs.backend import ApprovalConflict, RunBackend, RunNotFound
 from hermes_agent.runs.gate import RunRejected
 from hermes_agent.runs.keys import authenticate
 from hermes_agent.runs.principal import LOCAL_USER, Principal
 from hermes_agent.runs.request import RunRequest
 from hermes_agent.server.auth import Credential, LiveCheck
+from hermes_agent.server.middleware import with_caller_language
 from hermes_agent.server.sse import OpenStreams
 
 router = APIRouter()
@@ -63,15 +65,21 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.close(code=1008, reason="missing or invalid API key")
         return
     await websocket.accept(subprotocol=subprotocol)
+    # The socket speaks the handshake's Accept-Language (else the served agent's language) in
+    # its error frames, and its runs answer in it, as the HTTP routes do.
+    accept_language = websocket.headers.get("accept-language")
+    language = preferred_language(accept_language, state.agent.language)
     streams: OpenStreams = state.streams
     if not streams.enter(user.user_id):
+        detail = error_detail(429, streams.refusal(), language)
         await websocket.send_text(
-            json.dumps({"type": "error", "status": 429, "detail": streams.refusal()})
+            json.dumps({"type": "error", "status": 429, "detail": detail}, ensure_ascii=False)
         )
         await websocket.close(code=1013, reason="too many open streams")
         return
     session = _Socket(websocket, state.backend, user, state.settings.send_timeout_s)
     session.live, session.credential = state.live, credential
+    session.language, session.accept_language = language, accept_language
     try:
         await session.serve()
     finally:
@@ -93,6 +101,8 @@ class _Socket:
         self.live: LiveCheck | None = None
         self.credential = Credential()
         self.closed = False
+        self.language = "en"
+        self.accept_language: str | None = None
 
     async def standing(self) -> bool:
         """Whether the socket's key still stands; if not, say so and close (1008)."""
@@ -152,6 +162,7 @@ class _Socket:
                 await handler(message)
 
     async def _error(self, status: int, detail: str, **extra: Any) -> None:
+        detail = error_detail(status, detail, self.language)
         await self.send({"type": "error", "status": status, "detail": detail, **extra})
 
     async def _run(self, message: dict[str, Any]) -> None:
@@ -159,7 +170,7 @@ class _Socket:
         # A socket reads every event of its runs: their model turns are streamed from the first.
         message["stream"] = True
         try:
-            request = RunRequest(**message)
+            request = with_caller_language(RunRequest(**message), self.accept_language)
         except ValidationError as exc:
             await self._error(422, str(exc), client_ref=client_ref)
             return

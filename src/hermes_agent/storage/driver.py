@@ -1,7 +1,7 @@
 """Where a statement meets the database's driver: the one place that chooses how it is sent.
 
-Every statement of the project goes through SQLAlchemy Core (``SqlStorage.transaction``,
-``SqlStorage.one_statement``) except the writes every run makes, which ask this module:
+A record the store writes is a ``Write`` built by ``storage.statements`` (one builder per
+record and database); ``Driver.write`` sends it as its form asks, and no caller chooses:
 
 - ``Driver.first_at_once``: one statement, atomic on its own (a queued run's claim, heartbeat,
   model turn and ending, a turn appended to a session on PostgreSQL); on PostgreSQL it is sent
@@ -9,6 +9,10 @@ Every statement of the project goes through SQLAlchemy Core (``SqlStorage.transa
 - ``Driver.transaction``: statements in one transaction (``scalar``, ``insert_many``: a turn
   appended to a session on SQLite, a burst of trail records); on SQLite it runs on a pooled
   sqlite3 connection between ``BEGIN [IMMEDIATE]`` and ``COMMIT``.
+
+- ``Driver.core``: a SQLAlchemy ``Connection`` in one transaction, for steps that need more
+  than those two (the fenced steps of a queued run on SQLite) and for every other statement
+  (reads, claims, approvals).
 
 Everything else, and these on other drivers, goes through SQLAlchemy's ``Connection``. Why the
 two bypasses: SQLAlchemy's execution machinery (an execution context, a result object, the
@@ -33,16 +37,18 @@ import logging
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Connection, Engine, Executable
+from sqlalchemy import Connection, Engine, Executable, Table
 from sqlalchemy.exc import DBAPIError, StatementError
 
-from hermes_agent.storage.bulk import insert_rows
+from hermes_agent.storage.statements import Transaction, Write, insert_rows, row_by_row
 
 Observer = Callable[[str, Sequence[Mapping[str, Any]]], None]
 """Told each statement sent past SQLAlchemy (its SQL and its rows of parameters), before it
 is sent."""
+
+__all__ = ["CoreTransaction", "Driver", "Transaction"]
 
 Compiled = tuple[str, dict[str, Any], frozenset[str]]
 """A statement in psycopg's SQL, the values it binds itself, the parameters it wants."""
@@ -56,22 +62,6 @@ SqliteCompiled = tuple[str, Processors, frozenset[str]]
 _Made = TypeVar("_Made")
 
 _echo_log = logging.getLogger("sqlalchemy.engine.Engine")
-
-
-class Transaction(Protocol):
-    """The statements of one ``Driver.transaction``."""
-
-    dialect: str
-    """The database's dialect name (``postgresql``, ``sqlite``)."""
-
-    def scalar(self, statement: Executable, params: Mapping[str, Any]) -> Any:
-        """Send ``statement`` with ``params``; the first column of its first row, or ``None``."""
-        ...
-
-    def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Insert ``rows`` (mappings with the same keys) with ``statement``, an
-        ``insert(table)`` with no values."""
-        ...
 
 
 class Driver:
@@ -98,6 +88,27 @@ class Driver:
         )
         self._core_transaction = transaction
         self._one_statement = one_statement
+
+    def write(self, write: Write[_Made]) -> _Made:
+        """Send a record's write (``storage.statements``) the way its form asks: one
+        statement alone (``first_at_once``), steps in a ``transaction``, or steps on a
+        SQLAlchemy ``Connection`` in a write transaction of the storage's. The one place that
+        chooses; no caller does."""
+        if write.statement is not None:
+            assert write.read is not None
+            return write.read(self.first_at_once(write.statement, write.params))
+        if write.steps is not None:
+            with self.transaction(write=True) as tx:
+                return write.steps(tx)
+        assert write.core is not None
+        with self.core(write=True) as conn:
+            return write.core(conn)
+
+    def core(self, *, write: bool = False) -> AbstractContextManager[Connection]:
+        """A SQLAlchemy ``Connection`` in one transaction of the storage's (``write``: SQLite's
+        write lock taken up front): the store's other statements, and a record's ``core``
+        steps."""
+        return self._core_transaction(write=write)
 
     def first_at_once(self, statement: Executable, params: Mapping[str, Any]) -> Any | None:
         """One statement that writes, atomic on its own, and its first row (columns as
@@ -143,10 +154,8 @@ class CoreTransaction:
     def scalar(self, statement: Executable, params: Mapping[str, Any]) -> Any:
         return self._conn.execute(statement, dict(params)).scalar()
 
-    def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
-        if rows:
-            table = statement.table  # type: ignore[attr-defined]
-            insert_rows(self._conn, table, [dict(row) for row in rows])
+    def insert_many(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        insert_rows(self._conn, table, rows)
 
 
 # -- the pieces both bypasses share ------------------------------------------------------------
@@ -395,12 +404,14 @@ class _SqliteTransaction:
         row = self._owner._send(self._connection, sql, params).fetchone()
         return None if row is None else row[0]
 
-    def insert_many(self, statement: Executable, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Send ``statement`` (an ``insert(table)`` with no values) once for each of ``rows``,
-        mappings with the same keys: the columns it fills."""
+    def insert_many(self, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Insert ``rows`` (mappings with the same keys: the columns they fill) into
+        ``table``: SQLite's one form of a table's rows (``statements.row_by_row``), sent
+        once for each row."""
         if not rows:
             return
-        sql, processors, wanted = self._owner.sql(statement, tuple(rows[0]))
+        columns = tuple(rows[0])
+        sql, processors, wanted = self._owner.sql(row_by_row(table, columns), columns)
         for row in rows:
             check_given(wanted, row)
         if processors:

@@ -28,8 +28,8 @@ from sqlalchemy import Connection, Engine, delete, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from hermes_agent.storage.base import StorageError
-from hermes_agent.storage.bulk import dialect_insert
 from hermes_agent.storage.schema import session_locks
+from hermes_agent.storage.statements import dialect_insert
 
 logger = logging.getLogger("hermes_agent")
 

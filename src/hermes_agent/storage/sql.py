@@ -26,7 +26,6 @@ JSON's own, so that text reads back exactly as it was. No text can make a write 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import threading
@@ -37,9 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
-    BindParameter,
     Connection,
-    Engine,
     Executable,
     bindparam,
     func,
@@ -52,8 +49,7 @@ from hermes_agent.audit.records import RECORD_FIELDS, AuditRecord, Role, records
 from hermes_agent.audit.redaction import sanitized_note, storable
 from hermes_agent.memory.session import SessionSummary
 from hermes_agent.storage.base import MAX_ID_LENGTH, RequestSummary, StorageError
-from hermes_agent.storage.bulk import dialect_insert
-from hermes_agent.storage.driver import CoreTransaction, Driver, Transaction
+from hermes_agent.storage.driver import CoreTransaction, Driver
 from hermes_agent.storage.engine import (
     SINGLE,
     SQLITE_BUSY_TIMEOUT_MS,
@@ -73,7 +69,7 @@ from hermes_agent.storage.schema import (
     upgrade,
 )
 from hermes_agent.storage.session_lease import SessionLease, SessionLeases
-from hermes_agent.storage.single_statements import turn_statement
+from hermes_agent.storage.statements import append_turn, dialect_insert, turn_write
 from hermes_agent.storage.writer import WriteBehindSink
 from hermes_agent.types import Message, ToolCall, ToolResult
 
@@ -335,7 +331,7 @@ _LOAD_SESSION = (
     .where(messages_table.c.session_id == bindparam("p_session_id"))
     .order_by(messages_table.c.position)
 )
-"""A session's messages in order (built once: see ``_count_in_statement``)."""
+"""A session's messages in order (built once: building a statement costs more than running it)."""
 
 
 class SqlSessionStore:
@@ -379,14 +375,16 @@ class SqlSessionStore:
         if not messages:
             return
         storage = self._storage
+        engine = storage.engine
+        write = turn_write(
+            engine.dialect.name,
+            engine.dialect.identifier_preparer.quote,
+            session_id,
+            message_rows("", 0, messages),
+            time.time_ns(),
+        )
         with _failing_as("append to session", session_id):
-            if storage.engine.dialect.name == "postgresql":
-                # One statement, in autocommit: one wait for the server where a transaction
-                # of two statements waited four times (storage.single_statements).
-                storage.write_at_once(*postgresql_turn(storage.engine, session_id, messages))
-                return
-            with storage.driver.transaction(write=True) as tx:
-                count_in_turn(tx, session_id, messages)
+            storage.driver.write(write)
 
     def lock(self, session_id: str) -> SessionLease:
         # Weak values: a session's lock lives while a run holds it, so a process that serves
@@ -557,7 +555,7 @@ class SqlAuditSink:
         rows = [_audit_row(record) for record in records]
         if rows:
             with self._storage.driver.transaction(write=True) as tx:
-                tx.insert_many(_INSERT_AUDIT, rows)
+                tx.insert_many(audit_table, rows)
 
     def flush(self) -> None:
         """Nothing is queued here."""
@@ -577,56 +575,12 @@ def _audit_row(record: AuditRecord) -> dict[str, Any]:
 
 def append_messages(conn: Connection, session_id: str, messages: Sequence[Message]) -> None:
     """Add one turn's messages to a session inside the caller's transaction (the queue workers
-    save a turn and mark their run done in one transaction), in its database's one form."""
-    if not messages:
-        return
-    if conn.dialect.name == "postgresql":
-        conn.execute(*postgresql_turn(conn.engine, session_id, messages))
-    else:
-        count_in_turn(CoreTransaction(conn), session_id, messages)
-
-
-def postgresql_turn(
-    engine: Engine, session_id: str, messages: Sequence[Message]
-) -> tuple[Executable, dict[str, Any]]:
-    """A turn appended to a session on PostgreSQL: one statement and its parameters
-    (``storage.single_statements``), sent alone or inside a transaction."""
-    quote = engine.dialect.identifier_preparer.quote
-    return turn_statement(quote, session_id, message_rows("", 0, messages), time.time_ns())
-
-
-_INSERT_MESSAGES = insert(messages_table)
-_INSERT_AUDIT = insert(audit_table)
-"""Built once: the driver compiles each statement object once."""
-
-
-def count_in_turn(tx: Transaction, session_id: str, messages: Sequence[Message]) -> None:
-    """A turn appended to a session on SQLite, in a transaction: one statement creates the
-    session or counts the turn in and says where the turn starts (it takes SQLite's write
-    lock to the commit, so two processes appending to one session take turns), then the
-    messages are inserted there."""
-    now = time.time_ns()
-    added, users = len(messages), sum(1 for m in messages if m.role == "user")
-    bound = {"p_id": session_id, "p_now": now, "p_added": added, "p_users": users}
-    start = int(tx.scalar(_count_in_statement(tx.dialect), bound)) - added
-    tx.insert_many(_INSERT_MESSAGES, message_rows(session_id, start, messages))
-
-
-@functools.cache
-def _count_in_statement(dialect: str) -> Any:
-    """Create the session, or count a turn in, returning its message count (built once per
-    dialect: building a statement costs more than running it)."""
-    s = sessions_table.c
-    now: BindParameter[Any] = bindparam("p_now")
-    added: BindParameter[Any] = bindparam("p_added")
-    users: BindParameter[Any] = bindparam("p_users")
-    counted = dialect_insert(dialect)(sessions_table).values(
-        id=bindparam("p_id"), created_ns=now, updated_ns=now, turns=users, messages=added
-    )
-    return counted.on_conflict_do_update(
-        index_elements=[s.id],
-        set_={"updated_ns": now, "messages": s.messages + added, "turns": s.turns + users},
-    ).returning(s.messages)
+    save a turn and mark their run done in one transaction), in its database's one form
+    (``storage.statements``)."""
+    if messages:
+        quote = conn.dialect.identifier_preparer.quote
+        rows = message_rows("", 0, messages)
+        append_turn(CoreTransaction(conn), quote, session_id, rows, time.time_ns())
 
 
 def _iso(ns: int) -> str:

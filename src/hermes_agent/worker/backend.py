@@ -482,6 +482,9 @@ class QueueService:
     async def view(self, request_id: str, principal: Principal) -> RunView:
         return await self.summary(await self.owned(request_id, principal))
 
+    def held_events(self, request_id: str, principal: Principal) -> list[dict[str, Any]] | None:
+        return None  # a queued run lives in a worker: its events are read from the store
+
     async def events(
         self,
         request_id: str,

@@ -1,7 +1,7 @@
 """What an attempt writes while it holds a run's lease: the fenced layer of
 ``worker.store.RunStore``. Each method checks the writer's fencing token in the transaction
 that writes (``LeasedRuns._fence``; on PostgreSQL a batch and a completed run's ending are one
-statement each, fenced by a part of their own: ``worker.fenced_statements``), so a copy of the
+statement each, fenced by a part of their own: ``worker.run_writes``), so a copy of the
 run that lost its lease writes nothing: the journal (``write_journal``, ``write_batch``), the
 session's turn (``save_turn``), trail records and events, the deadline, and the run's ending
 (``finish``).
@@ -9,96 +9,30 @@ session's turn (``save_turn``), trail records and events, the deadline, and the 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import (
-    BindParameter,
-    Select,
-    bindparam,
-    case,
-    insert,
-    literal_column,
-    select,
-    update,
-)
-from sqlalchemy.sql.dml import ReturningUpdate
+from sqlalchemy import select, update
 
 from hermes_agent.audit.records import AuditRecord
-from hermes_agent.storage.schema import audit_table, journal_table, runs_table
+from hermes_agent.storage.schema import journal_table, runs_table
 from hermes_agent.storage.sql import append_messages
 from hermes_agent.types import Message
-from hermes_agent.worker.fenced_statements import finish_at_once, write_batch_at_once
-from hermes_agent.worker.leases import FINISHED_SQL, LeasedRuns, renewed
+from hermes_agent.worker.leases import LeasedRuns
 from hermes_agent.worker.run_rows import (
     DEADLINE_KEY,
     LIMITS_KEY,
     Batch,
     LeaseLost,
     RunStatus,
-    dumps,
-    now_ns,
 )
 from hermes_agent.worker.run_writes import (
-    add_last_record,
     append_event,
+    batch_write,
+    finish_write,
     insert_batch,
-    write_ending,
 )
-
-
-def _ending_row_statement() -> Select[Any]:
-    r = runs_table.c
-    return (
-        select(r.lease_token, r.status, r.session_id, r.turn_saved)
-        .where(r.request_id == bindparam("p_request_id"))
-        .with_for_update()
-    )
-
-
-def _end_run_statement() -> ReturningUpdate[Any]:
-    """The run's row ended, returning the session's next run if it is parked waiting for
-    this one: the oldest other unfinished run of the session. Whether the subquery sees the
-    run's own row as it was or as updated differs by database, so the run is left out by its
-    id."""
-    r = runs_table.c
-    other = runs_table.alias("other")
-    o = other.c
-    request_id: BindParameter[Any] = bindparam("p_request_id")
-    following = (
-        select(case((o.parked, o.request_id), else_=None))
-        # The ended row's column named with its table: SQLite writes the columns of an
-        # UPDATE's RETURNING bare (as in the claim's).
-        .where(
-            o.session_id == literal_column(f"{runs_table.name}.session_id"),
-            o.request_id != request_id,
-            o.status.not_in(FINISHED_SQL),
-        )
-        .order_by(o.created_ns, o.request_id)
-        .limit(1)
-        .scalar_subquery()
-    )
-    return (
-        update(runs_table)
-        .where(r.request_id == request_id)
-        .values(
-            status=bindparam("p_status"),
-            updated_ns=bindparam("p_now"),
-            lease_owner=None,
-            lease_expires_ns=None,
-            result=bindparam("p_result"),
-            error=bindparam("p_error"),
-            turn_saved=bindparam("p_turn_saved"),
-        )
-        .returning(following.label("following"))
-    )
-
-
-# Built once (see leases.py: building a statement costs more than running it).
-_ENDING_ROW = _ending_row_statement()
-_END_RUN = _end_run_statement()
 
 
 class FencedWrites(LeasedRuns):
@@ -126,44 +60,22 @@ class FencedWrites(LeasedRuns):
         self, request_id: str, token: int, key: str, state: str, payload: Any
     ) -> None:
         """Insert or replace one journal entry, fenced by ``token``."""
-        j = journal_table.c
-        now = now_ns()
         with self._tx() as conn:
             self._fence(conn, request_id, token)
-            found = conn.execute(
-                select(j.state).where(j.request_id == request_id, j.key == key)
-            ).first()
-            values = {"state": state, "payload": dumps(payload), "token": token, "updated_ns": now}
-            if found is None:
-                conn.execute(insert(journal_table).values(request_id=request_id, key=key, **values))
-            else:
-                conn.execute(
-                    update(journal_table)
-                    .where(j.request_id == request_id, j.key == key)
-                    .values(**values)
-                )
+            insert_batch(conn, request_id, token, Batch(entries={key: (state, payload)}))
 
     def write_batch(
         self, request_id: str, token: int, batch: Batch, *, renew: float | None = None
     ) -> None:
         """Write ``batch`` in one transaction fenced by ``token`` (a model turn of the run:
         its journal entries, events and trail records); on PostgreSQL one statement
-        (``worker.fenced_statements``). ``renew``: a lease_ttl — the same transaction extends
+        (``worker.run_writes``). ``renew``: a lease_ttl — the same transaction extends
         the lease from when the store runs it (the intents of tool calls about to start: the
         check that the lease is this attempt's and the intent land together, or neither)."""
-        if self._single_statements:
-            if not write_batch_at_once(self.storage, request_id, token, batch, renew=renew):
-                raise LeaseLost(f"run {request_id}: the lease passed to another worker")
-            return
-        with self._tx() as conn:
-            self._fence(conn, request_id, token)
-            insert_batch(conn, request_id, token, batch)
-            if renew is not None:
-                conn.execute(
-                    update(runs_table)
-                    .where(runs_table.c.request_id == request_id)
-                    .values(**renewed(renew, conn))
-                )
+        if not self.storage.driver.write(
+            batch_write(self.storage, request_id, token, batch, renew)
+        ):
+            raise LeaseLost(f"run {request_id}: the lease passed to another worker")
 
     def save_turn(
         self, request_id: str, token: int, session_id: str, messages: Sequence[Message]
@@ -207,71 +119,30 @@ class FencedWrites(LeasedRuns):
         of them (the attempt ends, and the run resumes). Returns the session's next run if it
         is parked waiting for this one (read in the same transaction: the hand-over costs no
         read of its own). On PostgreSQL a completed run's ending is one statement
-        (``worker.fenced_statements``)."""
-        if self._single_statements and status == "completed" and output is not None:
-            ended = finish_at_once(
-                self.storage,
-                request_id,
-                token,
-                result=result,
-                error=error,
-                turn=turn,
-                output=output,
-                event=event,
-                batch=batch,
-            )
-            if not ended[0]:
-                raise LeaseLost(f"run {request_id}: the lease passed to another worker")
-            return ended[1]
-        with self._tx() as conn:
-            row = conn.execute(_ENDING_ROW, {"p_request_id": request_id}).first()
-            if row is None or row.lease_token != token or row.status != "running":
-                raise LeaseLost(f"run {request_id}: the lease passed to another worker")
-            ends_with_event = event is not None
-            if event is not None and batch is not None and batch.events:
-                # Numbered after the holder's own, and written with them: one statement.
-                ending = (batch.events[-1][0] + 1, event)
-                batch, event = dataclasses.replace(batch, events=[*batch.events, ending]), None
-            if batch:
-                insert_batch(conn, request_id, token, batch)
-            if turn and not row.turn_saved:
-                append_messages(conn, row.session_id, turn)
-            if status == "completed" and output is not None:
-                add_last_record(conn, output)
-            elif status != "completed":
-                write_ending(
-                    conn,
-                    request_id,
-                    row.session_id,
-                    status,
-                    error,
-                    add_event=not ends_with_event,
-                    locked=True,
-                )
-            if event is not None:
-                append_event(conn, request_id, event, locked=True)
-            # Last, just before the commit: its read of the session's next run is as late as
-            # a read of its own was (a run parked after it waits for the sweeper).
-            following: str | None = conn.execute(
-                _END_RUN,
-                {
-                    "p_request_id": request_id,
-                    "p_status": status,
-                    "p_now": now_ns(),
-                    "p_result": dumps(result) if result is not None else None,
-                    "p_error": error,
-                    "p_turn_saved": bool(turn) or row.turn_saved,
-                },
-            ).scalar_one()
-            return following
+        (``worker.run_writes``)."""
+        write = finish_write(
+            self.storage,
+            request_id,
+            token,
+            status,
+            result=result,
+            error=error,
+            turn=turn,
+            output=output,
+            event=event,
+            batch=batch,
+        )
+        held, following = self.storage.driver.write(write)
+        if not held:
+            raise LeaseLost(f"run {request_id}: the lease passed to another worker")
+        return following
 
     def write_records(self, request_id: str, token: int, records: Sequence[AuditRecord]) -> None:
         """Add records of the run's trail, fenced by ``token`` (a copy of the run that lost
         its lease adds nothing more to the trail)."""
         with self._tx() as conn:
             self._fence(conn, request_id, token)
-            if records:
-                conn.execute(insert(audit_table), [r.to_dict() for r in records])
+            insert_batch(conn, request_id, token, Batch(records=list(records)))
 
     def add_fenced_event(self, request_id: str, token: int, wire: dict[str, Any]) -> int:
         """Append an event of the run's pipeline, fenced by ``token``."""
@@ -302,14 +173,6 @@ class FencedWrites(LeasedRuns):
             if timeout is None:
                 return None
             at_ns = now_ns + int(float(timeout) * 1e9)
-            conn.execute(
-                insert(journal_table).values(
-                    request_id=request_id,
-                    key=DEADLINE_KEY,
-                    state="done",
-                    payload=dumps({"at_ns": at_ns, "run_timeout_s": float(timeout)}),
-                    token=token,
-                    updated_ns=now_ns,
-                )
-            )
+            deadline = {"at_ns": at_ns, "run_timeout_s": float(timeout)}
+            insert_batch(conn, request_id, token, Batch(entries={DEADLINE_KEY: ("done", deadline)}))
             return at_ns, float(timeout)

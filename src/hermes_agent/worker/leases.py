@@ -33,7 +33,6 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
-    text,
     update,
 )
 from sqlalchemy.ext.compiler import compiles
@@ -44,6 +43,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from hermes_agent.storage.base import StorageError
 from hermes_agent.storage.schema import events_table, journal_table, messages_table, runs_table
 from hermes_agent.storage.sql import SqlStorage
+from hermes_agent.storage.statements import HEARTBEAT, POSTGRESQL_NOW, Write, insert_rows
 from hermes_agent.worker.run_rows import (
     DEADLINE_KEY,
     FINISHED,
@@ -55,7 +55,7 @@ from hermes_agent.worker.run_rows import (
     now_ns,
     queued_run,
 )
-from hermes_agent.worker.run_writes import write_ending
+from hermes_agent.worker.run_writes import fenced, write_ending
 
 LAPSE_KEY = "lapse"
 """The journal entry noting how an attempt's lease lapsed: whether it was inside a tool call,
@@ -76,10 +76,6 @@ class store_now_ns(FunctionElement[int]):  # a SQL function, named as one
 @compiles(store_now_ns, "postgresql")
 def _postgresql_now(element: store_now_ns, compiler: SQLCompiler, **kw: Any) -> str:
     return POSTGRESQL_NOW
-
-
-POSTGRESQL_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000000 AS BIGINT)"
-"""``store_now_ns`` on PostgreSQL, for the statements written as text."""
 
 
 def store_now(conn: Connection) -> Any:
@@ -118,15 +114,6 @@ def _next_parked_statement() -> Select[Any]:
         .where(r.session_id == bindparam("p_session_id"), r.status.not_in(FINISHED_SQL))
         .order_by(r.created_ns, r.request_id)
         .limit(1)
-    )
-
-
-def _fence_statement() -> Select[Any]:
-    r = runs_table.c
-    return (
-        select(r.lease_token, r.status)
-        .where(r.request_id == bindparam("p_request_id"))
-        .with_for_update()
     )
 
 
@@ -185,18 +172,12 @@ def _claim_queued_statement() -> ReturningUpdate[Any]:
     )
 
 
-# PostgreSQL computes an UPDATE's new values before it waits for the row's lock: the lock is
-# taken first (``held``), so that the clock is read once the lease's holder has the row.
-_HEARTBEAT_POSTGRESQL = text(
-    f"WITH held AS (SELECT request_id FROM {runs_table.name} "
-    "WHERE request_id = :p_request_id AND lease_token = :p_token AND status = 'running' "
-    f"FOR UPDATE) UPDATE {runs_table.name} SET lease_expires_ns = {POSTGRESQL_NOW} + :p_ttl_ns, "
-    f"heartbeat_ns = {POSTGRESQL_NOW} FROM held "
-    f"WHERE {runs_table.name}.request_id = held.request_id RETURNING 1"
-)
 _NEXT_PARKED = _next_parked_statement()
-_FENCE = _fence_statement()
 _CLAIM_QUEUED = _claim_queued_statement()
+
+
+def _found(row: Any) -> bool:
+    return row is not None
 
 
 def next_parked(conn: Connection, session_id: str) -> str | None:
@@ -218,13 +199,10 @@ class LeasedRuns:
         # The tables are there: the storage applied the schema's migrations when it opened.
         self.storage = storage
         self.max_redeliveries = max_redeliveries
-        # On PostgreSQL a model turn's batch and a completed run's ending are one statement
-        # each (worker.fenced_statements): a round trip where a transaction costs five to ten.
-        self._single_statements = storage.engine.dialect.name == "postgresql"
 
     @contextmanager
     def _tx(self, write: bool = True) -> Iterator[Connection]:
-        with self.storage.transaction(write=write) as conn:
+        with self.storage.driver.core(write=write) as conn:
             yield conn
 
     # -- claiming ---------------------------------------------------------------------
@@ -366,22 +344,28 @@ class LeasedRuns:
         """Extend the lease by ``lease_ttl`` from when the store runs this (its clock, read
         once the run's row is locked); ``False`` when it is no longer this token's (stop at
         once)."""
-        if self._single_statements:
+        if self.storage.engine.dialect.name == "postgresql":
             bound = {"p_request_id": request_id, "p_token": token, "p_ttl_ns": int(lease_ttl * 1e9)}
-            return self.storage.write_at_once(_HEARTBEAT_POSTGRESQL, bound) is not None
-        r = runs_table.c
-        with self._tx() as conn:  # SQLite: its write lock is taken before the clock is read
-            done = conn.execute(
-                update(runs_table)
-                .where(r.request_id == request_id, r.lease_token == token, r.status == "running")
-                .values(**renewed(lease_ttl, conn))
-            )
-        return done.rowcount == 1
+            write = Write(statement=HEARTBEAT, params=bound, read=_found)
+        else:
+
+            def steps(conn: Connection) -> bool:  # SQLite: the lock is taken before the clock
+                r = runs_table.c
+                done = conn.execute(
+                    update(runs_table)
+                    .where(
+                        r.request_id == request_id, r.lease_token == token, r.status == "running"
+                    )
+                    .values(**renewed(lease_ttl, conn))
+                )
+                return done.rowcount == 1
+
+            write = Write(core=steps)
+        return self.storage.driver.write(write)
 
     def _fence(self, conn: Connection, request_id: str, token: int) -> None:
         """Hold the run's row for this transaction, or raise ``LeaseLost``."""
-        held = conn.execute(_FENCE, {"p_request_id": request_id}).first()
-        if held is None or held.lease_token != token or held.status != "running":
+        if fenced(conn, request_id, token) is None:
             raise LeaseLost(f"run {request_id}: the lease passed to another worker")
 
     def release(self, request_id: str, token: int, *, charge: bool = False) -> None:
@@ -557,13 +541,12 @@ def put_entry(
     conn: Connection, request_id: str, key: str, payload: Any, token: int, now: int
 ) -> None:
     """Insert or replace one journal entry of the store's own (not fenced: the claim's)."""
-    from sqlalchemy.dialects import postgresql, sqlite
-
-    values = {"state": "done", "payload": dumps(payload), "token": token, "updated_ns": now}
-    keys = {"request_id": request_id, "key": key}
-    if conn.dialect.name == "postgresql":
-        pg = postgresql.insert(journal_table).values(**keys, **values)
-        conn.execute(pg.on_conflict_do_update(index_elements=list(keys), set_=values))
-    else:
-        lite = sqlite.insert(journal_table).values(**keys, **values)
-        conn.execute(lite.on_conflict_do_update(index_elements=list(keys), set_=values))
+    row = {
+        "request_id": request_id,
+        "key": key,
+        "state": "done",
+        "payload": dumps(payload),
+        "token": token,
+        "updated_ns": now,
+    }
+    insert_rows(conn, journal_table, [row])

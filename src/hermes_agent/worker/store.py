@@ -100,16 +100,8 @@ class RunStore(FencedWrites):
                 )
             )
             if run_timeout_s is not None:
-                conn.execute(
-                    insert(journal_table).values(
-                        request_id=request_id,
-                        key=LIMITS_KEY,
-                        state="done",
-                        payload=dumps({"run_timeout_s": float(run_timeout_s)}),
-                        token=0,
-                        updated_ns=now,
-                    )
-                )
+                limits = {"run_timeout_s": float(run_timeout_s)}
+                insert_batch(conn, request_id, 0, Batch(entries={LIMITS_KEY: ("done", limits)}))
         return request_id
 
     def get(self, request_id: str) -> QueuedRun | None:

@@ -26,7 +26,7 @@ from hermes_agent.config import parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message, RunResult
-from server_harness import free_port
+from server_harness import await_for, free_port, wait_for
 
 pytest.importorskip("mcp")
 
@@ -58,14 +58,6 @@ def process_gone(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return True
     return state in ("Z", "X")
-
-
-def wait_for(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
 
 
 class FixtureServer:
@@ -260,8 +252,10 @@ def test_the_server_killed_mid_call_gives_an_error_and_the_next_call_works(
 
         async def kill_while_it_sleeps() -> RunResult:
             running = asyncio.create_task(agent.arun(call("slow", seconds=30)))
-            while not any(tool == "slow" for _, tool, _ in fixture_server.calls):
-                await asyncio.sleep(0.05)
+            await await_for(
+                lambda: any(tool == "slow" for _, tool, _ in fixture_server.calls),
+                what="the slow tool running",
+            )
             os.kill(old_pid, signal.SIGKILL)
             return await asyncio.wait_for(running, 20)
 
@@ -397,6 +391,7 @@ def test_a_server_that_cannot_start_is_a_config_error(tmp_path: Path) -> None:
     marker = f"hang-{uuid.uuid4().hex}"
     hanging = {
         "command": sys.executable,
+        # A server that hangs: it must be killed.
         "args": ["-c", "import sys, time; time.sleep(120)", marker],
         "connect_timeout": 1,
     }

@@ -58,7 +58,7 @@ def _http_server(kind: str, listing_bytes: int) -> Iterator[str]:
                 break
             except OSError:
                 assert process.poll() is None and time.monotonic() < deadline
-                time.sleep(0.05)
+                time.sleep(0.05)  # the polling pace, bounded by the deadline above
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.kill()
@@ -79,7 +79,7 @@ def _load_beside_a_heartbeat(config: McpServerConfig) -> tuple[BaseException | N
         loading = asyncio.ensure_future(asyncio.to_thread(open_mcp_toolsets, {"bad": config}))
         while not loading.done():
             before = time.perf_counter()
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # a measured tick: how late the loop wakes from it
             worst = max(worst, time.perf_counter() - before - 0.01)
         error = loading.exception()
         if error is None:

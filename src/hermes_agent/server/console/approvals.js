@@ -14,8 +14,8 @@ export function approvalCard(pending, { signal, followRun = true, onAnswered } =
   const reason = h("input", { type: "text", name: "reason", autocomplete: "off", placeholder: "why (kept in the audit trail)" });
   const status = h("p", { class: "approval-status", role: "status" });
   const after = h("div", { class: "approval-after" });
-  const approve = h("button", { type: "button", class: "primary", "data-action": "approve" }, "Approve");
-  const deny = h("button", { type: "button", class: "danger", "data-action": "deny" }, "Deny");
+  const approve = h("button", { type: "button", class: "primary", "data-action": "approve" }, t("Approve"));
+  const deny = h("button", { type: "button", class: "danger", "data-action": "deny" }, t("Deny"));
   const state = h("span", {}, badge("waiting", "wait"));
   const card = h(
     "article",
@@ -29,7 +29,7 @@ export function approvalCard(pending, { signal, followRun = true, onAnswered } =
     h(
       "header",
       { class: "card-head" },
-      h("h3", {}, "Call ", h("code", {}, pending.tool)),
+      h("h3", {}, t("Call"), " ", h("code", {}, pending.tool)),
       state,
       h(
         "span",
@@ -40,12 +40,12 @@ export function approvalCard(pending, { signal, followRun = true, onAnswered } =
         pending.expires ? ` · expires ${fmtTime(Date.parse(pending.expires) / 1000)}` : "",
       ),
     ),
-    h("h4", {}, "Arguments"),
+    h("h4", {}, t("Arguments")),
     h("pre", { class: "code args", tabindex: "0" }, pretty(pending.arguments)),
     h(
       "form",
       { class: "approval-form", onsubmit: (event) => event.preventDefault() },
-      field("Reason", reason),
+      field(t("Reason"), reason),
       h("div", { class: "buttons" }, approve, deny),
     ),
     status,
@@ -54,7 +54,7 @@ export function approvalCard(pending, { signal, followRun = true, onAnswered } =
 
   async function answer(approved) {
     approve.disabled = deny.disabled = reason.disabled = true;
-    replace(status, approved ? "Approving…" : "Denying…");
+    replace(status, approved ? t("Approving…") : t("Denying…"));
     try {
       const body = { approved };
       if (reason.value.trim()) body.reason = reason.value.trim();
@@ -70,7 +70,7 @@ export function approvalCard(pending, { signal, followRun = true, onAnswered } =
       if (followRun) await followAfter(pending.request_id, after, signal);
     } catch (error) {
       approve.disabled = deny.disabled = reason.disabled = false;
-      replace(status, alertBox(`Could not answer: ${error.message}`));
+      replace(status, alertBox(`${t("Could not answer")}: ${error.message}`));
     }
   }
   approve.addEventListener("click", () => answer(true));
@@ -80,7 +80,7 @@ export function approvalCard(pending, { signal, followRun = true, onAnswered } =
 
 async function followAfter(requestId, into, signal) {
   const log = liveLog();
-  append(into, h("h4", {}, "The run resumes"), log.element);
+  append(into, h("h4", {}, t("The run resumes")), log.element);
   try {
     await follow(requestId, { signal, onEvent: (kind, data) => log.add(kind, data) });
   } catch (error) {
@@ -91,7 +91,7 @@ async function followAfter(requestId, into, signal) {
 /** The Approvals view: the caller's pending approvals, refreshed every few seconds. */
 export async function renderApprovals(main, signal) {
   const list = h("div", { class: "approval-list" });
-  const empty = h("p", { class: "muted empty" }, "Nothing waits for an approval.");
+  const empty = h("p", { class: "muted empty" }, t("Nothing waits for an approval."));
   const problem = h("div");
   append(
     main,
@@ -128,7 +128,7 @@ export async function renderApprovals(main, signal) {
       if (!list.children.length) list.appendChild(empty);
       else if (empty.parentNode && list.children.length > 1) empty.remove();
     } catch (error) {
-      if (!signal.aborted) replace(problem, alertBox(`Could not load approvals: ${error.message}`));
+      if (!signal.aborted) replace(problem, alertBox(`${t("Could not load approvals")}: ${error.message}`));
     }
   }
   await refresh();

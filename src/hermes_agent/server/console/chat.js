@@ -15,7 +15,7 @@ function newSessionId() {
 
 export async function renderChat(main, sessionId, signal) {
   const picker = h("select", { name: "session" });
-  const fresh = h("button", { type: "button", "data-action": "new-session" }, "New session");
+  const fresh = h("button", { type: "button", "data-action": "new-session" }, t("New session"));
   const transcript = h("div", { class: "transcript", role: "log", "aria-label": "conversation", "aria-live": "polite", tabindex: "0" });
   const message = h("textarea", { name: "message", rows: "3", placeholder: "Ask the agent… (Enter sends, Shift+Enter for a new line)", "data-search": "" });
   const send = h("button", { type: "submit", class: "primary", disabled: true }, t("Send"));
@@ -161,9 +161,9 @@ function storedMessage(item) {
 function assistantTurn(signal) {
   const answer = h("div", { class: "body answer", dataset: { deltas: "0" } });
   const scratch = h("pre", { class: "code scratch" });
-  const scratchBox = h("details", { class: "scratch-box", hidden: true }, h("summary", {}, "Scratch pad"), scratch);
+  const scratchBox = h("details", { class: "scratch-box", hidden: true }, h("summary", {}, t("Scratch pad")), scratch);
   const thoughts = h("div", { class: "thoughts" });
-  const thoughtBox = h("details", { class: "thought-box", hidden: true }, h("summary", {}, "Thought"), thoughts);
+  const thoughtBox = h("details", { class: "thought-box", hidden: true }, h("summary", {}, t("Thought")), thoughts);
   const calls = h("div", { class: "calls" });
   const footer = h("div", { class: "turn-footer muted small" }, badge("streaming", "live"));
   const element = h("div", { class: "msg assistant", "aria-busy": "true" }, h("div", { class: "who" }, "agent"), thoughtBox, scratchBox, calls, answer, footer);

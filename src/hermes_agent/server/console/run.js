@@ -1,6 +1,7 @@
 // One run: per step the five stages as a timeline (latency bars, status codes), the prompt,
 // the thought (and what the parser did not act on), the raw completion, each call; usage and cost; JSONL export; replay against today's tools.
 
+import { t } from "./i18n.js";
 import { api, follow, text } from "./api.js";
 import { alertBox, append, badge, fmtMs, fmtTime, h, pretty, replace, shortId, statusBadge, statusClass } from "./dom.js";
 import { approvalCard } from "./approvals.js";
@@ -29,12 +30,12 @@ export async function renderRun(main, requestId, signal) {
       view = await api(path, { signal });
     } catch (error) {
       if (signal.aborted) return;
-      replace(head, h("h1", { tabindex: "-1" }, `Run ${shortId(requestId)}`), alertBox(`Could not load the run: ${error.message}`));
+      replace(head, h("h1", { tabindex: "-1" }, `${t("Run")} ${shortId(requestId)}`), alertBox(`${t("Could not load the run")}: ${error.message}`));
       return;
     }
     const open = new Set([...main.querySelectorAll("details[open][data-key]")].map((d) => d.dataset.key));
     replace(head, header(view, requestId, replay, signal));
-    replace(steps, view.steps.length ? view.steps.map((step) => stepSection(step, view)) : h("p", { class: "muted empty" }, LIVE.has(view.status) ? "No step is recorded yet: steps are recorded once they are whole." : "No audit records for this run."));
+    replace(steps, view.steps.length ? view.steps.map((step) => stepSection(step, view)) : h("p", { class: "muted empty" }, LIVE.has(view.status) ? t("No step is recorded yet: steps are recorded once they are whole.") : t("No audit records for this run.")));
     for (const details of main.querySelectorAll("details[data-key]")) if (open.has(details.dataset.key)) details.open = true;
     showPending();
     if (LIVE.has(view.status) && !following) startFollowing();
@@ -56,7 +57,7 @@ export async function renderRun(main, requestId, signal) {
   function startFollowing() {
     following = true;
     const log = liveLog();
-    replace(live, h("h2", {}, "Live ", badge("live", "live")), log.element);
+    replace(live, h("h2", {}, t("Live"), " ", badge("live", "live")), log.element);
     follow(requestId, {
       signal,
       onEvent: (kind, data) => {
@@ -75,17 +76,17 @@ export async function renderRun(main, requestId, signal) {
 function header(view, requestId, replayBox, signal) {
   const usage = view.usage;
   const facts = [
-    ["Session", h("a", { href: `#/chat/${encodeURIComponent(view.session_id)}`, title: "open this session in the chat" }, view.session_id)],
-    ["Status", h("span", {}, statusBadge(view.status, view.status_code), typeof view.status_code === "number" ? ` ${view.status_code}` : "")],
-    ["Started", fmtTime(view.created)],
-    ["Duration", fmtMs(view.duration_ms)],
-    ["Model", view.model ?? "—"],
-    ["Steps", String(view.steps.length)],
-    ["Tokens", usage ? `${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion = ${usage.total_tokens ?? usage.prompt_tokens + usage.completion_tokens} (${usage.requests} requests)` : h("span", { class: "muted", title: "usage is kept with the run while the service holds it in memory; the audit trail does not record it" }, "not recorded")],
-    ["Cost", view.cost === null || view.cost === undefined ? h("span", { class: "muted" }, usage ? "no prices configured" : "—") : `$${view.cost.toFixed(6)}`],
+    [t("Session"), h("a", { href: `#/chat/${encodeURIComponent(view.session_id)}`, title: "open this session in the chat" }, view.session_id)],
+    [t("Status"), h("span", {}, statusBadge(view.status, view.status_code), typeof view.status_code === "number" ? ` ${view.status_code}` : "")],
+    [t("Started"), fmtTime(view.created)],
+    [t("Duration"), fmtMs(view.duration_ms)],
+    [t("Model"), view.model ?? "—"],
+    [t("Steps"), String(view.steps.length)],
+    [t("Tokens"), usage ? `${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion = ${usage.total_tokens ?? usage.prompt_tokens + usage.completion_tokens} (${usage.requests} requests)` : h("span", { class: "muted", title: "usage is kept with the run while the service holds it in memory; the audit trail does not record it" }, t("not recorded"))],
+    [t("Cost"), view.cost === null || view.cost === undefined ? h("span", { class: "muted" }, usage ? t("no prices configured") : "—") : `$${view.cost.toFixed(6)}`],
   ];
-  const exportButton = h("button", { type: "button", "data-action": "export" }, "Export JSONL");
-  const replayButton = h("button", { type: "button", "data-action": "replay", disabled: LIVE.has(view.status) }, "Replay against today's tools");
+  const exportButton = h("button", { type: "button", "data-action": "export" }, t("Export JSONL"));
+  const replayButton = h("button", { type: "button", "data-action": "replay", disabled: LIVE.has(view.status) }, t("Replay against today's tools"));
   const exportStatus = h("span", { role: "status", class: "muted" });
   exportButton.addEventListener("click", async () => {
     try {
@@ -104,7 +105,7 @@ function header(view, requestId, replayBox, signal) {
   replayButton.addEventListener("click", () => runReplay(requestId, replayBox, replayButton, signal));
   const actions = [exportButton, replayButton];
   if (LIVE.has(view.status)) {
-    const cancel = h("button", { type: "button", class: "danger", "data-action": "cancel" }, "Cancel run");
+    const cancel = h("button", { type: "button", class: "danger", "data-action": "cancel" }, t("Cancel run"));
     cancel.addEventListener("click", async () => {
       cancel.disabled = true;
       try {
@@ -116,15 +117,15 @@ function header(view, requestId, replayBox, signal) {
     actions.push(cancel);
   }
   return [
-    h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, "Run ", h("span", { class: "mono", title: requestId }, requestId))),
+    h("div", { class: "title-row" }, h("h1", { tabindex: "-1" }, t("Run"), " ", h("span", { class: "mono", title: requestId }, requestId))),
     h("dl", { class: "facts" }, facts.map(([name, value]) => h("div", {}, h("dt", {}, name), h("dd", {}, value)))),
     // The error gets the page's width below the facts: a long one (a traceback, a model's
     // reply quoted) would not fit the Status cell.
-    view.error ? h("section", { class: "card run-error", "aria-label": "error" }, h("h2", {}, "Error"), h("pre", { class: "code error", tabindex: "0" }, view.error)) : "",
+    view.error ? h("section", { class: "card run-error", "aria-label": "error" }, h("h2", {}, t("Error")), h("pre", { class: "code error", tabindex: "0" }, view.error)) : "",
     h("div", { class: "buttons actions" }, actions, exportStatus),
-    h("p", { class: "muted small" }, "A replay runs the recorded model answers through the agent as it is now: its tools run for real, calls that need approval are refused."),
-    view.user_message !== null ? h("section", { class: "card" }, h("h2", {}, "User message"), h("pre", { class: "code", tabindex: "0" }, view.user_message)) : "",
-    view.output !== null && view.output !== undefined ? h("section", { class: "card output" }, h("h2", {}, "Final output"), h("pre", { class: "code", tabindex: "0" }, view.output)) : "",
+    h("p", { class: "muted small" }, t("A replay runs the recorded model answers through the agent as it is now: its tools run for real, calls that need approval are refused.")),
+    view.user_message !== null ? h("section", { class: "card" }, h("h2", {}, t("User message")), h("pre", { class: "code", tabindex: "0" }, view.user_message)) : "",
+    view.output !== null && view.output !== undefined ? h("section", { class: "card output" }, h("h2", {}, t("Final output")), h("pre", { class: "code", tabindex: "0" }, view.output)) : "",
     view.warnings.length ? h("ul", { class: "warnings" }, view.warnings.map((w) => h("li", {}, w))) : "",
   ];
 }
@@ -135,15 +136,15 @@ function stepSection(step, view) {
   return h(
     "section",
     { class: "step card", "aria-labelledby": heading, "data-step": String(step.step), "data-nav-item": "", tabindex: "-1" },
-    h("h2", { id: heading }, `Step ${step.step}`, h("span", { class: "muted small" }, ` · at +${fmtMs(step.offset_ms)} · took ${fmtMs(step.duration_ms)}${tokens}`)),
+    h("h2", { id: heading }, `${t("Step")} ${step.step}`, h("span", { class: "muted small" }, ` · at +${fmtMs(step.offset_ms)} · took ${fmtMs(step.duration_ms)}${tokens}`)),
     timeline(step),
-    step.summary ? details(`summary-${step.step}`, "Summary of older turns (the model was asked)", [h("h4", {}, "Asked"), codeBlock(step.summary.prompt), h("h4", {}, "Answer"), codeBlock(step.summary.completion)]) : "",
-    step.prompt ? details(`prompt-${step.step}`, step.prompt.kind === "prompt" ? "Prompt (the whole prompt as sent)" : "Prompt (the turns added since the previous step)", codeBlock(step.prompt.text, "prompt")) : "",
-    step.thought ? details(`thought-${step.step}`, "Thought", h("pre", { class: "code thought", tabindex: "0", "aria-label": "thought" }, step.thought), true) : "",
+    step.summary ? details(`summary-${step.step}`, t("Summary of older turns (the model was asked)"), [h("h4", {}, t("Asked")), codeBlock(step.summary.prompt), h("h4", {}, t("Answer")), codeBlock(step.summary.completion)]) : "",
+    step.prompt ? details(`prompt-${step.step}`, step.prompt.kind === "prompt" ? t("Prompt (the whole prompt as sent)") : t("Prompt (the turns added since the previous step)"), codeBlock(step.prompt.text, "prompt")) : "",
+    step.thought ? details(`thought-${step.step}`, t("Thought"), h("pre", { class: "code thought", tabindex: "0", "aria-label": "thought" }, step.thought), true) : "",
     step.notes?.length ? h("ul", { class: "warnings notes", "aria-label": "parser notes" }, step.notes.map((note) => h("li", {}, note))) : "",
-    step.completion !== null ? details(`completion-${step.step}`, "Raw completion", codeBlock(step.completion, "raw completion", { completion: true }), true) : "",
+    step.completion !== null ? details(`completion-${step.step}`, t("Raw completion"), codeBlock(step.completion, "raw completion", { completion: true }), true) : "",
     step.calls.length ? h("div", { class: "calls" }, h("h3", {}, `Tool calls (${step.calls.length})`), step.calls.map(callCard)) : "",
-    step.output !== null ? h("div", { class: "step-output" }, h("h3", {}, "Output"), h("pre", { class: "code", tabindex: "0" }, step.output)) : "",
+    step.output !== null ? h("div", { class: "step-output" }, h("h3", {}, t("Output")), h("pre", { class: "code", tabindex: "0" }, step.output)) : "",
   );
 }
 
@@ -214,15 +215,15 @@ function callCard(call) {
       call.id ? h("span", { class: "muted mono small", title: "call id" }, call.id) : "",
     ),
     h("div", { class: "call-grid" },
-      h("div", {}, h("h5", {}, "Arguments"), h("pre", { class: "code args", tabindex: "0" }, pretty(call.arguments ?? {}))),
-      h("div", {}, h("h5", {}, call.error ? "Error" : "Result"), h("pre", { class: `code result ${call.error ? "error" : ""}`, tabindex: "0" }, call.error ? call.error : pretty(call.result ?? null))),
+      h("div", {}, h("h5", {}, t("Arguments")), h("pre", { class: "code args", tabindex: "0" }, pretty(call.arguments ?? {}))),
+      h("div", {}, h("h5", {}, call.error ? t("Error") : t("Result")), h("pre", { class: `code result ${call.error ? "error" : ""}`, tabindex: "0" }, call.error ? call.error : pretty(call.result ?? null))),
     ),
   );
 }
 
 async function runReplay(requestId, box, button, signal) {
   button.disabled = true;
-  replace(box, h("p", { role: "status" }, "Replaying…"));
+  replace(box, h("p", { role: "status" }, t("Replaying…")));
   try {
     const report = await api(`/v1/runs/${encodeURIComponent(requestId)}/replay`, { method: "POST", signal });
     replace(box, replayReport(report));
@@ -239,7 +240,7 @@ function replayReport(report) {
   return h(
     "section",
     { class: `card replay-report ${report.matched ? "matched" : "differs"}`, "data-nav-item": "", tabindex: "-1" },
-    h("h2", { tabindex: "-1" }, "Replay against today's tools"),
+    h("h2", { tabindex: "-1" }, t("Replay against today's tools")),
     h(
       "p",
       { class: "verdict" },
@@ -262,15 +263,15 @@ function replayReport(report) {
 
 function comparison(step) {
   const rows = [];
-  if (pretty(step.expected_calls) !== pretty(step.actual_calls)) rows.push(["Calls", pretty(step.expected_calls), pretty(step.actual_calls)]);
-  if (step.expected_results !== step.actual_results) rows.push(["Tool results", step.expected_results ?? "(none)", step.actual_results ?? "(none)"]);
-  if (step.expected_output !== step.actual_output) rows.push(["Output", step.expected_output ?? "(none)", step.actual_output ?? "(none)"]);
+  if (pretty(step.expected_calls) !== pretty(step.actual_calls)) rows.push([t("Calls"), pretty(step.expected_calls), pretty(step.actual_calls)]);
+  if (step.expected_results !== step.actual_results) rows.push([t("Tool results"), step.expected_results ?? "(none)", step.actual_results ?? "(none)"]);
+  if (step.expected_output !== step.actual_output) rows.push([t("Output"), step.expected_output ?? "(none)", step.actual_output ?? "(none)"]);
   return rows.map(([what, before, after]) =>
     h("div", { class: "diff" },
       h("h4", {}, what),
       h("div", { class: "diff-grid" },
-        h("div", { class: "diff-old" }, h("h5", {}, "Recorded"), codeBlock(before)),
-        h("div", { class: "diff-new" }, h("h5", {}, "Today"), codeBlock(after)),
+        h("div", { class: "diff-old" }, h("h5", {}, t("Recorded")), codeBlock(before)),
+        h("div", { class: "diff-new" }, h("h5", {}, t("Today")), codeBlock(after)),
       ),
     ),
   );
