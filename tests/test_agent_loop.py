@@ -111,7 +111,7 @@ def test_a_tool_that_times_out_becomes_a_408_result() -> None:
     @agent.tool
     def slow() -> str:
         """Sleeps."""
-        time.sleep(2)
+        time.sleep(2)  # slow work on purpose: it runs past its timeout
         return "done"
 
     started = time.monotonic()
@@ -128,7 +128,7 @@ def test_async_tool_timeout_uses_the_tool_setting() -> None:
     @agent.tool(timeout=0.1)
     async def nap() -> str:
         """Sleeps asynchronously."""
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # slow work on purpose: it runs past its timeout
         return "rested"
 
     result = agent.run("go")
@@ -286,7 +286,7 @@ def test_a_run_cancelled_while_waiting_for_its_session_does_not_lock_it_for_good
     async def scenario() -> str:
         lock.acquire()  # another run holds the session
         waiting = asyncio.create_task(agent.arun("x", session_id="s"))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the run reaches the held lock (no event marks it)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting

@@ -84,7 +84,7 @@ def serving(argv: list[str], cwd: Path, home: Path, port: int) -> Iterator[list[
                 pass
             if time.monotonic() > deadline:
                 raise AssertionError(f"serve did not answer /healthz: {log.read_text()}")
-            time.sleep(0.2)
+            time.sleep(0.2)  # the polling pace, bounded by the deadline above
         yield lines
     finally:
         if process.poll() is None:

@@ -108,7 +108,7 @@ def _flood_and_measure(port: int) -> None:
                     failed += client.get("/healthz").status_code != 200
                 except httpx.HTTPError:
                     failed += 1
-                time.sleep(0.01)
+                time.sleep(0.01)  # a steady client's pace, all through the flood
         assert failed / REQUESTS < 0.05, f"{failed} of {REQUESTS} requests failed"
         # The flood was going on all the while: the service kept closing the oldest.
         assert closed_by_service >= SILENT - LIMIT, closed_by_service

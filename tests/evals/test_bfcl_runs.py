@@ -116,7 +116,7 @@ class _Gate(ScriptedModel):
         self.most = max(self.most, self.waiting)
         async with asyncio.timeout(20):  # fewer workers than ``count``: a harness error
             while self.most < self.count:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # a barrier: each call waits for all (bounded above)
         self.waiting -= 1
         return await super().complete(messages, tools, settings)
 
@@ -181,7 +181,7 @@ def _wait_for_lines(path: Path, count: int, process: subprocess.Popen[bytes]) ->
             return
         if process.poll() is not None:
             pytest.fail(f"the run ended early: {process.stderr.read() if process.stderr else ''}")
-        time.sleep(0.1)
+        time.sleep(0.1)  # the polling pace, bounded by the deadline above
     pytest.fail(f"{path} never reached {count} lines")
 
 

@@ -55,7 +55,7 @@ def forecast(city: str, days: int = Field(default=1, ge=1, le=7)) -> dict[str, A
 def slow(seconds: float) -> str:
     """Sleep, then answer (the call is counted before the sleep)."""
     _count("slow", {"seconds": seconds})
-    time.sleep(seconds)
+    time.sleep(seconds)  # slow work on purpose: a call to time out or to kill
     return f"slept {seconds:g} s"
 
 

@@ -58,7 +58,7 @@ async def forever(ctx: Context) -> str:
     """Never answers; talks all the while."""
     while True:
         await ctx.info("still working")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # a chatty server's pace: it talks and never answers
 
 
 def _numbered(number: int) -> None:

@@ -103,7 +103,7 @@ class ScriptedServer:
             self.requests.append(body)
             reply = self.replies.popleft() if self.replies else self.default
             if reply.delay:
-                await asyncio.sleep(reply.delay)
+                await asyncio.sleep(reply.delay)  # a slow model, as the reply asks
             if reply.status != 200:
                 failure = {"error": {"message": reply.content, "type": "server_error"}}
                 return JSONResponse(failure, status_code=reply.status)
@@ -182,7 +182,7 @@ async def _sse(reply: Reply, include_usage: bool) -> AsyncIterator[str]:
     yield event({"role": "assistant", "content": ""})
     for piece in _pieces(reply.content or ""):
         if reply.pace:
-            await asyncio.sleep(reply.pace)
+            await asyncio.sleep(reply.pace)  # a streaming model's pace, as the reply asks
         yield event({"content": piece})
     for index, c in enumerate(reply.tool_calls):
         head = {"index": index, "id": c["id"], "type": "function"}
@@ -225,7 +225,7 @@ def running_server() -> Iterator[ScriptedServer]:
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("the scripted OpenAI server did not start")
-        time.sleep(0.01)
+        time.sleep(0.01)  # the polling pace, bounded by the deadline above
     scripted.base_url = f"http://127.0.0.1:{port}/v1"
     try:
         yield scripted

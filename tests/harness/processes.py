@@ -25,5 +25,5 @@ def gone_within(pid: int, seconds: float) -> bool:
     while alive(pid):
         if time.monotonic() > until:
             return False
-        time.sleep(0.01)
+        time.sleep(0.01)  # the polling pace, bounded by until
     return True

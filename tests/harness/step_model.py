@@ -141,6 +141,7 @@ def model_app(latency: float, seen: Counter[str] | None = None) -> Callable[...,
             status = 200
         else:
             payload, status, media = b'{"error": "not found"}', 404, b"application/json"
+        # A model's latency: each answer takes this long.
         await asyncio.sleep(max(0.0, latency - (time.perf_counter() - started)))
         headers = [(b"content-type", media), (b"content-length", str(len(payload)).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -173,7 +174,7 @@ def running_step_model(
     while not server.started:
         if time.monotonic() > deadline:
             raise RuntimeError("the step model did not start")
-        time.sleep(0.02)
+        time.sleep(0.02)  # the polling pace, bounded by the deadline above
     try:
         yield f"http://127.0.0.1:{port}/v1"
     finally:

@@ -63,6 +63,7 @@ def step(tag: str, n: int) -> str:
             "VALUES (%s, %s, %s, %s, clock_timestamp())",
             (call_key, tag, n, os.getpid()),
         )
+        # The tool's work: a worker can be killed inside it.
         time.sleep(float(os.environ.get("STEP_SLEEP", "0.05")))
         # The effect, once per call id whatever happens (the idempotency key at work).
         conn.execute(
@@ -197,7 +198,7 @@ queue:
             while b" ready." not in log.read_bytes():
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"worker {index} did not start:\n{self.log(index)}")
-                time.sleep(0.1)
+                time.sleep(0.1)  # the polling pace, bounded by the deadline above
 
     def log(self, index: int) -> str:
         return (self.root / f"worker{index}.log").read_text(errors="replace")[-4000:]

@@ -176,11 +176,13 @@ def run_server(suite: list[str], url: str, revision: str, results: Path) -> None
     )
 
 
-def run_client(suite: list[str], scenario: str, revision: str, results: Path) -> None:
+def run_client(suite: list[str], scenario: str, revision: str, results: Path) -> int:
+    """Run one client scenario; the suite's verdict (0: passed). It fails a scenario whose
+    checks all passed when the client exited with an error (a call it could not make)."""
     client = f"{sys.executable} {TESTS / 'mcp_conformance_client.py'}"
     command = [*suite, "client", "--command", client, "--scenario", scenario]
     command += ["--spec-version", revision, "--timeout", "60000", "-o", str(results)]
-    subprocess.run(command, capture_output=True, timeout=300, check=False)
+    return subprocess.run(command, capture_output=True, timeout=300, check=False).returncode
 
 
 def compare(revision: str, role: str, scenarios: list[str], ran: dict[str, list[str]]) -> None:
@@ -216,8 +218,12 @@ def test_server_conformance(
 def test_client_conformance(suite: list[str], revision: str, tmp_path: Path) -> None:
     scenarios = required(suite, revision, "client")
     with ThreadPoolExecutor(CLIENT_PARALLEL) as pool:
-        list(pool.map(lambda s: run_client(suite, s, revision, tmp_path), scenarios))
-    compare(revision, "client", scenarios, outcomes(tmp_path))
+        verdicts = list(pool.map(lambda s: run_client(suite, s, revision, tmp_path), scenarios))
+    ran = outcomes(tmp_path)
+    for scenario, verdict in zip(scenarios, verdicts, strict=True):
+        if verdict != 0 and not ran.get(scenario):
+            ran[scenario] = [f"(the client exited with an error; the suite's status {verdict})"]
+    compare(revision, "client", scenarios, ran)
 
 
 def test_the_baseline_says_why() -> None:

@@ -84,7 +84,7 @@ def start_server(command: str, folder: Path, port: int) -> subprocess.Popen[byte
         except OSError:
             assert process.poll() is None, "the server on the page exited"
             assert time.monotonic() < deadline, "the server on the page did not start"
-            time.sleep(0.1)
+            time.sleep(0.1)  # the polling pace, bounded by the deadline above
 
 
 def test_the_service_mcp_section_is_a_valid_service_setting() -> None:

@@ -137,7 +137,7 @@ class HttpServer:
             except OSError:
                 assert self.process.poll() is None, self.stderr()
                 assert time.monotonic() < deadline, "the MCP server did not start"
-                time.sleep(0.1)
+                time.sleep(0.1)  # the polling pace, bounded by the deadline above
 
     def stderr(self) -> str:
         return self.process.stderr.read() if self.process.stderr else ""

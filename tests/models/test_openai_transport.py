@@ -200,6 +200,6 @@ def test_a_worker_on_auto_runs_on_aiohttp_and_stops_with_its_sessions_closed(
         ] * 4
         c.stop()  # SIGTERM: a warm shutdown
         assert worker.wait(timeout=30) is not None
-        time.sleep(0.1)
+        time.sleep(0.1)  # the worker's pool children, ending with it, write their last lines
         log = (tmp_path / "worker0.log").read_text(errors="replace")
         assert UNCLOSED not in log, textwrap.shorten(log, 2000)

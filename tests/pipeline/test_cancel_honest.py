@@ -47,7 +47,7 @@ def slow_write(path: str) -> str:
 async def slow_fetch(url: str) -> str:
     """Fetch a page, slowly (an async tool: a cancel stops it)."""
     async_started.set()
-    await asyncio.sleep(30)
+    await asyncio.sleep(30)  # slow work on purpose: a cancel stops it
     return "fetched"
 
 

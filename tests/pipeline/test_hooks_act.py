@@ -174,13 +174,13 @@ def test_a_tool_raising_timeout_error_is_a_tool_error_and_the_deadline_a_408() -
     @agent.tool
     def slow(q: str) -> str:
         """Take long."""
-        time.sleep(1.0)
+        time.sleep(1.0)  # slow work on purpose: it runs past its timeout
         return "late"
 
     @agent.tool
     async def aslow(q: str) -> str:
         """Take long, asynchronously."""
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # slow work on purpose: it runs past its timeout
         return "late"
 
     started = time.perf_counter()
@@ -306,7 +306,7 @@ def test_run_timeout_s_ends_the_run_timed_out_and_leaves_the_session_as_it_was()
     @agent.tool
     async def wait(seconds: float) -> str:
         """Wait."""
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(seconds)  # slow work on purpose: the run's deadline cuts it short
         return "waited"
 
     started = time.perf_counter()

@@ -143,7 +143,7 @@ def test_every_refusal_and_failure_has_the_same_three_keys(
     @agent.tool(timeout=0.05)
     async def slow() -> str:
         """Slow."""
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # slow work on purpose: it runs past its timeout
         return "late"
 
     @agent.tool

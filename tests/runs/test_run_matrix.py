@@ -33,7 +33,7 @@ from websockets.sync.client import ClientConnection, connect
 from hermes_agent.channels import signed_headers
 from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
-from server_harness import serve, sse_events
+from server_harness import serve, sse_events, wait_for
 from step_model import running_step_model
 from storage_backends import _url
 from test_channels import Receiver
@@ -138,13 +138,7 @@ def world(tmp_path: Path, mode: str, *, approvals: bool) -> Iterator[World]:
 
 
 def until(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = predicate()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    return wait_for(predicate, timeout, what)
 
 
 def ended(w: World, rid: str, user: str = "alice") -> dict[str, Any]:
@@ -349,7 +343,7 @@ def cancel(w: World, door: str) -> str:
                 assert frames[-1]["event"] == "run_stopped"
                 assert frames[-1]["data"]["status"] == "cancelled"
     assert ended(w, rid)["status"] == "cancelled"
-    time.sleep(2 * STEP_SLEEP)
+    time.sleep(2 * STEP_SLEEP)  # two steps' time, in which a run still going would run on
     assert w.executions(tag) < 4  # it stopped
     return "ok"
 
@@ -369,7 +363,7 @@ def cancel_mcp(w: World) -> str:
     assert asked and asked[0].is_error, asked
     assert asked[0].structured_content["run_status"] == "cancelled", asked[0]
     assert ended(w, rid)["status"] == "cancelled"
-    time.sleep(2 * STEP_SLEEP)
+    time.sleep(2 * STEP_SLEEP)  # two steps' time, in which a run still going would run on
     assert w.executions(tag) < 4
     return "ok"
 

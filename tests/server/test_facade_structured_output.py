@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -332,13 +334,35 @@ def test_the_embedded_model_answers_in_the_schema_after_tool_results() -> None:
     assert plain.answer_grammar is None
 
 
+def test_the_embedded_engine_calls_then_answers_typed() -> None:
+    """Tools and an output schema in one run of the embedded engine: the call is made (the
+    schema does not silence it) and the answer after its result is typed."""
+    agent = Agent(max_iterations=4)
+    asked: list[str] = []
+
+    @agent.tool
+    def get_price(product: str) -> float:
+        """The price of a product in dollars."""
+        asked.append(product)
+        return 999.5
+
+    try:
+        result = agent.run(ASK_WITH_TOOL, output_type=Product)
+    finally:
+        agent.close()
+    assert [(c.name, c.status_code) for c in result.tool_calls] == [("get_price", 200)]
+    assert len(asked) == 1
+    assert isinstance(result.data, Product)
+
+
 def test_the_endpoint_model_asks_the_server_for_the_schema() -> None:
     """``OpenAICompatible``: hermes mode with ``grammar`` sends one grammar of a valid call or
-    the schema's JSON; a turn with no tools offered asks for ``response_format`` json_schema;
-    a native turn that may call keeps its tools and no response format."""
+    the schema's JSON (the JSON alone once tool results are in); a turn with no tools offered
+    asks for ``response_format`` json_schema; a native turn that may call keeps its tools and
+    no response format."""
     from hermes_agent.models.base import ModelSettings
     from hermes_agent.models.openai import OpenAICompatible
-    from hermes_agent.types import Message
+    from hermes_agent.types import Message, ToolCall, ToolResult
 
     schema = Product.model_json_schema()
     settings = ModelSettings(output_schema=schema)
@@ -355,3 +379,23 @@ def test_the_endpoint_model_asks_the_server_for_the_schema() -> None:
     assert body("hermes", [])["response_format"]["type"] == "json_schema"
     native = body("native", [PRICE_TOOL])
     assert "response_format" not in native and native["tools"] == [PRICE_TOOL]
+    # With the results in hand, hermes mode with grammar answers, as the embedded model does.
+    called = ToolCall("get_price", {"product": "laptop"}, "call-1")
+    result = ToolResult("call-1", "get_price", {"status": "success", "data": 999.5, "error": None})
+    asked += [Message("assistant", "", tool_calls=[called]), Message("tool", tool_results=[result])]
+    after = body("hermes", [PRICE_TOOL], grammar=True)["grammar"]
+    assert after.startswith("root ::= text\n") and "<tool_call>" not in after
+
+
+# -- the page's example -------------------------------------------------------------------------
+
+
+def test_the_facade_page_s_structured_output_example_runs(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = (Path(__file__).resolve().parents[1] / "docs" / "openai-facade.md").read_text("utf-8")
+    section = page.split("\n## Structured output\n", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    code = block.replace("http://127.0.0.1:8000/v1", url)
+    exec(compile(code, "openai-facade.md (structured output)", "exec"), {"key": "unused"})
+    assert capsys.readouterr().out.splitlines() == ["Product stop"]

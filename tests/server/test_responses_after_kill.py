@@ -53,7 +53,7 @@ def _announce_then_kill(url: str, process: object) -> list[str]:
                     failed = [t for t in tasks if t.done() and t.exception() is not None]
                     if failed:
                         raise failed[0].exception()  # type: ignore[misc]
-                    await asyncio.sleep(0.02)
+                    await asyncio.sleep(0.02)  # the polling pace, bounded by the timeout above
             process.send_signal(signal.SIGKILL)  # type: ignore[attr-defined]
             await asyncio.wait_for(asyncio.gather(*tasks), 30)
         return ids

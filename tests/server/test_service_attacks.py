@@ -27,7 +27,7 @@ from hermes_agent.runs.metrics import ServiceMetrics
 from hermes_agent.runs.quotas import DailyUsage, MemoryQuotaStore, Quotas
 from hermes_agent.runs.settings import QuotaLimits, QuotaSettings
 from hermes_agent.server import ServiceSettings, create_app, open_key_store
-from server_harness import make_agent, serve, wait_for
+from server_harness import await_for, make_agent, serve, wait_for
 from storage_backends import sqlite_url as _sqlite
 from test_channels import Receiver
 from test_channels_inbound import INBOUND_SECRET, app_for, message, post
@@ -113,7 +113,7 @@ def test_a_run_admitted_while_the_service_shuts_down_is_refused_not_left_running
         starting = asyncio.create_task(manager.start(local, RunRequest(message="slow")))
         await asyncio.to_thread(store.entered.wait, 10)
         shutting = asyncio.create_task(manager.shutdown(0.0))
-        await asyncio.sleep(0.05)
+        await await_for(lambda: not manager.accepting, what="the shutdown begun")
         store.go.set()
         with pytest.raises(RunRejected) as refused:
             await starting

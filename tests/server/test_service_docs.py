@@ -363,7 +363,7 @@ def _server_program(code: str, environment: dict[str, str], folder: Path, block:
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, f"{block.label} did not start serving"
-            time.sleep(0.1)
+            time.sleep(0.1)  # the polling pace, bounded by the deadline above
         reply = httpx.post(f"{url}/v1/runs", json={"message": "hi"}, timeout=30)
         assert reply.status_code == 200, reply.text
         assert reply.json()["output"] == "Hello from the scripted model!"

@@ -60,7 +60,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service,
             except httpx.HTTPError:
                 pass
             assert time.monotonic() < deadline, "examples/service_docs.py did not start"
-            time.sleep(0.2)
+            time.sleep(0.2)  # the polling pace, bounded by the deadline above
         made = subprocess.run(
             [sys.executable, "-m", "hermes_agent", "keys", "create", "--user", "alice"],
             cwd=folder,

@@ -36,7 +36,7 @@ WORKER = textwrap.dedent(
     def stuck(n: int) -> int:
         """Blocks until the process is killed."""
         ready.write_text("blocked")
-        time.sleep(120)
+        time.sleep(120)  # a tool that blocks: the process is killed inside it
         return n
 
     def busy_model(messages, tools):
@@ -90,13 +90,13 @@ def test_sigkill_mid_run_leaves_whole_steps(tmp_path: Path) -> None:
         while not ready.exists():
             assert process.poll() is None, "the worker exited early"
             assert time.monotonic() < deadline, "the worker never reached the blocking tool"
-            time.sleep(0.02)
+            time.sleep(0.02)  # the polling pace, bounded by the deadline above
         # The victim is blocked in step 5; wait until its finished steps are stored (the
         # writer stores a burst once it pauses), then kill while the busy threads write on.
         while not _stored(db, "victim"):
             assert time.monotonic() < deadline, "the finished steps were never stored"
-            time.sleep(0.05)
-        time.sleep(0.1)
+            time.sleep(0.05)  # the polling pace, bounded by the deadline above
+        time.sleep(0.1)  # the busy runs write on a while: the kill comes mid-write
         os.kill(process.pid, signal.SIGKILL)
     finally:
         process.wait(timeout=30)

@@ -151,7 +151,7 @@ def wait_for_a_lock(store: RunStore) -> None:
             ).scalar_one()
         if waiting:
             return
-        time.sleep(0.02)
+        time.sleep(0.02)  # the polling pace, bounded by the deadline above
     raise AssertionError("no write waited for the run's row")
 
 

@@ -106,7 +106,7 @@ def test_runs_on_one_session_are_serialised(db_url: str) -> None:
             with guard:
                 active += 1
                 most = max(most, active)
-            time.sleep(0.05)
+            time.sleep(0.05)  # slow work on purpose: calls at once overlap
             with guard:
                 active -= 1
             return remembers(messages, tools)
@@ -168,7 +168,7 @@ def test_a_sqlite_without_returning_appends_with_three_statements_instead(tmp_pa
 def test_list_and_delete_sessions(db_url: str) -> None:
     with open_storage(db_url) as storage:
         storage.sessions.append("old", [Message("user", "hi"), Message("assistant", "hello")])
-        time.sleep(0.01)
+        time.sleep(0.01)  # the clock moves on: the sessions' times differ
         storage.sessions.append("new", [Message("user", "hey")])
         listed = storage.sessions.list_sessions()
         assert [s["id"] for s in listed] == ["new", "old"]

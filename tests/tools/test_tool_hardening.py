@@ -276,7 +276,7 @@ def test_hung_sync_tools_do_not_starve_other_sessions() -> None:
     # Once the hung calls return, their slots are free again.
     deadline = time.monotonic() + 5
     while inside[0] and time.monotonic() < deadline:
-        time.sleep(0.01)
+        time.sleep(0.01)  # the polling pace, bounded by the deadline above
     assert inside[0] == 0
 
 
@@ -309,7 +309,7 @@ def test_a_tool_that_hangs_does_not_keep_the_interpreter_from_exiting(tmp_path: 
             from hermes_agent import Agent, ScriptedModel, Tool
 
             def hang() -> str:
-                time.sleep(3600)
+                time.sleep(3600)  # a tool that hangs: the process is interrupted
                 return "never"
 
             reply = '<tool_call>{"name": "hang", "arguments": {}}</tool_call>'
@@ -340,7 +340,7 @@ def test_tool_threads_drop_calls_given_up_in_line_and_fail_queued_ones_on_close(
     running = threads.submit("t", 1, release.wait, {})
     deadline = time.monotonic() + 5
     while not running.running() and time.monotonic() < deadline:
-        time.sleep(0.001)
+        time.sleep(0.001)  # the polling pace, bounded by the deadline above
     queued = threads.submit("t", 1, lambda: "second", {})
     threads.write_off(queued)  # its caller gave up while it waited in line
     assert queued.cancelled()
@@ -463,7 +463,7 @@ def test_an_async_tool_ignoring_cancellation_is_abandoned_at_its_timeout() -> No
         """Ignores being cancelled."""
         while not stop.is_set():
             try:
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # a stubborn tool's pace: it ignores each cancel
             except asyncio.CancelledError:
                 continue
         return "finally"

@@ -126,7 +126,7 @@ def test_a_dataclass_of_models_of_dataclasses_arrives_as_instances_in_every_mode
 def test_an_async_tool_gets_instances_too() -> None:
     async def shift(point: Point, by: int) -> dict[str, Any]:
         """Shift a point."""
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # an await: the tool is truly async
         return describe(point.model_copy(update={"x": point.x + by}))
 
     record = run_one(Tool.from_function(shift), point={"x": 1, "y": 2}, by=3)

@@ -104,7 +104,7 @@ def start_worker(command: str, folder: Path) -> subprocess.Popen[bytes]:
     while b" ready." not in log.read_bytes():
         if process.poll() is not None or time.monotonic() > deadline:
             raise AssertionError(f"the worker did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
+        time.sleep(0.2)  # the polling pace, bounded by the deadline above
     return process
 
 

@@ -299,7 +299,7 @@ def test_two_sweepers_at_once_send_each_lost_run_once(url: str, cleanup: list[An
     lost = [store.add(f"s{i}", QueuedRequest(message="charge 1")) for i in range(6)]
     for rid in lost:
         store.claim(rid, "gone:1", 0.05)
-    time.sleep(0.1)
+    time.sleep(0.1)  # a measured spell: the claims' 0.05 s leases run out
     gate = threading.Barrier(3)
     found: list[str] = []
 

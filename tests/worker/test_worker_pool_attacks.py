@@ -25,6 +25,7 @@ from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.worker import submit
 from hermes_agent.worker.store import RunStore
 from server_harness import serve, sse_events
+from server_harness import wait_for as _wait  # the one bounded wait
 from step_model import running_step_model
 from worker_harness import REDIS, TOOLS, cluster, free_port
 
@@ -46,13 +47,6 @@ POISON_TOOLS = TOOLS.replace(
     "        os.kill(os.getpid(), signal.SIGKILL)\n",
     1,
 )
-
-
-def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 def test_a_poison_pill_is_dead_lettered_and_the_pool_goes_on(tmp_path: Path, pg_url: str) -> None:

@@ -16,7 +16,11 @@ after ``--`` goes to its own command line, e.g. ``--n_batch``); what this adds i
 - a request that sends ``tools`` to a chat format that ignores them is refused with a 400 that
   says which format to start instead. llama-cpp-python would answer it in prose, and the
   client could not tell a model that chose not to call from a server that never showed it the
-  tools.
+  tools;
+- OpenAI's ``response_format`` ``{"type": "json_schema", "json_schema": {"schema": ...}}`` is
+  handed on in llama-cpp-python's own spelling (``{"type": "json_object", "schema": ...}``),
+  which its server turns into a grammar. Its request model knows only ``text`` and
+  ``json_object`` and answers the OpenAI spelling with an HTTP 500.
 
 Needs ``llama-cpp-python[server]`` (in the ``dev`` extra).
 """
@@ -115,7 +119,7 @@ def llama_server(
             from llama_cpp.server.app import create_app
 
             app = create_app(server_settings=server_settings, model_settings=[model_settings])
-            guarded = refuse_ignored_tools(app, model_settings.chat_format)
+            guarded = adapt_chat_requests(app, model_settings.chat_format)
             err().print(
                 styled(
                     ("llama.cpp server", "bold"),
@@ -175,15 +179,16 @@ def ignored_tools_error(chat_format: str | None) -> str:
     )
 
 
-def refuse_ignored_tools(app: App, chat_format: str | None) -> App:
-    """``app`` with chat completions that carry ``tools`` (or ``functions``) refused with an
-    OpenAI-shaped 400 when ``chat_format`` would ignore them; everything else passes through
-    untouched (the body is read once and handed on as it came)."""
-    if chat_format in TOOL_CHAT_FORMATS:
-        return app
+def adapt_chat_requests(app: App, chat_format: str | None) -> App:
+    """``app`` with chat completions adapted to llama-cpp-python's server: ``tools`` (or
+    ``functions``) refused with an OpenAI-shaped 400 when ``chat_format`` would ignore them,
+    and a ``json_schema`` response format spelled as that server reads it
+    (``_server_response_format``). Everything else passes through untouched: the body is read
+    once and handed on as it came unless its response format was respelled."""
+    refuse = chat_format not in TOOL_CHAT_FORMATS
     message = ignored_tools_error(chat_format)
 
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+    async def adapted(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
             await app(scope, receive, send)
             return
@@ -202,9 +207,18 @@ def refuse_ignored_tools(app: App, chat_format: str | None) -> App:
                 or size > _MAX_BODY_BYTES
             ):
                 break
-        if size <= _MAX_BODY_BYTES and _sends_tools(b"".join(c.get("body", b"") for c in chunks)):
+        request = (
+            _request(b"".join(c.get("body", b"") for c in chunks))
+            if size <= _MAX_BODY_BYTES
+            else None
+        )
+        if refuse and request is not None and (request.get("tools") or request.get("functions")):
             await _error(send, 400, message)
             return
+        respelled = _server_response_format(request)
+        if respelled is not None:
+            body = json.dumps({**(request or {}), "response_format": respelled}).encode()
+            chunks = [{"type": "http.request", "body": body, "more_body": False}]
         pending = list(chunks)
 
         async def replay() -> Message:
@@ -212,15 +226,26 @@ def refuse_ignored_tools(app: App, chat_format: str | None) -> App:
 
         await app(scope, replay, send)
 
-    return guarded
+    return adapted
 
 
-def _sends_tools(body: bytes) -> bool:
+def _request(body: bytes) -> dict[str, Any] | None:
     try:
         request = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return False  # the server's own validation answers it
-    return isinstance(request, dict) and bool(request.get("tools") or request.get("functions"))
+        return None  # the server's own validation answers it
+    return request if isinstance(request, dict) else None
+
+
+def _server_response_format(request: dict[str, Any] | None) -> dict[str, Any] | None:
+    """OpenAI's ``json_schema`` response format as llama-cpp-python's server reads it
+    (``json_object`` with the ``schema``); ``None`` when there is nothing to respell."""
+    wanted = (request or {}).get("response_format")
+    if not isinstance(wanted, dict) or wanted.get("type") != "json_schema":
+        return None
+    spec = wanted.get("json_schema")
+    schema = spec.get("schema") if isinstance(spec, dict) else None
+    return {"type": "json_object", **({"schema": schema} if isinstance(schema, dict) else {})}
 
 
 async def _error(send: Send, status: int, message: str) -> None:

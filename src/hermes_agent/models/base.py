@@ -52,6 +52,23 @@ class ModelSettings:
     ``protocol.prompts.HERMES_PREAMBLE``); config ``prompt.preamble``."""
 
 
+def grammar_tool_choice(messages: Sequence[Message], settings: ModelSettings) -> ToolChoice:
+    """The tool choice a turn decoded under the project's grammar is held to (the embedded
+    model; an endpoint in ``hermes`` mode with ``grammar``): ``settings.tool_choice``, except
+    that a structured turn (``output_schema``) free to choose (``auto``) with tool results in
+    hand answers (``"none"``: the grammar of the schema's JSON alone).
+
+    Offered "a valid call or the schema's JSON" there, a small model calls the same tool
+    again at every turn until the run's bound (SmolLM2 does, whether it runs embedded or
+    behind ``llama_cpp.server``), and the caller gets no answer at all. So a structured run
+    on such a model calls in one round, then answers; the turn that answers the user keeps
+    the choice between a call and the answer."""
+    after_results = bool(messages) and messages[-1].role == "tool"
+    if settings.output_schema is not None and settings.tool_choice == "auto" and after_results:
+        return "none"
+    return settings.tool_choice
+
+
 @dataclass(frozen=True, slots=True)
 class ModelProfile:
     """What a model declares about itself.

@@ -71,6 +71,7 @@ from hermes_agent.models.base import (
     ModelProfile,
     ModelSettings,
     ToolChoiceEnforcement,
+    grammar_tool_choice,
 )
 from hermes_agent.models.openai_render import StreamedCalls, StreamedThought, merge_native
 from hermes_agent.models.openai_reply import JSON
@@ -464,7 +465,7 @@ class OpenAICompatible(ModelBase):
             )
             if grammar is not None:
                 body["grammar"] = grammar  # not an OpenAI field; llama.cpp servers read it
-        self._answer_format(body, tools, settings)
+        self._answer_format(body, messages, tools, settings)
         temperature = settings.temperature if settings.temperature is not None else self.temperature
         if temperature is not None:
             body["temperature"] = temperature
@@ -479,29 +480,34 @@ class OpenAICompatible(ModelBase):
         return body
 
     def _answer_format(
-        self, body: dict[str, Any], tools: Sequence[dict[str, Any]], settings: ModelSettings
+        self,
+        body: dict[str, Any],
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
     ) -> None:
         """Structured output (``settings.output_schema``) as the server can hold the answer to
         it. ``hermes`` mode with ``grammar``: one GBNF grammar that admits exactly a valid
         call or JSON of the schema (``protocol.grammar``'s answer branch), for a turn free
-        to answer. Otherwise, a turn that cannot call (no tools offered) asks for
-        ``response_format`` ``json_schema``; a turn that may call is held to the schema by
-        the prompt and the pipeline's check only, since a JSON-only response format would
-        forbid the calls (text ones in ``hermes`` mode; with ``native`` tools, servers such as
-        llama-cpp-python's apply it to the whole reply)."""
+        to answer; with tool results in hand, the JSON alone (``grammar_tool_choice``, as the
+        embedded model has it). Otherwise, a turn that cannot call (no tools offered) asks
+        for ``response_format`` ``json_schema``; a turn that may call is held to the schema by
+        the prompt and the pipeline's check only: servers apply a response format to the
+        whole reply (vLLM's guided decoding, Ollama's ``format``), which would forbid the
+        calls, and llama-cpp-python's ``chatml-function-calling`` ignores it there."""
         schema = settings.output_schema
-        choice = settings.tool_choice
-        if schema is None or "grammar" in body or choice not in ("auto", "none"):
+        if schema is None or "grammar" in body or settings.tool_choice not in ("auto", "none"):
             return
-        offered = list(tools) if choice == "auto" else []
         if self.mode == "hermes" and self.grammar:
+            choice = grammar_tool_choice(messages, settings)
+            offered = list(tools) if choice == "auto" else []
             body["grammar"] = build_grammar(
                 offered,
                 tool_choice="auto" if offered else "none",
                 scratch_pad=settings.scratch_pad,
                 answer_schema=schema,
             )
-        elif not offered:
+        elif not tools or settings.tool_choice == "none":
             body["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": "answer", "schema": schema},

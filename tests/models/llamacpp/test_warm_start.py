@@ -15,7 +15,7 @@ import pytest
 from hermes_agent import Agent, Message, ModelSettings, ScriptedModel
 from hermes_agent.demo_tools import demo_tools
 from hermes_agent.server import ServiceSettings, create_app
-from server_harness import serve
+from server_harness import serve, wait_for
 
 pytest.importorskip("llama_cpp")
 
@@ -81,9 +81,7 @@ def test_readyz_is_503_while_the_service_warms_up(tmp_path: Path) -> None:
         assert waiting.status_code == 503 and waiting.json() == {"status": "warming up"}
         assert httpx.get(f"{url}/healthz", timeout=10).status_code == 200  # alive meanwhile
         release.set()
-        deadline = time.monotonic() + 20
-        while _ready(url).status_code != 200 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: _ready(url).status_code == 200, 20, "/readyz 200")
         assert _ready(url).json() == {"status": "ready"}
         answer = httpx.post(f"{url}/v1/runs", json={"message": "hi"}, timeout=30)
         assert answer.status_code == 200 and answer.json()["output"] == "hello"
@@ -108,7 +106,7 @@ def test_a_failed_warmup_keeps_readyz_503_and_says_why_in_the_log(
             body = _ready(url).json()
             if body["status"] != "warming up":
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)  # the polling pace, bounded by the deadline above
         assert body == {
             "status": "unavailable",
             "error": "the model could not be loaded (see the log)",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes_agent.errors import ConfigError, MissingDependencyError, ModelError
-from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings
+from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings, grammar_tool_choice
 from hermes_agent.models.llamacpp.context import LoadedModel, tokenize_prompt
 from hermes_agent.models.llamacpp.decision import DEFAULT_CALL_BIAS, call_margin
 from hermes_agent.models.llamacpp.files import (
@@ -122,8 +122,8 @@ class LlamaCpp(ModelBase):
     Structured output (``ModelSettings.output_schema``) with tools: a turn that answers the
     user is decided as above, between a call and a JSON answer of the schema (the grammar's
     text branch is that JSON); a turn after tool results (``tool_choice`` ``auto``) is decoded
-    under the answer alone, so the run calls in one round and then answers, typed. Left to
-    "answer or calls" there, SmolLM2 calls again at every turn until the run's bound.
+    under the answer alone (``grammar_tool_choice``, as an endpoint in ``hermes`` mode with
+    ``grammar`` is), so the run calls in one round and then answers, typed.
 
     >>> model = LlamaCpp()                                        # doctest: +SKIP
     >>> model.count_tokens("Hello, world")                        # doctest: +SKIP
@@ -330,13 +330,11 @@ class LlamaCpp(ModelBase):
     ) -> _Request:
         grammar = self.grammar(tools, settings)
         branches, call_prompt, answer_grammar = None, None, None
-        after_results = bool(messages) and messages[-1].role == "tool"
-        structured = grammar is not None and settings.output_schema is not None
-        if structured and after_results and settings.tool_choice == "auto":
-            # With the results in hand, a structured turn answers in the schema: left to
-            # "answer or calls", SmolLM2 calls again and again until the run's bound, and the
-            # caller gets no answer at all (one round of calls per run; see the docstring).
-            answer_grammar = self.grammar(tools, dataclasses.replace(settings, tool_choice="none"))
+        choice = grammar_tool_choice(messages, settings)
+        if grammar is not None and choice != settings.tool_choice:
+            # With the results in hand, a structured turn answers in the schema (one round of
+            # calls per run; see ``grammar_tool_choice``).
+            answer_grammar = self.grammar(tools, dataclasses.replace(settings, tool_choice=choice))
         if grammar is not None and settings.tool_choice == "auto" and self.call_bias is not None:
             required = dataclasses.replace(settings, tool_choice="required")
             calls = self.grammar(tools, required)
