@@ -1,9 +1,9 @@
 """What a queued run costs: CPU ms per run in the worker process and in the PostgreSQL backends
 serving it, against a bare Celery task making the same model calls with the openai SDK.
 
-The workload (the step model, ``tests/step_model.py``, in its own process on loopback): a run is
-model call → the tool ``step`` → model call → answer (``job <tag> steps=1``), each model reply
-after ``--latency`` seconds. Contenders, each a Celery worker of its own (thread pool,
+The workload (the step model, ``tests/harness/step_model.py``, in its own process on loopback): a
+run is model call → the tool ``step`` → model call → answer (``job <tag> steps=1``), each model
+reply after ``--latency`` seconds. Contenders, each a Celery worker of its own (thread pool,
 ``--concurrency``, default 10) on a Redis queue of this benchmark's own, fed ``--runs`` runs at
 once:
 
@@ -625,7 +625,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "tests" / "step_model.py"),
+            str(ROOT / "tests" / "harness" / "step_model.py"),
             "--port",
             str(model_port),
             "--latency",

@@ -2,10 +2,10 @@
 backends serving it), against a bare FastAPI endpoint running the same loop with the openai SDK
 and one making the same two model calls with plain httpx.
 
-The workload (the step model, ``tests/step_model.py``, in its own process on loopback): a run is
-model call → the tool ``step`` → model call → answer (``job <tag> steps=1``), each model reply
-after ``--latency`` seconds. Contenders, each a uvicorn process of its own (asyncio and h11 for
-all), serving ``POST /v1/runs`` with a JSON body ``{"message": ...}`` and answering plain JSON:
+The workload (the step model, ``tests/harness/step_model.py``, in its own process on loopback): a
+run is model call → the tool ``step`` → model call → answer (``job <tag> steps=1``), each model
+reply after ``--latency`` seconds. Contenders, each a uvicorn process of its own (asyncio and h11
+for all), serving ``POST /v1/runs`` with a JSON body ``{"message": ...}`` and answering plain JSON:
 
 - ``NAME/memory``, ``NAME/sqlite``, ``NAME/postgresql`` (one NAME per ``--src`` tree, so that
   two versions of the code can be measured in one sitting; ``hermes`` by default): the
@@ -652,7 +652,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         model = start_process(
             [
                 sys.executable,
-                str(ROOT / "tests" / "step_model.py"),
+                str(ROOT / "tests" / "harness" / "step_model.py"),
                 "--port",
                 str(model_port),
                 "--latency",

@@ -36,7 +36,7 @@ import httpx
 import openai
 from pydantic import BaseModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 from hermes_agent import Agent
 from hermes_agent.models.openai import OpenAICompatible
 from server_harness import free_port

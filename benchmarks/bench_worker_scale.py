@@ -3,7 +3,7 @@ the latency a run gains by going through the queue instead of running in process
 
 Processes on loopback:
 
-- the step model (``tests/step_model.py`` in its own process): an OpenAI-compatible endpoint
+- the step model (``tests/harness/step_model.py`` in its own process): an OpenAI-compatible endpoint
   that answers each call after ``--latency`` seconds; ``job <tag> steps=2`` makes it call the
   tool ``step`` twice, one call per turn, then answer — 3 model calls, so a run takes at least
   ``3 × latency`` (600 ms at the default 200 ms);
@@ -445,7 +445,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = subprocess.Popen(
         [
             sys.executable,
-            str(ROOT / "tests" / "step_model.py"),
+            str(ROOT / "tests" / "harness" / "step_model.py"),
             "--port",
             str(model_port),
             "--latency",

@@ -2,19 +2,19 @@
 
 Run: ``python benchmarks/fuzz_parser.py [--inputs 100000] [--seed 0]``
 
-Input ``i`` is ``random_completion(random.Random(f"{seed}:{i}"))`` from tests/test_parser_fuzz.py
-(the generator the test suite fuzzes with: tags with and without newlines, valid and broken JSON,
-Python-style dicts, deep nesting, double encoding, code fences, lists of calls with and without
-their commas, unclosed tags, tags and braces inside strings, CJK, garbage between; and the forms
-of thinking and Qwen models: ``<think>`` thoughts closed, unclosed and pre-opened with calls
-inside them, Qwen3-Coder XML calls, ``<tools>`` blocks, echoed tool definitions). Every 500th
-input is a large one (10k to 200k characters). Each input is parsed by ``parse_completion`` and
-by a ``StreamParser`` fed a random chunking (token-sized, random cuts, one character at a time,
-or whole), and counted as
+Input ``i`` is ``random_completion(random.Random(f"{seed}:{i}"))`` from
+tests/protocol/test_parser_fuzz.py (the generator the test suite fuzzes with: tags with and without
+newlines, valid and broken JSON, Python-style dicts, deep nesting, double encoding, code fences,
+lists of calls with and without their commas, unclosed tags, tags and braces inside strings, CJK,
+garbage between; and the forms of thinking and Qwen models: ``<think>`` thoughts closed, unclosed
+and pre-opened with calls inside them, Qwen3-Coder XML calls, ``<tools>`` blocks, echoed tool
+definitions). Every 500th input is a large one (10k to 200k characters). Each input is parsed by
+``parse_completion`` and by a ``StreamParser`` fed a random chunking (token-sized, random cuts, one
+character at a time, or whole), and counted as
 
 - an exception: either path raised;
 - a disagreement: the streamed completion differs from the one-shot one (ids included), or
-  its events break the invariants tests/test_stream_parser.py checks.
+  its events break the invariants tests/protocol/test_stream_parser.py checks.
 
 It prints both counts (with the seeds of the first failures, to replay one alone), how many
 inputs held each of the newer forms, the median throughput of both paths, and the worst time

@@ -8,13 +8,21 @@
 - The session records the checkout's state when it starts; ``test_zz_clean_tree.py``, the
   last test file, fails when the run changed it or ``~/.hermes``.
 
-Two fixtures the worker tests share (``test_worker_runs.py``, ``test_worker_attacks.py``):
+The folders of tests/ follow ``src/hermes_agent/``: the tests of a module are in the folder of
+its package (``tests/worker/`` for ``hermes_agent.worker``, tests/ itself for the top-level
+modules). The helpers they share are in ``tests/harness/`` (on ``sys.path``: pytest's
+``pythonpath``). Test modules are imported by their file names, which are unique across the
+folders; every folder is on ``sys.path``, so a test module imports another by its name wherever
+either lives (``from test_channels import Receiver``).
+
+Two fixtures the worker tests share (``worker/test_worker_runs.py``, ``test_worker_attacks.py``):
 ``url``, an empty SQL database (SQLite in tmp_path, then a throwaway PostgreSQL database), and
 ``cleanup``, a list whose entries are closed, last first, when the test ends.
 
 Every test is marked ``unit``, ``integration`` or ``integration`` and ``slow`` by what it uses
-(the rules are in ``marker_rules.py``), so ``pytest -m unit`` runs the fast, in-process tests
-alone; the header of a run says how many of each were collected.
+(the rules are in ``harness/marker_rules.py``), so ``pytest -m unit`` runs the fast, in-process
+tests alone; the header of a run says how many of each were collected. ``test_zz_clean_tree.py``
+runs after every other test, whatever the folders.
 """
 
 from __future__ import annotations
@@ -58,6 +66,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 TESTS = Path(__file__).resolve().parent
 _OWN_MARKS = ("unit", "integration", "slow")
+_LAST = "test_zz_clean_tree"
+
+for _folder in sorted(TESTS.glob("**/")):
+    if _folder.name != "__pycache__" and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
 
 def _test_modules() -> set[str]:
@@ -65,7 +78,7 @@ def _test_modules() -> set[str]:
     found = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if path and Path(path).resolve().parent == TESTS:
+        if path and Path(path).resolve().is_relative_to(TESTS):
             found.add(name)
     return found
 
@@ -95,6 +108,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
         reasons = [*sorted(found.reasons), found.slow_in_process or ""]
         item.user_properties.append(("uses", ", ".join(filter(None, reasons)) or "nothing real"))
+    # The check that the run left the checkout unchanged goes last.
+    items.sort(key=lambda item: item.module is not None and item.module.__name__ == _LAST)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -20,6 +20,7 @@ from hermes_agent.runs.keys import MemoryKeyStore, SqlKeyStore
 from hermes_agent.runs.quotas import MemoryQuotaStore, SqlQuotaStore
 from hermes_agent.server import ServiceSettings, create_app
 from server_harness import make_agent, serve
+from storage_backends import sqlite_url as _sqlite
 
 DOORS = (
     "hermes_agent.server.app",
@@ -28,10 +29,6 @@ DOORS = (
     "hermes_agent.cli.serve",
 )
 """The doors that serve an agent's runs and used to compose an engine themselves."""
-
-
-def _sqlite(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'state.db'}"
 
 
 def test_a_key_the_cli_makes_in_the_agents_database_is_accepted_by_create_app(

@@ -8,8 +8,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ import httpx
 import pytest
 import yaml
 
+from cli_harness import hermes
 from hermes_agent import Agent, Budget, ScriptedModel, tool
 from hermes_agent.messages import error_detail, preferred_language
 from hermes_agent.server import ServiceSettings, create_app
@@ -103,19 +102,6 @@ def test_the_languages_page_examples_run() -> None:
 
 
 # -- the command line ----------------------------------------------------------------------
-
-
-def hermes(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k != "HERMES_DEBUG"}
-    environment["HOME"] = str(cwd)
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_agent", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=environment,
-    )
 
 
 def cli_config(folder: Path, *responses: str, language: str | None = None) -> Path:

@@ -121,31 +121,45 @@ def test_the_pages_examples_run_in_order() -> None:
         exec(compile(block, f"testing.md (python block {number})", "exec"), namespace)
 
 
-def _map_rows() -> list[tuple[list[str], list[str]]]:
+def _map_rows() -> list[tuple[list[str], str, list[str]]]:
     text = PAGE.read_text(encoding="utf-8").split("## Where the tests of a module are", 1)[1]
     rows = []
     for line in text.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) != 2 or cells[0] in ("source", "---"):
+        if len(cells) != 3 or cells[0] in ("source", "---"):
             continue
-        rows.append((re.findall(r"`([^`]+)`", cells[0]), re.findall(r"`([^`]+)`", cells[1])))
+        [folder] = re.findall(r"`([^`]+)`", cells[1])
+        rows.append(
+            (re.findall(r"`([^`]+)`", cells[0]), folder, re.findall(r"`([^`]+)`", cells[2]))
+        )
     return rows
 
 
-def test_the_map_names_every_test_file_and_every_part_of_the_package() -> None:
+def test_the_map_names_every_test_file_in_its_folder_and_every_part_of_the_package() -> None:
     rows = _map_rows()
-    named_tests = {f"test_{stem}.py" for _, tests in rows for stem in tests}
-    on_disk = {path.name for path in (ROOT / "tests").glob("test_*.py")}
-    assert not on_disk - named_tests, (
+    tests = ROOT / "tests"
+    on_disk = {
+        (path.parent.relative_to(ROOT).as_posix() + "/", path.name)
+        for path in tests.rglob("test_*.py")
+    }
+    named = {(folder, f"test_{stem}.py") for _, folder, stems in rows for stem in stems}
+    assert not on_disk - named, (
         "docs/testing.md, 'Where the tests of a module are': add these test files to the row "
-        f"of what they test: {sorted(on_disk - named_tests)}"
+        f"of what they test, in their folder: {sorted(on_disk - named)}"
     )
-    assert not named_tests - on_disk, f"the map names missing test files: {named_tests - on_disk}"
+    names = [name for _, name in on_disk]
+    assert len(names) == len(set(names)), "test file names are unique across the folders"
+    missing = {name for _, name in named} - set(names)
+    assert not missing, f"the map names missing test files: {missing}"
 
-    sources = [source for paths, _ in rows for source in paths if not source.startswith("tests/")]
+    sources = [
+        source for paths, _, _ in rows for source in paths if not source.startswith("tests/")
+    ]
     for source in sources:
         assert list(SRC.glob(source.rstrip("/"))), f"the map names {source}, not in the package"
-    for helper in [source for paths, _ in rows for source in paths if source.startswith("tests/")]:
+    for helper in [
+        source for paths, _, _ in rows for source in paths if source.startswith("tests/")
+    ]:
         assert (ROOT / helper).is_file(), helper
     parts = {
         path.name
@@ -156,6 +170,18 @@ def test_the_map_names_every_test_file_and_every_part_of_the_package() -> None:
     tops = {source.rstrip("/").split("/")[0] for source in sources}
     covered = {part for part in parts if any(fnmatch(part, top) for top in tops)}
     assert not parts - covered, f"parts of src/hermes_agent with no row: {sorted(parts - covered)}"
+
+
+def test_the_folders_of_tests_mirror_the_packages_of_the_library() -> None:
+    """Each folder of tests/ but harness/ and docs/ is a package of src/hermes_agent/."""
+    tests = ROOT / "tests"
+    for folder in tests.rglob("*/"):
+        if folder.name == "__pycache__" or not any(folder.glob("test_*.py")):
+            continue
+        relative = folder.relative_to(tests)
+        if relative.parts[0] in ("harness", "docs"):
+            continue
+        assert (SRC / relative / "__init__.py").is_file(), f"tests/{relative}/ mirrors no package"
 
 
 # -- marker rules ---------------------------------------------------------------------------

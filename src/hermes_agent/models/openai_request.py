@@ -5,7 +5,8 @@ walks every message of the conversation (milliseconds for a long one, so a run's
 grew with the square of its length). Our messages are plain dicts already, so the model builds
 the body here and hands it to the SDK's lower-level ``post``, which keeps the SDK's auth
 headers, retries, timeouts, error classes and response models. The body is the JSON
-``create()`` would send for the same arguments (``tests/test_openai_request.py`` compares the two).
+``create()`` would send for the same arguments (``tests/models/test_openai_request.py``
+compares the two).
 
 Per step, only the turns added since the last request are rendered: ``WireCache`` keeps the
 wire form of each message it rendered, keyed by the message object and checked against a
