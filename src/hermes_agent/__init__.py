@@ -92,6 +92,7 @@ from hermes_agent.pipeline.renderers import Renderer, RenderInput
 from hermes_agent.pipeline.status import Status
 from hermes_agent.pipeline.tables import TableRenderer, markdown_table
 from hermes_agent.pipeline.tool_selector import typed_arguments
+from hermes_agent.storage.base import SessionIdError, StorageError
 from hermes_agent.tools.registry import Tool, tool
 from hermes_agent.types import (
     Completion,
@@ -176,8 +177,10 @@ __all__ = [
     "ScratchPadDeltaEvent",
     "ScriptedModel",
     "SelectionEvent",
+    "SessionIdError",
     "Status",
     "Step",
+    "StorageError",
     "StreamChunk",
     "TableRenderer",
     "TextDeltaEvent",

@@ -12,9 +12,10 @@ Serving an agent *as* an MCP server is a front door, not a tool source: ``hermes
 Importing this package imports nothing of the SDK; its modules import it where they use it.
 """
 
-from hermes_agent.tools.mcp.client import McpError, McpToolsets, open_mcp_toolsets
+from hermes_agent.tools.mcp.client import McpToolsets, open_mcp_toolsets
 from hermes_agent.tools.mcp.content import Audio, Content, Image, Resource
 from hermes_agent.tools.mcp.progress import report_progress
+from hermes_agent.tools.mcp.results import McpError
 from hermes_agent.tools.mcp.schemas import is_strict, normalise
 
 __all__ = [

@@ -54,8 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
-import json
 import logging
 import math
 import re
@@ -63,7 +61,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
@@ -76,24 +74,23 @@ from hermes_agent.errors import (
     ToolDefinitionError,
 )
 from hermes_agent.tools.mcp._loop import LoopThread
+from hermes_agent.tools.mcp.elicitation import Approver, answer_elicitation
 from hermes_agent.tools.mcp.pins import PinStore, definition_hash, refusal
+from hermes_agent.tools.mcp.results import McpError as McpError
+from hermes_agent.tools.mcp.results import bounded, bounded_result, describe, tool_result
 from hermes_agent.tools.mcp.schemas import normalise
 from hermes_agent.tools.registry import Tool
-from hermes_agent.types import ToolCall
 
 if TYPE_CHECKING:
     from mcp import Client
     from mcp.client.session import ClientRequestContext
-    from mcp.types import CallToolResult, ContentBlock, ElicitRequestParams, ElicitResult
+    from mcp.types import ElicitRequestParams, ElicitResult
     from mcp.types import Tool as McpTool
 
     from hermes_agent.tools.mcp._transport import ReadProblem
 
 logger = logging.getLogger("hermes_agent.mcp")
 
-Approver = Callable[[ToolCall, Tool], object]
-"""An agent's approver (``Agent.approver``): a bool, a ``(bool, reason)`` pair, or an awaitable
-of one."""
 
 BACKOFF_START = 0.5
 BACKOFF_MAX = 30.0
@@ -106,14 +103,8 @@ DEADLINE_BACKUP = 0.5
 deadline is the tool's timeout, has not already ended."""
 MAX_TOOL_PAGES = 100
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_MAX_MESSAGE = 600
 SDK_SSE_TOO_LARGE = "Server-sent event exceeded the"
 """How the SDK's event-stream reader says an event was past ``max_sse_event_size``."""
-
-
-class McpError(HermesAgentError):
-    """A call to an MCP server failed: the server reported an error, could not be reached, or
-    the connection was lost. Inside a run it becomes the call's error result (status 500)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +250,7 @@ class McpConnection:
                     f"exit?); it is {self._again} on the next call"
                 ) from None
             raise McpError(
-                f"MCP server {self.name!r} refused the call: {_bounded(exc.message)} "
+                f"MCP server {self.name!r} refused the call: {bounded(exc.message)} "
                 f"(error {exc.code})"
             ) from None
         except Exception as exc:  # transport failures, exception groups from task groups
@@ -676,151 +667,6 @@ def open_mcp_toolsets(
         toolsets.close()
         raise
     return toolsets
-
-
-# -- results and errors ------------------------------------------------------------------------
-
-
-def tool_result(result: CallToolResult) -> Any:
-    """A ``CallToolResult`` as the value a Python tool would return: its structured content
-    when it has some; else its one block (a text holding a JSON object or array parsed: the
-    model then reads the data, not an escaped string), or the list of its blocks; ``McpError``
-    with the server's text when it is an error result."""
-    if result.is_error:
-        text = "; ".join(str(block) for block in map(_block, result.content)) or "no details"
-        raise McpError(_bounded(text))
-    if result.structured_content is not None:
-        return result.structured_content
-    blocks = [_block(block) for block in result.content]
-    if len(blocks) != 1:
-        return blocks
-    only = blocks[0]
-    if isinstance(only, str) and only.lstrip()[:1] in ("{", "["):
-        try:
-            return json.loads(only)
-        except ValueError:
-            pass
-    return only
-
-
-ELICITATION_TOOL = "mcp_elicitation"
-"""The name of the tool an elicitation is put to the approver as (with the call
-``<server>.elicitation``): ``arguments`` are the server's ``message`` and the ``answer`` that
-approving it sends."""
-
-
-async def answer_elicitation(
-    server: str, approver: Approver, params: ElicitRequestParams
-) -> ElicitResult:
-    """A server's request for input, answered through the agent's approval path: the answer is
-    the defaults its form declares (every field the form requires must have one), and the
-    approver, asked as for a call of ``ELICITATION_TOOL``, decides whether it is sent (accept)
-    or not (decline). A form that requires a field without a default, or a URL to open, is
-    declined without asking: nobody here can fill a form in or open a page."""
-    from mcp.types import ElicitRequestFormParams, ElicitResult
-
-    if not isinstance(params, ElicitRequestFormParams):
-        return ElicitResult(action="decline")
-    schema = params.requested_schema
-    fields: dict[str, Any] = dict(schema.get("properties") or {})
-    answer = {
-        name: spec["default"]
-        for name, spec in fields.items()
-        if isinstance(spec, dict) and "default" in spec
-    }
-    if any(name not in answer for name in schema.get("required") or []):
-        return ElicitResult(action="decline")
-    call = ToolCall(
-        name=ELICITATION_TOOL,
-        arguments={"server": server, "message": params.message, "answer": answer},
-    )
-    decision: Any = await asyncio.to_thread(approver, call, _elicitation_tool())
-    if inspect.isawaitable(decision):
-        decision = await decision
-    approved = bool(decision[0]) if isinstance(decision, tuple) else bool(decision)
-    if not approved:
-        return ElicitResult(action="decline")
-    return ElicitResult(action="accept", content=answer)
-
-
-def _elicitation_tool() -> Tool:
-    def mcp_elicitation(server: str, message: str, answer: dict[str, Any]) -> None:
-        """An MCP server asks for input; approving sends the answer shown."""
-
-    return Tool.from_function(mcp_elicitation, name=ELICITATION_TOOL, requires_approval=True)
-
-
-def bounded_result(value: Any, limit: int, server: str) -> Any:
-    """``value`` when its JSON is at most ``limit`` bytes; else ``McpError`` saying how large
-    it was (the value itself is dropped here: not kept, shown nor stored)."""
-    try:
-        size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", "replace"))
-    except (ValueError, RecursionError):  # nested past what JSON can write
-        raise McpError(f"MCP server {server!r} returned a result that is not JSON data") from None
-    if size > limit:
-        raise McpError(
-            f"MCP server {server!r} returned {size} bytes, more than max_result_bytes "
-            f"({limit}); ask for less, or raise max_result_bytes"
-        )
-    return value
-
-
-def _block(block: ContentBlock) -> Any:
-    """One content block as JSON data; binary data is described, not passed on."""
-    from mcp.types import EmbeddedResource, ResourceLink, TextContent, TextResourceContents
-
-    if isinstance(block, TextContent):
-        return block.text
-    if isinstance(block, ResourceLink):
-        return {"type": "resource_link", "uri": str(block.uri), "name": block.name}
-    if isinstance(block, EmbeddedResource):
-        resource = block.resource
-        if isinstance(resource, TextResourceContents):
-            return {"type": "resource", "uri": str(resource.uri), "text": resource.text}
-        return {
-            "type": "resource",
-            "uri": str(resource.uri),
-            "mime_type": resource.mime_type,
-            "note": "binary data, not shown",
-        }
-    data = getattr(block, "data", "")
-    return {
-        "type": block.type,
-        "mime_type": getattr(block, "mime_type", None),
-        "note": f"{len(data) * 3 // 4} bytes of {block.type} data, not shown",
-    }
-
-
-def describe(exc: BaseException) -> str:
-    """One line for ``exc``: each distinct cause in an exception group (however nested), with
-    cancellations left out."""
-    causes: list[str] = []
-    pending: list[BaseException] = [exc]
-    while pending and len(causes) < 5:
-        current = pending.pop(0)
-        if isinstance(current, BaseExceptionGroup):
-            pending.extend(current.exceptions)
-            continue
-        if isinstance(current, asyncio.CancelledError):
-            continue
-        text = _one_cause(current)
-        if text not in causes:
-            causes.append(text)
-    return _bounded("; ".join(causes) or "the connection was cancelled")
-
-
-def _one_cause(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) if type(exc).__name__ == "MCPError" else None
-    text = str(message or exc).strip()
-    if isinstance(exc, OSError) and exc.strerror:
-        text = f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
-
-
-def _bounded(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
 # -- helpers ---------------------------------------------------------------------------------
