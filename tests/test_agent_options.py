@@ -119,4 +119,4 @@ def test_the_package_offers_what_a_user_needs() -> None:
     # These have one public home elsewhere, or are implementation.
     assert not offered & {"parse_completion", "InMemoryStorage", "open_storage", "OpenAIConfig"}
     assert not offered & {"RunJournal", "ClientTurn", "ScriptedRequest"}
-    assert len(offered) <= 80
+    assert len(offered) <= 81  # the errors a caller handles included
