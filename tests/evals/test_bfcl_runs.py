@@ -223,7 +223,8 @@ def test_a_killed_run_continues_where_it_stopped(tmp_path: Path, server: Scripte
 def test_ctrl_c_writes_the_report_so_far_and_says_how_to_resume(
     tmp_path: Path, server: ScriptedServer
 ) -> None:
-    server.default = text("No call.", delay=0.2)
+    # A second per case: the 40 cases outlast the wait for three, however slow the machine.
+    server.default = text("No call.", delay=1.0)
     config = _config(tmp_path, server.base_url, "native")
     out = tmp_path / "interrupted.json"
     args = ["eval", "bfcl", "--category", "irrelevance", "--limit", "40", "-w", "2"]

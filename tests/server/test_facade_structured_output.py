@@ -393,7 +393,7 @@ def test_the_endpoint_model_asks_the_server_for_the_schema() -> None:
 def test_the_facade_page_s_structured_output_example_runs(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    page = (Path(__file__).resolve().parents[1] / "docs" / "openai-facade.md").read_text("utf-8")
+    page = (Path(__file__).resolve().parents[2] / "docs" / "openai-facade.md").read_text("utf-8")
     section = page.split("\n## Structured output\n", 1)[1].split("\n## ", 1)[0]
     [block] = re.findall(r"```python\n(.*?)```", section, re.S)
     code = block.replace("http://127.0.0.1:8000/v1", url)
