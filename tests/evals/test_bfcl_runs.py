@@ -228,8 +228,12 @@ def test_ctrl_c_writes_the_report_so_far_and_says_how_to_resume(
     config = _config(tmp_path, server.base_url, "native")
     out = tmp_path / "interrupted.json"
     args = ["eval", "bfcl", "--category", "irrelevance", "--limit", "40", "-w", "2"]
+    # Ctrl-C as a terminal gives it, even where this run was started in the background (whose
+    # children inherit SIGINT ignored, and Python then raises no KeyboardInterrupt).
+    takes_ctrl_c = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    command = [sys.executable, "-c", takes_ctrl_c + CLI[-1], *args]
     process = subprocess.Popen(
-        [*CLI, *args, "--config", str(config), "-r", str(out), "-q"],
+        [*command, "--config", str(config), "-r", str(out), "-q"],
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         env={**os.environ, "COLUMNS": "200"},

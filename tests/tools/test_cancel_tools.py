@@ -177,8 +177,12 @@ def test_ctrl_c_during_agent_run_kills_the_tool_process(tmp_path: Path, strays: 
     program.write_text(
         textwrap.dedent(
             f"""
-            import json, os, subprocess, sys, time
+            import json, os, signal, subprocess, sys, time
             from pathlib import Path
+
+            # Ctrl-C as a terminal gives it, even where the tests were started in the
+            # background (whose children inherit SIGINT ignored: no KeyboardInterrupt).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
             from hermes_agent import Agent, ScriptedModel, Tool
 
