@@ -13,9 +13,12 @@ of its own (user message ``MCP tools/call <name>``). No model is loaded for it.
 
 Approvals: nobody can be asked at a terminal (over stdio, standard input *is* the protocol).
 A tool named in ``approve`` (``--approve NAME``) is approved; for any other tool with
-``requires_approval`` the MCP caller is asked, by an elicitation request (a form of one boolean,
-``approve``), when its client declared elicitation on a session of 2025-11-25 or before; else
-the call is denied. An ``approver`` of the caller's own replaces all of that.
+``requires_approval`` the MCP caller is asked (a form of one boolean, ``approve``) when its
+client declared elicitation: on a session of 2025-11-25 or before by an elicitation request,
+at 2026-07-28 by an input-required result (``input_required``: the call waits for the retry
+that brings the answer). Else the call is denied. An ``approver`` of the caller's own replaces
+all of that. A tool asks its caller for input the same way (``asking.ask_caller``), and its
+log lines reach the caller as log messages (``outbox``).
 
 With ``ask=True`` the agent itself is one more tool, ``ask(message, session_id?)``: a whole
 run with the agent's model, whose answer comes back as text (and, structured, with the run's
@@ -44,14 +47,17 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import aclosing, suppress
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.mcp.asking import Answer, Asker, Question, asking, can_ask, stop_asking
+from hermes_agent.mcp.input_required import Exchange, Exchanges, StateRefused
+from hermes_agent.mcp.outbox import Outbox, SessionLevels, install
 from hermes_agent.mcp.sessions import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_MAX_SESSIONS_PER_USER,
@@ -89,8 +95,11 @@ if TYPE_CHECKING:
     from mcp.types import (
         CallToolRequestParams,
         CallToolResult,
+        EmptyResult,
+        InputRequiredResult,
         ListToolsResult,
         PaginatedRequestParams,
+        SetLevelRequestParams,
     )
     from starlette.applications import Starlette
 
@@ -99,6 +108,7 @@ if TYPE_CHECKING:
     from hermes_agent.runs.quotas import Quotas
     from hermes_agent.runs.settings import ServiceSettings
 
+INSTRUCTIONS = "Tools of a Hermes agent; each call goes through its checks and trail."
 CALL_PREFIX = "MCP tools/call "
 """How a call's run starts its user message (the trail shows it so)."""
 ASK_TOOL = "ask"
@@ -220,6 +230,11 @@ class AgentMcpServer:
         self.policy: Approver = approver if approver is not None else approve_only(approve)
         """Who answers the approvals of this server's calls and runs."""
         self._ask_the_caller = approver is None
+        self._exchanges = Exchanges()
+        """Calls waiting for their 2026-07-28 callers' answers (input-required results)."""
+        self._log_levels = SessionLevels()
+        self._state_key = os.urandom(32)
+        """Seals the ``requestState`` of this process's input-required results."""
         self._direct = agent.fork(model=DirectCallModel(), approver=self._approve)
         if ask and ASK_TOOL in self.tools():
             raise ValueError(f"the agent has a tool named {ASK_TOOL!r}; it cannot also serve ask")
@@ -263,7 +278,7 @@ class AgentMcpServer:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: CallToolRequestParams
-    ) -> CallToolResult:
+    ) -> CallToolResult | InputRequiredResult:
         from mcp import MCPError
         from mcp.types import INVALID_PARAMS
 
@@ -271,27 +286,68 @@ class AgentMcpServer:
         if principal is None:  # the HTTP middleware refuses these first; never run anonymously
             return _failure("missing or invalid API key: send 'Authorization: Bearer <key>'")
         arguments = dict(params.arguments or {})
-        _caller.set(ctx)  # this request's task only: whom an approval of its run may ask
-        if self.ask and params.name == ASK_TOOL:
-            return await self._ask(arguments, principal)
+        if params.request_state is not None:  # a retry answering a waiting call's questions
+            try:
+                return await self._exchanges.resume(
+                    principal.user_id, params.request_state, params.input_responses, ctx
+                )
+            except StateRefused as exc:
+                raise MCPError(INVALID_PARAMS, str(exc)) from None
         if params.name == ASK_TOOL and not self.ask:
             raise MCPError(INVALID_PARAMS, "unknown tool 'ask': this server was started without it")
         tools = self.tools()
-        if params.name not in tools:
+        if params.name not in tools and not (self.ask and params.name == ASK_TOOL):
             known = ", ".join([*tools, *([ASK_TOOL] if self.ask else [])]) or "none"
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}; known: {known}")
-        progress = _Progress(ctx)  # the SDK drops the reports of a caller that asked for none
-        token = listen(progress)
+        if not _can_elicit(ctx):
+            return await self._handle(ctx, params.name, arguments, principal, None)
+        if ctx.protocol_version < "2026-07-28":
+            return await self._handle(ctx, params.name, arguments, principal, _session_asker(ctx))
+
+        async def run(exchange: Exchange) -> CallToolResult:
+            return await self._handle(ctx, params.name, arguments, principal, exchange)
+
+        return await self._exchanges.start(principal.user_id, run)
+
+    async def _handle(
+        self,
+        ctx: ServerRequestContext[Any] | None,
+        name: str,
+        arguments: dict[str, Any],
+        principal: Principal,
+        asker: Asker | Exchange | None,
+    ) -> CallToolResult:
+        """One call, its approvals and questions put to ``asker`` (nobody when ``None``)."""
+        legacy = ctx is not None and ctx.protocol_version < "2026-07-28"
+        outbox = Outbox(ctx, self._log_levels.get(ctx) if legacy else None)
+        if isinstance(asker, Exchange):  # each retry comes in on a request of its own
+            asker.on_resume = lambda request: setattr(outbox, "ctx", request or outbox.ctx)
+            asker = asker.ask
+        token, asked = listen(outbox.progress), asking(asker)
         try:
-            record = await self.call(params.name, arguments, principal)
-        except RunRejected as exc:
-            return _failure(f"refused ({exc.status_code}): {exc.message}")
+            if name == ASK_TOOL and self.ask:
+                return await self._ask(arguments, principal)
+            try:
+                record = await self.call(name, arguments, principal)
+            except RunRejected as exc:
+                return _failure(f"refused ({exc.status_code}): {exc.message}")
         finally:
+            stop_asking(asked)
             reset(token)
-            await progress.close()  # every report goes before the result
+            await outbox.close()  # every report and log line goes before the result
         if record.status_code == 200:
             return _success(record.result)
         return _failure(record.error or f"the call ended with status {record.status_code}")
+
+    async def set_logging_level(
+        self, ctx: ServerRequestContext[Any], params: SetLevelRequestParams
+    ) -> EmptyResult:
+        """``logging/setLevel`` (2025-11-25 and before): the least severe level of the log
+        messages this session's calls send (``outbox``)."""
+        from mcp.types import EmptyResult
+
+        self._log_levels.set(ctx, params.level)
+        return EmptyResult()
 
     async def call(
         self, name: str, arguments: dict[str, Any], principal: Principal | None = None
@@ -372,8 +428,8 @@ class AgentMcpServer:
 
     async def _approve(self, call: ToolCall, tool: Tool) -> tuple[bool, str]:
         """An approval of a call this server runs: the policy's answer; where the built-in
-        policy (``approve``) would deny, the MCP caller is asked instead when it can answer an
-        elicitation request (a session of 2025-11-25 or before whose client declared it)."""
+        policy (``approve``) would deny, the MCP caller is asked instead when its client
+        declared elicitation (by elicitation, or at 2026-07-28 an input-required result)."""
         decision = self.policy(call, tool)
         if inspect.isawaitable(decision):
             decision = await decision
@@ -382,24 +438,41 @@ class AgentMcpServer:
         else:
             approved = bool(decision)
             reason = f"{'approved' if approved else 'denied'} by the MCP server's approver"
-        ctx = _caller.get()
-        if approved or not self._ask_the_caller or ctx is None or not _can_elicit(ctx):
+        if approved or not self._ask_the_caller or not can_ask():
             return approved, reason
-        return await _ask_caller(ctx, call, tool)
+        return await _ask_approval(call, tool)
 
     # -- transports -----------------------------------------------------------------------------
 
     def lowlevel(self) -> Server[Any]:
         """The SDK's low-level ``Server`` answering for this agent."""
-        from mcp.server import Server
+        import warnings
 
-        return Server(
-            self.name,
-            version=self.version,
-            instructions="Tools of a Hermes agent; each call goes through its checks and trail.",
-            on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
+        from mcp.server import Server
+        from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+        from mcp.shared.exceptions import MCPDeprecationWarning
+
+        install()  # a tool's log lines reach its caller (outbox)
+        with warnings.catch_warnings():  # logging is deprecated at 2026-07-28, not before
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            server = Server(
+                self.name,
+                version=self.version,
+                instructions=INSTRUCTIONS,
+                on_list_tools=self.list_tools,
+                on_call_tool=self.call_tool,
+                on_set_logging_level=self.set_logging_level,
+            )
+        security = RequestStateSecurity(
+            keys=[self._state_key], ttl=self._exchanges.ttl_s, bind_principal=self._state_owner
         )
+        server.middleware.append(RequestStateBoundary(security, default_audience=self.name))
+        return server
+
+    def _state_owner(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """Whom a ``requestState`` is bound to: the caller's principal."""
+        principal = self.principal(ctx)
+        return principal.user_id if principal is not None else None
 
     async def run_stdio(self) -> None:
         """Serve one client over this process's standard input and output until it leaves."""
@@ -470,9 +543,6 @@ def _answer(view: RunView) -> CallToolResult:
     return _result(output or error or view.status, details, error=failed)
 
 
-_caller: ContextVar[ServerRequestContext[Any] | None] = ContextVar("mcp_caller", default=None)
-"""The MCP request whose call (or ``ask`` run) is running in this context."""
-
 APPROVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -487,12 +557,10 @@ APPROVAL_SCHEMA: dict[str, Any] = {
 
 
 def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
-    """Whether the caller can be asked: its client declared elicitation, on a session with a
-    way back to it (2026-07-28 has none: it would take an input-required result)."""
+    """Whether the caller can be asked: its client declared elicitation (on its session, or
+    at 2026-07-28 in the request's ``_meta``)."""
     from mcp.types import ClientCapabilities, ElicitationCapability
 
-    if ctx.protocol_version >= "2026-07-28":
-        return False
     try:
         wanted = ClientCapabilities(elicitation=ElicitationCapability())
         return ctx.session.check_client_capability(wanted)
@@ -500,58 +568,37 @@ def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
         return False
 
 
-async def _ask_caller(
-    ctx: ServerRequestContext[Any], call: ToolCall, tool: Tool
-) -> tuple[bool, str]:
-    """Ask the MCP caller to approve ``call`` (an elicitation form of one boolean)."""
+def _session_asker(ctx: ServerRequestContext[Any]) -> Asker:
+    """Questions put to the caller of a session (2025-11-25 and before) by elicitation requests
+    sent while the call waits."""
+
+    async def ask(question: Question) -> Answer:
+        try:
+            answer = await ctx.session.elicit_form(
+                question.message, question.schema, related_request_id=ctx.request_id
+            )
+        except Exception:  # the caller could not be asked: nobody answered
+            return Answer("cancel")
+        if answer.action == "accept":
+            return Answer("accept", dict(answer.content or {}))
+        return Answer(answer.action)
+
+    return ask
+
+
+async def _ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:
+    """Ask the MCP caller to approve ``call`` (a form of one boolean)."""
+    from hermes_agent.mcp.asking import ask
+
     arguments = to_json(call.arguments)
     if len(arguments) > 500:
         arguments = arguments[:500] + "…"
     message = f"The agent's tool {tool.name!r} needs approval to run with {arguments}. Approve?"
-    try:
-        answer = await ctx.session.elicit_form(
-            message, APPROVAL_SCHEMA, related_request_id=ctx.request_id
-        )
-    except Exception as exc:  # the caller could not be asked: nobody approved
-        return False, f"the MCP caller could not be asked to approve it ({type(exc).__name__})"
-    if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+    answer = await ask(Question(message, APPROVAL_SCHEMA, key="approval"))
+    if answer.action == "accept" and answer.content.get("approve") is True:
         return True, "approved by the MCP caller"
     said = "cancelled" if answer.action == "cancel" else "declined"
     return False, f"the MCP caller {said} the approval"
-
-
-class _Progress:
-    """The progress reports of one ``tools/call``, sent as ``notifications/progress`` (when
-    its caller sent a progress token) in the order they were made. A tool reports from the loop
-    (an async tool) or from its thread; one task sends them."""
-
-    def __init__(self, ctx: ServerRequestContext[Any]) -> None:
-        self._ctx = ctx
-        self._loop = asyncio.get_running_loop()
-        self._reports: asyncio.Queue[tuple[float, float | None, str | None] | None]
-        self._reports = asyncio.Queue()
-        self._sender = self._loop.create_task(self._send())
-
-    def __call__(self, progress: float, total: float | None, message: str | None) -> None:
-        report = (float(progress), None if total is None else float(total), message)
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
-            self._reports.put_nowait(report)
-        else:  # a sync tool on its thread
-            self._loop.call_soon_threadsafe(self._reports.put_nowait, report)
-
-    async def _send(self) -> None:
-        while (report := await self._reports.get()) is not None:
-            with suppress(Exception):  # a caller gone: the call still ends as it ends
-                await self._ctx.session.report_progress(*report)
-
-    async def close(self) -> None:
-        """Send what was reported (reports made before the call ended are queued already)."""
-        self._reports.put_nowait(None)
-        await self._sender
 
 
 def _success(value: Any) -> CallToolResult:
