@@ -301,3 +301,23 @@ def test_a_call_whose_caller_never_comes_back_ends_with_its_question_cancelled()
             await exchanges.resume("ada", first.request_state or "", {})
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_log_lines_no_one_else_takes_are_still_printed() -> None:
+    """The handler that passes a tool's log lines to its caller sits on the root logger: a
+    record no other handler takes still reaches standard error, as Python's last resort did
+    (in a process of its own: pytest's handlers take every record of its own)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import logging\n"
+        "from hermes_agent.mcp.outbox import install\n"
+        "install()\n"
+        "logging.getLogger('a.tool').warning('the disk is nearly full')\n"
+        "logging.getLogger('a.tool').info('below the last resort level')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stderr == "the disk is nearly full\n"

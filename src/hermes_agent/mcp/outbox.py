@@ -51,11 +51,27 @@ class _CallerLog(logging.Handler):
     """On the root logger: hands each record logged in a call's context to that call's sink."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if _unhandled(record):  # what Python prints when no handler takes a record: still
+            last = logging.lastResort
+            if last is not None and record.levelno >= last.level:
+                last.handle(record)
         sink = _sink.get()
         if sink is None or record.name.split(".")[0] in _INTERNAL:
             return
         with suppress(Exception):
             sink(record)
+
+
+def _unhandled(record: logging.LogRecord) -> bool:
+    """Whether no handler but this one takes ``record`` (Python's last resort would then)."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(not isinstance(handler, _CallerLog) for handler in logger.handlers):
+            return False
+        if not logger.propagate:
+            break
+        logger = logger.parent
+    return True
 
 
 _handler = _CallerLog()
