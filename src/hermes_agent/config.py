@@ -31,6 +31,7 @@ import re
 import reprlib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -39,6 +40,7 @@ from pydantic import (
     Field,
     SerializeAsAny,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -293,6 +295,56 @@ class TracingConfig(_Strict):
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+_TokenAuth = Literal["client_secret_basic", "client_secret_post", "none"]
+
+
+class McpOAuthConfig(_Strict):
+    """OAuth for one MCP server over HTTP (``mcp_servers.<name>.oauth``): the client signs the
+    user in when the server asks (a 401), opening the authorization page in the browser and
+    taking the answer on a loopback address. Tokens and the registration made with the server
+    are kept per server in ``.hermes/mcp_oauth/`` beside the config file (mode 0600), never
+    here. Scopes are the ones the server asks for (its ``WWW-Authenticate`` or metadata)."""
+
+    client_id: str | None = None
+    """A client registered with the authorization server beforehand (else the client uses
+    ``client_metadata_url`` where the server supports it, or registers itself)."""
+    client_secret: str | None = None
+    """The pre-registered client's secret (a confidential client)."""
+    token_endpoint_auth_method: _TokenAuth | None = None
+    """How the pre-registered client authenticates to the token endpoint (default:
+    ``client_secret_basic`` with a secret, ``none`` without)."""
+    client_metadata_url: str | None = None
+    """An HTTPS URL of this client's metadata document, used as its client id where the
+    authorization server supports client ID metadata documents."""
+    client_name: str = "Hermes Agent"
+    """The name the authorization server shows when the client registers itself."""
+    redirect_uri: str | None = None
+    """Where the browser brings the answer: ``http://127.0.0.1:PORT/PATH`` (or ``localhost``),
+    a listener of the agent's own while the user signs in. Default: a free port, kept with the
+    registration; give it when a pre-registered client has a fixed one."""
+    sign_in_timeout: float = Field(default=300.0, gt=0)
+    """Seconds the user has to approve in the browser (on top of ``connect_timeout``)."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> McpOAuthConfig:
+        if self.client_secret and not self.client_id:
+            raise ValueError("client_secret needs the client_id it belongs to")
+        if self.token_endpoint_auth_method and not self.client_id:
+            raise ValueError("token_endpoint_auth_method is for a pre-registered client_id")
+        if self.client_metadata_url is not None:
+            parts = urlsplit(self.client_metadata_url)
+            if parts.scheme != "https" or not parts.netloc or parts.path in ("", "/"):
+                raise ValueError("client_metadata_url is an https URL with a path")
+        if self.redirect_uri is not None:
+            parts = urlsplit(self.redirect_uri)
+            if parts.scheme != "http" or parts.hostname is None or not parts.port:
+                raise ValueError("redirect_uri is http://127.0.0.1:PORT/PATH (a loopback port)")
+            if parts.netloc.rpartition(":")[0] not in _LOOPBACK_HOSTS:
+                raise ValueError("redirect_uri is on 127.0.0.1, localhost or [::1] only")
+        return self
+
+
 class McpServerConfig(_Strict):
     """One MCP server whose tools the agent may call (``mcp_servers.<name>``): a ``command``
     to start over stdio, or the ``url`` of a streamable HTTP endpoint. Its tools join the
@@ -306,6 +358,8 @@ class McpServerConfig(_Strict):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     """HTTP headers sent with every request (streamable HTTP), e.g. Authorization."""
+    oauth: McpOAuthConfig | None = None
+    """Sign in with OAuth when the server asks (``oauth: {}`` for the defaults)."""
     toolset: str | None = None
     tool_prefix: str = ""
     """Put before each tool's name (``files_`` → ``files_read``), to keep names apart."""
@@ -335,7 +389,24 @@ class McpServerConfig(_Strict):
             raise ValueError("args, env and cwd are for a command; a url server takes headers")
         if self.command is not None and self.headers:
             raise ValueError("headers are for a url server; a command takes env")
+        if self.oauth is not None:
+            if self.command is not None:
+                raise ValueError("oauth is for a url server; a command takes env")
+            if any(name.lower() == "authorization" for name in self.headers):
+                raise ValueError("give either oauth or an Authorization header, not both")
         return self
+
+    @field_validator("oauth", mode="before")
+    @classmethod
+    def _oauth_on(cls, value: Any) -> Any:
+        return {} if value is True else None if value is False else value
+
+    @property
+    def connect_budget(self) -> float:
+        """Seconds to connect: ``connect_timeout``, and ``oauth.sign_in_timeout`` on top for a
+        server that may send the user to sign in."""
+        extra = self.oauth.sign_in_timeout if self.oauth is not None else 0.0
+        return self.connect_timeout + extra
 
     def secrets(self) -> list[str]:
         """Values never to store in clear: every header value, and environment values whose
@@ -343,6 +414,8 @@ class McpServerConfig(_Strict):
         found = [value for value in self.headers.values() if value]
         found += [token for value in found if (token := value.partition(" ")[2].strip())]
         found += [v for k, v in self.env.items() if v and _SECRET_NAME.search(k)]
+        if self.oauth is not None and self.oauth.client_secret:
+            found.append(self.oauth.client_secret)
         return found
 
 

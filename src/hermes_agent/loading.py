@@ -167,9 +167,12 @@ def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:
     """Start the config's MCP servers and give the agent their tools; ``agent.close`` stops
     the servers. The SDK is imported only here, when the config names a server."""
     from hermes_agent.tools.mcp.client import open_mcp_toolsets
+    from hermes_agent.tools.mcp.oauth import OAuthSignIn, default_oauth_folder
     from hermes_agent.tools.mcp.pins import PinStore, default_pins_path
 
     pins = PinStore(settings.mcp_pins or default_pins_path(settings.source))
+    # OAuth tokens and registrations: .hermes/mcp_oauth/ beside the config file.
+    sign_in = OAuthSignIn(default_oauth_folder(settings.source))
 
     def agents_approver(call: ToolCall, tool: Tool) -> object:
         # A server's request for input goes to the approver the agent has when it comes (the
@@ -178,7 +181,11 @@ def _add_mcp_tools(agent: Agent, settings: HermesConfig) -> None:
         return False if approver is None else approver(call, tool)
 
     toolsets = open_mcp_toolsets(
-        settings.mcp_servers, source=settings.source, pins=pins, approver=agents_approver
+        settings.mcp_servers,
+        source=settings.source,
+        pins=pins,
+        approver=agents_approver,
+        sign_in=sign_in,
     )
     agent.on_close(toolsets.close)
     for item in toolsets.tools:

@@ -9,15 +9,28 @@ it connects through ``open_mcp_toolsets``, lists the tools and calls each one on
 arguments made from its input schema, as the ToolExecutor would; a server's request for input
 goes to the agent's approver (here, one that approves). Nothing here is special to a
 scenario: a scenario that needs more than that fails, and the baseline says why.
+
+The server is configured with ``oauth:`` (the agent signs in when a server asks, ``oauth``),
+with the client ID metadata document URL the suite knows and, where a scenario gives one in
+``MCP_CONFORMANCE_CONTEXT``, its pre-registered client. Tokens are kept in a temporary state
+folder. Where the agent would open the browser, this program fetches the authorization URL,
+following redirects: the suite's authorization server approves at once and sends the browser
+on to the agent's own loopback listener, which takes the code.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 SERVER = "conformance"
 TIMEOUT_S = 30.0
+CLIENT_METADATA_URL = "https://conformance-test.local/client-metadata.json"
+"""The client ID metadata document the suite's authorization servers accept."""
 
 
 def example(schema: dict[str, Any]) -> Any:
@@ -52,12 +65,43 @@ def approve(call: Any, tool: Any) -> tuple[bool, str]:
     return True, "approved by the operator"
 
 
-def main(url: str) -> int:
-    from hermes_agent.config import McpServerConfig
-    from hermes_agent.tools.mcp import open_mcp_toolsets
+def browse(url: str) -> None:
+    """The user's browser: the authorization page approves at once, and its redirect lands on
+    the agent's loopback listener."""
+    import httpx2
 
-    config = McpServerConfig(url=url, timeout=TIMEOUT_S, connect_timeout=TIMEOUT_S)
-    toolsets = open_mcp_toolsets({SERVER: config}, approver=approve)
+    httpx2.get(url, follow_redirects=True, timeout=TIMEOUT_S).raise_for_status()
+
+
+def oauth_settings() -> dict[str, Any]:
+    """The ``oauth:`` block: the suite's client metadata document, and the pre-registered
+    client a scenario gives in its context."""
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    # The suite's client gives up after 60 s: a sign-in that hangs fails before that.
+    settings: dict[str, Any] = {"client_metadata_url": CLIENT_METADATA_URL, "sign_in_timeout": 15}
+    if context.get("client_id"):
+        settings["client_id"] = context["client_id"]
+        settings["client_secret"] = context.get("client_secret")
+    return settings
+
+
+def main(url: str) -> int:
+    from hermes_agent.config import McpOAuthConfig, McpServerConfig
+    from hermes_agent.tools.mcp import OAuthSignIn, open_mcp_toolsets
+
+    config = McpServerConfig(
+        url=url,
+        timeout=TIMEOUT_S,
+        connect_timeout=TIMEOUT_S,
+        oauth=McpOAuthConfig.model_validate(oauth_settings()),
+    )
+    with tempfile.TemporaryDirectory() as state:
+        sign_in = OAuthSignIn(folder=Path(state), open_url=browse)
+        return run(open_mcp_toolsets({SERVER: config}, approver=approve, sign_in=sign_in))
+
+
+def run(toolsets: Any) -> int:
+    """Call every tool once; 1 when a call failed."""
     failed = 0
     try:
         for tool in toolsets.tools:

@@ -167,6 +167,7 @@ def approve_tools(
     """
     from hermes_agent.config import load_config
     from hermes_agent.tools.mcp.client import McpToolsets, require_sdk
+    from hermes_agent.tools.mcp.oauth import OAuthSignIn, default_oauth_folder
     from hermes_agent.tools.mcp.pins import PinStore, default_pins_path
 
     try:
@@ -180,10 +181,11 @@ def approve_tools(
     if path is None:
         fail("the config came from no file: give it mcp_pins (where approvals are kept)")
     pins = PinStore(path)
-    toolsets = McpToolsets({server: settings.mcp_servers[server]})
+    sign_in = OAuthSignIn(default_oauth_folder(settings.source))  # the agent's OAuth tokens
+    toolsets = McpToolsets({server: settings.mcp_servers[server]}, sign_in=sign_in)
     connection = toolsets.connections[server]
     try:
-        listing = toolsets.run(connection.list_tools(), connection.config.connect_timeout + 15)
+        listing = toolsets.run(connection.list_tools(), connection.config.connect_budget + 15)
     except Exception as exc:
         fail(f"MCP server {server!r}: {exc}")
     finally:

@@ -144,14 +144,17 @@ async def _parse(line: bytes) -> SessionMessage | Exception:
 
 
 def bounded_http_client(
-    headers: dict[str, str], timeout: float, noted: ReadProblem
+    headers: dict[str, str], timeout: float, noted: ReadProblem, auth: httpx2.Auth | None = None
 ) -> httpx2.AsyncClient:
     """An ``httpx2.AsyncClient`` for the SDK's streamable HTTP transport whose JSON bodies
     stop at ``noted.limit`` bytes (give the transport ``max_sse_event_size=noted.limit``
-    too)."""
+    too); ``auth`` signs its requests (the SDK's OAuth client, ``oauth``)."""
     transport = _BoundedBodies(httpx2.AsyncHTTPTransport(), noted)
     return httpx2.AsyncClient(
-        headers=headers, timeout=httpx2.Timeout(timeout, read=None), transport=transport
+        headers=headers,
+        timeout=httpx2.Timeout(timeout, read=None),
+        transport=transport,
+        auth=auth,
     )
 
 

@@ -9,6 +9,9 @@
         url: http://127.0.0.1:8931/mcp
         headers: {Authorization: "Bearer ${WEATHER_TOKEN}"}
         requires_approval: true
+      notes:
+        url: https://notes.example.com/mcp
+        oauth: {}                             # sign in with OAuth when asked (``oauth``)
 
 ``open_mcp_toolsets`` starts each server (or connects to it), lists its tools and wraps each in a
 ``Tool`` whose schema is the server's (made strict where that is safe: ``schemas``). From there
@@ -19,7 +22,8 @@ a dry run stops before it. Only the call itself goes to the server.
 The SDK's traps, and what is done about each:
 
 - **No default read timeout; ``initialize`` can hang on a dead server.** Connecting (start,
-  handshake, listing) is bounded by ``connect_timeout`` and every call by its tool's timeout,
+  handshake, listing) is bounded by ``connect_timeout`` (with ``oauth.sign_in_timeout`` on
+  top for a server that may send the user to sign in) and every call by its tool's timeout,
   both on the SDK's side (``read_timeout_seconds``) and around it.
 - **A session must be closed by the task that opened it** (its transport holds anyio cancel
   scopes). One supervisor task per server opens the ``Client``, hands it out, waits for a stop
@@ -88,6 +92,7 @@ if TYPE_CHECKING:
     from mcp.types import Tool as McpTool
 
     from hermes_agent.tools.mcp._transport import ReadProblem
+    from hermes_agent.tools.mcp.oauth import OAuthSignIn
 
 logger = logging.getLogger("hermes_agent.mcp")
 
@@ -141,11 +146,19 @@ class McpConnection:
         config: McpServerConfig,
         pins: PinStore | None = None,
         approver: Approver | None = None,
+        sign_in: OAuthSignIn | None = None,
     ) -> None:
         self.name = name
         self.config = config
         self.pins = pins
         self.approver = approver
+        self.sign_in = sign_in
+        """Where an ``oauth:`` server's tokens are kept and how the user signs in (``None``:
+        in memory, and the browser)."""
+        if sign_in is None and config.oauth is not None:
+            from hermes_agent.tools.mcp.oauth import OAuthSignIn
+
+            self.sign_in = OAuthSignIn()  # one for the connection: its tokens outlive a session
         """Answers the server's elicitation requests (``answer_elicitation``); ``None``: the
         client declares no elicitation, and the server cannot ask."""
         self.definitions: dict[str, str] = {}
@@ -170,7 +183,7 @@ class McpConnection:
         """Every tool the server lists (all pages), connecting first if need be."""
         # Connecting is bounded by the supervisor (which then stops the server: allow for it).
         client = await self._connected(
-            time.monotonic() + self.config.connect_timeout + CLOSE_TIMEOUT
+            time.monotonic() + self.config.connect_budget + CLOSE_TIMEOUT
         )
         return await self._list(client, time.monotonic() + self.config.connect_timeout)
 
@@ -360,7 +373,8 @@ class McpConnection:
         import anyio
 
         try:
-            connect_by = anyio.current_time() + self.config.connect_timeout
+            # An ``oauth:`` server may send the user to sign in: that time is on top.
+            connect_by = anyio.current_time() + self.config.connect_budget
             with anyio.CancelScope(deadline=connect_by) as scope:
                 async with self._client_context() as client:
                     scope.deadline = math.inf  # connected: from now on only ``stop`` ends it
@@ -369,7 +383,8 @@ class McpConnection:
             if scope.cancelled_caught and not ready.done():
                 self._connect_failed(
                     ready,
-                    f"no answer within connect_timeout ({self.config.connect_timeout:g} s)",
+                    f"no answer within connect_timeout ({self.config.connect_timeout:g} s"
+                    + (" and oauth.sign_in_timeout)" if self.config.oauth else ")"),
                 )
         except Exception as exc:
             if not ready.done():
@@ -445,7 +460,13 @@ class McpConnection:
         else:
             from mcp.client.streamable_http import streamable_http_client
 
-            http = bounded_http_client(config.headers, config.timeout, noted)
+            auth = None
+            if config.oauth is not None:
+                from hermes_agent.tools.mcp._oauth_flow import oauth_provider
+
+                assert self.sign_in is not None
+                auth = oauth_provider(self.name, str(config.url), config.oauth, self.sign_in)
+            http = bounded_http_client(config.headers, config.timeout, noted, auth)
             session = streamable_http_client(
                 str(config.url), http_client=http, max_sse_event_size=noted.limit
             )
@@ -478,9 +499,11 @@ class McpToolsets:
         configs: Mapping[str, McpServerConfig],
         pins: PinStore | None = None,
         approver: Approver | None = None,
+        sign_in: OAuthSignIn | None = None,
     ) -> None:
         self.connections = {
-            name: McpConnection(name, config, pins, approver) for name, config in configs.items()
+            name: McpConnection(name, config, pins, approver, sign_in)
+            for name, config in configs.items()
         }
         self.pins = pins
         self.refused: dict[str, list[str]] = {}
@@ -541,7 +564,7 @@ class McpToolsets:
             )
             return list(found)
 
-        longest = max((c.config.connect_timeout for c in self.connections.values()), default=0)
+        longest = max((c.config.connect_budget for c in self.connections.values()), default=0)
         listings = self.run(list_all(), longest + CLOSE_TIMEOUT)
         tools: list[Tool] = []
         for name, listing in zip(names, listings, strict=True):
@@ -639,6 +662,7 @@ def open_mcp_toolsets(
     source: str = "<config>",
     pins: PinStore | None = None,
     approver: Approver | None = None,
+    sign_in: OAuthSignIn | None = None,
 ) -> McpToolsets:
     """Start (or connect to) the servers of ``configs`` and list their tools (in
     ``.tools``). The caller adds the tools to its agent and calls ``close`` when done.
@@ -650,6 +674,10 @@ def open_mcp_toolsets(
     server's request for input is put to it as an approval (``answer_elicitation``);
     without one the server cannot ask.
 
+    ``sign_in`` serves the servers configured with ``oauth:`` (``oauth.OAuthSignIn``): where
+    their tokens are kept (default: in memory) and how the user is sent to sign in (default:
+    the browser).
+
     Raises ``MissingDependencyError`` without the ``mcp`` extra, ``ConfigError`` when a server
     cannot be reached within its ``connect_timeout`` or offers a tool that cannot be used.
     """
@@ -660,7 +688,7 @@ def open_mcp_toolsets(
                 "'-' (at most 64 characters)"
             )
     require_sdk()
-    toolsets = McpToolsets(configs, pins, approver)
+    toolsets = McpToolsets(configs, pins, approver, sign_in)
     try:
         toolsets.load(source=source)
     except BaseException:
