@@ -3,16 +3,21 @@ in the audit trail. Off by default."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from hermes_agent import Agent, ScriptedModel
 from hermes_agent.audit.records import Role
 from hermes_agent.pipeline.thought_generator import MAX_REASON_CHARS, reason_of
 from hermes_agent.protocol.prompts import EXPLAIN_PROMPT
-from openai_server import ScriptedServer, call, running_server, text, tool_calls
+from openai_server import (  # noqa: F401  (running_fixture, server_fixture: the fixtures)
+    ScriptedServer,
+    call,
+    running_fixture,
+    server_fixture,
+    text,
+    tool_calls,
+)
+from server_harness import add
 
 CALL = (
     "<scratch_pad>\nReason: the user asks for a sum, and add computes it\n</scratch_pad>\n"
@@ -21,11 +26,6 @@ CALL = (
 ANSWER = (
     "<scratch_pad>\nReason: add returned 5, which answers the question\n</scratch_pad>\n2 + 3 = 5"
 )
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def test_reasons_are_recorded_in_the_steps_and_the_trail() -> None:
@@ -88,12 +88,6 @@ def test_explain_in_the_config(tmp_path: Path) -> None:
     result = Agent.from_config(config).run("hi")
     assert result.output == "Hello"
     assert result.steps[0].reason == "greeting"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedServer]:
-    with running_server() as running:
-        yield running
 
 
 def test_an_endpoint_in_native_mode_gives_reasons(server: ScriptedServer) -> None:

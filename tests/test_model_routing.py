@@ -26,15 +26,11 @@ from hermes_agent import (
     load_config,
 )
 from hermes_agent.audit.records import Role
+from server_harness import add
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 17, "b": 25}}\n</tool_call>'
 DRAFT = "the sum is 42 i think"
 ANSWER = "17 + 25 = 42."
-
-
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 def routed(

@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
 
+from cli_harness import hermes
 from hermes_agent import (
     Agent,
     HermesAgentError,
@@ -304,19 +302,6 @@ def test_embedded_model_answers_valid_instances_20_of_20() -> None:
 # -- the command line --------------------------------------------------------------------------
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if k != "HERMES_DEBUG"}
-    environment["HOME"] = str(cwd)
-    return subprocess.run(
-        [sys.executable, "-m", "hermes_agent", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=environment,
-    )
-
-
 def _config(folder: Path, *responses: str) -> Path:
     path = folder / "config.yaml"
     listed = "".join(f"\n    - {json.dumps(response)}" for response in responses)
@@ -328,23 +313,23 @@ def test_cli_output_schema(tmp_path: Path) -> None:
     schema = tmp_path / "person.json"
     schema.write_text(json.dumps(PERSON_SCHEMA), encoding="utf-8")
     config = _config(tmp_path, "Ada is 36", VALID)
-    done = _cli(tmp_path, "run", "-c", str(config), "--no-demo-tools", "--output-schema",
-                str(schema), "Who?")  # fmt: skip
+    done = hermes(tmp_path, "run", "-c", str(config), "--no-demo-tools", "--output-schema",
+                  str(schema), "Who?")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"name": "Ada", "age": 36}
 
-    as_json = _cli(tmp_path, "run", "-c", str(config), "--no-demo-tools", "--json",
-                   "--output-schema", str(schema), "Who?")  # fmt: skip
+    as_json = hermes(tmp_path, "run", "-c", str(config), "--no-demo-tools", "--json",
+                     "--output-schema", str(schema), "Who?")  # fmt: skip
     result = json.loads(as_json.stdout)
     assert result["data"] == {"name": "Ada", "age": 36} and result["output_retries"] == 1
 
-    never = _cli(tmp_path, "run", "-c", str(_config(tmp_path, "a", "b", "c")),
-                 "--no-demo-tools", "--output-schema", str(schema), "Who?")  # fmt: skip
+    never = hermes(tmp_path, "run", "-c", str(_config(tmp_path, "a", "b", "c")),
+                   "--no-demo-tools", "--output-schema", str(schema), "Who?")  # fmt: skip
     assert never.returncode == 1
     assert "error: 422 the answer did not match the output type Person" in never.stderr
 
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]", encoding="utf-8")
-    refused = _cli(tmp_path, "run", "-c", str(config), "--output-schema", str(bad), "Who?")
+    refused = hermes(tmp_path, "run", "-c", str(config), "--output-schema", str(bad), "Who?")
     assert refused.returncode == 2
     assert "a JSON Schema must be a JSON object" in refused.stderr

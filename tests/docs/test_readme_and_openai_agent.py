@@ -5,29 +5,24 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hermes_agent import Agent, OpenAICompatible
-from openai_server import ScriptedServer, call, running_server, text, tool_calls
+from openai_server import (  # noqa: F401  (running_fixture, server_fixture: the fixtures)
+    ScriptedServer,
+    call,
+    running_fixture,
+    server_fixture,
+    text,
+    tool_calls,
+)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 WEATHER_CALL = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Beijing"}}\n</tool_call>'
 )
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[ScriptedServer]:
-    with running_server() as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def fresh(server: ScriptedServer) -> None:
-    server.reset()
 
 
 def readme_block(language: str, containing: str) -> str:

@@ -18,7 +18,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -28,7 +27,7 @@ import pytest
 from hermes_agent.demo_tools import calculator
 from hermes_agent.runs.settings import ServiceSettings
 from hermes_agent.storage.sql import SqlStorage
-from openai_server import ScriptedServer, running_server, text
+from openai_server import ScriptedServer, running_fixture, server_fixture, text  # noqa: F401  (the fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -314,14 +313,8 @@ def get_weather(city: str) -> dict:
 '''
 
 
-@pytest.fixture(scope="module")
-def endpoint() -> Iterator[ScriptedServer]:
-    with running_server() as server:
-        yield server
-
-
-def test_run_with_your_config_and_tools(shell: Shell, endpoint: ScriptedServer) -> None:
-    endpoint.reset()
+def test_run_with_your_config_and_tools(shell: Shell, server: ScriptedServer) -> None:
+    endpoint = server  # the module's scripted server (openai_server's fixtures), cleared
     # The README's own config.yaml, pointed at a scripted OpenAI-compatible server.
     blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
     config = next(block for block in blocks if "provider: openai" in block)

@@ -431,14 +431,6 @@ class Tally:
         )
 
 
-def wait_finished(store: Any, ids: list[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all((s := store.get(rid)) is not None and s.finished for rid in ids):
-            return
-        time.sleep(0.2)  # the polling pace; the tally says what had not finished
-
-
 def tally(store: Any, storage: Any, ids: list[str], grace_s: float = 3.0) -> Tally:
     from hermes_agent.worker.store import DEADLINE_KEY
 

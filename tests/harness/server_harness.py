@@ -9,7 +9,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,6 +66,16 @@ def nap(pid_file: str) -> str:
     Path(pid_file).write_text(str(child.pid))
     child.wait()
     return "woke"
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def scripted(*replies: str) -> ScriptedModel:
+    """A scripted model that gives ``replies`` in turn."""
+    return ScriptedModel(list(replies))
 
 
 def make_agent(storage: str) -> Agent:
@@ -145,38 +155,57 @@ def process_gone(pid: int) -> bool:
     return state in ("Z", "X")
 
 
-def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str | Callable[[], str] = "condition",
+    *,
+    pace: float = 0.01,
+) -> Any:
     """Poll ``predicate`` until it holds, and return what it returned; fail saying ``what``
-    never held once ``timeout`` seconds have passed. The tests' one way to wait for something
-    to happen (no fixed sleep before an assertion)."""
+    never held once ``timeout`` seconds have passed (``what`` may be a function, asked then:
+    the state the wait ended in). The tests' one way to wait for something to happen (no fixed
+    sleep before an assertion); ``pace`` is the pause between polls."""
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.01)  # the polling pace
+            raise AssertionError(f"not within {timeout} s: {_said(what)}")
+        time.sleep(pace)  # the polling pace
     return value
 
 
-async def await_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+async def await_for(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str | Callable[[], str] = "condition",
+    *,
+    pace: float = 0.01,
+) -> Any:
     """``wait_for`` for a coroutine: polls without blocking the event loop."""
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
         if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        await asyncio.sleep(0.01)  # the polling pace
+            raise AssertionError(f"not within {timeout} s: {_said(what)}")
+        await asyncio.sleep(pace)  # the polling pace
     return value
+
+
+def _said(what: str | Callable[[], str]) -> str:
+    return what if isinstance(what, str) else what()
 
 
 def poll_run(client: httpx.Client, request_id: str, timeout: float = 10.0) -> dict[str, Any]:
     """GET the run until it is over."""
-    deadline = time.monotonic() + timeout
-    while True:
-        body: dict[str, Any] = client.get(f"/v1/runs/{request_id}").json()
-        if body["status"] not in ("running", "waiting_approval"):
-            return body
-        if time.monotonic() > deadline:
-            raise AssertionError(f"run still {body['status']}")
-        time.sleep(0.05)  # the polling pace, bounded by the deadline above
+    seen: list[dict[str, Any]] = []
+
+    def over() -> dict[str, Any] | None:
+        seen.append(client.get(f"/v1/runs/{request_id}").json())
+        return seen[-1] if seen[-1]["status"] not in ("running", "waiting_approval") else None
+
+    ended: dict[str, Any] = wait_for(
+        over, timeout, lambda: f"run {request_id} to end (still {seen[-1]['status']})", pace=0.05
+    )
+    return ended
 
 
 def pid_from(path: Path) -> int:

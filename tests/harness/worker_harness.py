@@ -17,8 +17,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,8 +31,13 @@ from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message
 
 if TYPE_CHECKING:
+    import httpx
+
     from hermes_agent.worker.store import RunStore
 from server_harness import free_port as free_port  # one definition, shared
+from server_harness import serve, wait_for
+from step_model import running_step_model
+from storage_backends import _url
 
 REDIS = "redis://127.0.0.1:6379/0"
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
@@ -262,6 +268,143 @@ def cluster(
         yield made
     finally:
         made.stop()
+
+
+def wait_finished(store: RunStore, ids: Sequence[str], timeout: float) -> None:
+    """Wait until every run of ``ids`` has finished (whatever its status); past ``timeout``,
+    fail naming the runs left and where each stood."""
+
+    def left() -> str:
+        states = [s for s in (store.get(rid) for rid in ids) if s is not None]
+        statuses = Counter(s.status for s in states)
+        stuck = [
+            (s.request_id, s.session_id, s.status, s.claims, s.redeliveries, s.lease_owner)
+            for s in states
+            if not s.finished
+        ]
+        missing = len(ids) - len(states)
+        return (
+            f"all {len(ids)} runs finished: {dict(statuses)}, {missing} not in the store; "
+            f"unfinished {stuck}"
+        )
+
+    def finished() -> bool:
+        return all((s := store.get(rid)) is not None and s.finished for rid in ids)
+
+    wait_for(finished, timeout, left, pace=0.2)  # a pace the store can bear under faults
+
+
+# -- the service in front of a cluster: PostgreSQL, workers on Redis, API keys ---------------
+
+
+@dataclass
+class QueuedService:
+    """A service (``hermes-agent serve``'s app on uvicorn) on a cluster's database and
+    config, with an API key per user."""
+
+    url: str
+    keys: dict[str, str]
+    cluster: Cluster
+    db_url: str
+
+    def client(self, user: str) -> httpx.Client:
+        import httpx
+
+        auth = {"Authorization": f"Bearer {self.keys[user]}"}
+        return httpx.Client(base_url=self.url, headers=auth, timeout=60)
+
+    def executions(self, tag: str) -> int:
+        """How many times ``step`` ran for job ``tag``."""
+        with self.cluster.effects_db() as conn:
+            row = conn.execute("SELECT count(*) FROM executions WHERE tag = %s", (tag,)).fetchone()
+        return int(row[0]) if row else 0
+
+
+@contextmanager
+def queued_service(
+    root: Path,
+    model_url: str,
+    *,
+    mode: str = "queue",
+    users: Sequence[str] = ("alice",),
+    concurrency: int = 2,
+    model_mode: str = "native",
+    settings: dict[str, Any] | None = None,
+    **cluster_options: Any,
+) -> Iterator[QueuedService]:
+    """A fresh PostgreSQL database, a ``Cluster`` config for the model at ``model_url``
+    (``model_mode``: ``native`` or ``hermes``), ``hermes-agent worker`` processes on Redis when
+    ``mode`` is ``queue`` (none for ``in_process``: the service runs the same config itself),
+    an API key for each of ``users``, and the service with ``execution: mode``, ``auth: keys``
+    and ``settings``. Skipped when no Redis answers."""
+    from hermes_agent.runs.keys import SqlKeyStore
+    from hermes_agent.server import ServiceSettings, create_app
+
+    if not broker_up(REDIS):
+        pytest.skip(f"no broker at {REDIS}")
+    root.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        db_url = stack.enter_context(contextmanager(_url)("postgresql", root))
+        made = Cluster(root, db_url, REDIS, model_url, **cluster_options)
+        config = made.write_config()
+        if model_mode != "native":
+            text = config.read_text(encoding="utf-8")
+            config.write_text(text.replace("mode: native", f"mode: {model_mode}"), "utf-8")
+        made.prepare_tables()
+        stack.callback(made.stop)
+        if mode == "queue":
+            made.start_worker(concurrency=concurrency)
+            made.wait_ready()
+        # The tools file, loaded in the service too, reads where to write and how long to sleep.
+        patch = stack.enter_context(pytest.MonkeyPatch.context())
+        patch.setenv("EFFECTS_DB", made.effects_dsn())
+        patch.setenv("STEP_SLEEP", str(made.step_sleep))
+        store = SqlKeyStore(db_url)
+        try:
+            keys = {user: store.create(user) for user in users}
+        finally:
+            store.close()
+        service = ServiceSettings(execution=mode, auth="keys", **(settings or {}))
+        app = create_app(config, tools_files=[root / "tools.py"], settings=service)
+        url = stack.enter_context(serve(app))
+        yield QueuedService(url, keys, made, db_url)
+
+
+STEP_SLEEP = 0.4
+"""Seconds each ``step`` call takes in ``step_world``: long enough to cancel a run or hold its
+slot."""
+
+
+@contextmanager
+def step_world(
+    root: Path, mode: str, *, approvals: bool, **settings: Any
+) -> Iterator[QueuedService]:
+    """The run matrix's world, in process or queued (``mode``): the step model on loopback and
+    its ``step`` tool (which needs an approval when ``approvals``), users alice and bob, and
+    carol whose daily quota is spent; approvals wait, one run in flight per user. ``settings``
+    adds to the service's (a door's own)."""
+    quotas = {"users": {"carol": {"runs_per_day": 0}}}
+    with ExitStack() as stack:
+        model_url = stack.enter_context(running_step_model(free_port(), latency=0.02))
+        service = {
+            "keepalive_s": 0.2,
+            "approval_policy": "wait",
+            "max_runs_in_flight_per_user": 1,
+            "quotas": quotas,
+            **settings,
+        }
+        yield stack.enter_context(
+            queued_service(
+                root,
+                model_url,
+                mode=mode,
+                users=("alice", "bob", "carol"),
+                concurrency=4,
+                settings=service,
+                step_sleep=STEP_SLEEP,
+                step_requires_approval=approvals,
+            )
+        )
 
 
 # -- a tool with a side effect and a model that calls it, for the in-process tests --------

@@ -16,12 +16,7 @@ from hermes_agent import Agent, Message, ScriptedModel, Tool
 from hermes_agent.pipeline.context import RunContext
 from hermes_agent.testing import tool_call as call
 from processes import alive, gone_within
-from server_harness import wait_for
-
-
-def scripted(*replies: str) -> ScriptedModel:
-    return ScriptedModel(list(replies))
-
+from server_harness import scripted, wait_for
 
 # -- subprocess execution -------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from hermes_agent.events import (
     ThoughtEvent,
     ToolCallParsedEvent,
 )
+from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.openai import OpenAICompatible
 from hermes_agent.pipeline.tool_selector import typed_arguments
 from hermes_agent.protocol.parser import (
@@ -414,7 +415,7 @@ def test_native_reasoning_is_the_steps_thought(reply: dict[str, Any], streamed: 
 
 def test_native_stream_parses_like_complete_with_reasoning() -> None:
     reply = REASONING_CASES["call_in_reasoning"]
-    one = asyncio.run(native_model([reply]).complete([], [], _settings()))
+    one = asyncio.run(native_model([reply]).complete([], [], ModelSettings()))
     chunks = asyncio.run(_collect(native_model([reply])))
     joined = parse_completion("".join(c.text for c in chunks))
     assert (joined.content, joined.thought, joined.notes) == (
@@ -425,14 +426,8 @@ def test_native_stream_parses_like_complete_with_reasoning() -> None:
     assert joined.tool_calls == one.completion.tool_calls == []
 
 
-def _settings() -> Any:
-    from hermes_agent.models.base import ModelSettings
-
-    return ModelSettings()
-
-
 async def _collect(model: OpenAICompatible) -> list[Any]:
-    return [chunk async for chunk in model.stream([], [], _settings())]
+    return [chunk async for chunk in model.stream([], [], ModelSettings())]
 
 
 # --- property tests: any chunking of the new forms ------------------------------------------

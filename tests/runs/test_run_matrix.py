@@ -31,35 +31,23 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from hermes_agent.channels import signed_headers
-from hermes_agent.runs.keys import SqlKeyStore
-from hermes_agent.server import ServiceSettings, create_app
-from server_harness import serve, sse_events, wait_for
-from step_model import running_step_model
-from storage_backends import _url
+from server_harness import sse_events, wait_for
 from test_channels import Receiver
 from test_channels_inbound import INBOUND_SECRET, channels
-from worker_harness import REDIS, Cluster, broker_up, free_port, psycopg_url
+from worker_harness import STEP_SLEEP, QueuedService, step_world
 
 pytestmark = pytest.mark.timeout(300)
 
 DOORS = ("rest", "sse", "websocket", "facade", "facade_stream", "channel", "mcp")
-STEP_SLEEP = 0.4
-"""Seconds each ``step`` call takes: long enough to cancel a run or hold its slot."""
 
 
-class World:
+class World(QueuedService):
     """One service (in process or queued) on its own database, with three API-key users:
     alice and bob, and carol whose daily quota is spent; and a channel ``relay``."""
 
-    def __init__(self, url: str, keys: dict[str, str], receiver: Receiver, cluster: Cluster):
-        self.url = url
-        self.keys = keys
+    def __init__(self, service: QueuedService, receiver: Receiver):
+        super().__init__(service.url, service.keys, service.cluster, service.db_url)
         self.receiver = receiver
-        self.cluster = cluster
-
-    def client(self, user: str) -> httpx.Client:
-        auth = {"Authorization": f"Bearer {self.keys[user]}"}
-        return httpx.Client(base_url=self.url, headers=auth, timeout=60)
 
     def socket(self, user: str) -> ClientConnection:
         ws_url = self.url.replace("http://", "ws://") + "/v1/ws"
@@ -88,53 +76,23 @@ class World:
 
         return asyncio.run(asyncio.wait_for(main(), 90))
 
-    def executions(self, tag: str) -> int:
-        with self.cluster.effects_db() as conn:
-            row = conn.execute("SELECT count(*) FROM executions WHERE tag = %s", (tag,)).fetchone()
-        return int(row[0]) if row else 0
-
 
 @contextlib.contextmanager
 def world(tmp_path: Path, mode: str, *, approvals: bool) -> Iterator[World]:
-    if not broker_up(REDIS):
-        pytest.skip(f"no broker at {REDIS}")
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack:
-        pg_url = stack.enter_context(contextlib.contextmanager(_url)("postgresql", tmp_path))
-        model_url = stack.enter_context(running_step_model(free_port(), latency=0.02))
-        cluster = Cluster(
-            tmp_path, pg_url, REDIS, model_url, step_sleep=STEP_SLEEP,
-            step_requires_approval=approvals,
-        )  # fmt: skip
-        config = cluster.write_config()
-        cluster.prepare_tables()
-        stack.callback(cluster.stop)
-        if mode == "queue":
-            cluster.start_worker(concurrency=4)
-            cluster.wait_ready()
-        # The same tools file in process: it reads where to write and how long to sleep here.
-        patch = stack.enter_context(pytest.MonkeyPatch.context())
-        patch.setenv("EFFECTS_DB", psycopg_url(pg_url))
-        patch.setenv("STEP_SLEEP", str(STEP_SLEEP))
-        store = SqlKeyStore(pg_url)
-        try:
-            keys = {user: store.create(user) for user in ("alice", "bob", "carol")}
-        finally:
-            store.close()
-        receiver = stack.enter_context(Receiver())
-        settings = ServiceSettings(
-            execution=mode,  # type: ignore[arg-type]
-            auth="keys",
-            keepalive_s=0.2,
-            approval_policy="wait",
-            max_runs_in_flight_per_user=1,
+    """The harness's ``step_world`` with every door of the matrix: channels (``relay``, whose
+    twin ``relay~broke`` has no quota left) and MCP (``ask``)."""
+    with (
+        Receiver() as receiver,
+        step_world(
+            tmp_path,
+            mode,
+            approvals=approvals,
             quotas={"users": {"carol": {"runs_per_day": 0}, "relay~broke": {"runs_per_day": 0}}},
             channels=channels(receiver.url),
             mcp={"path": "/mcp", "approve": ["step"] if approvals else []},
-        )
-        app = create_app(config, tools_files=[tmp_path / "tools.py"], settings=settings)
-        url = stack.enter_context(serve(app))
-        yield World(url, keys, receiver, cluster)
+        ) as service,
+    ):
+        yield World(service, receiver)
 
 
 def until(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:

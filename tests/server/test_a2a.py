@@ -243,9 +243,9 @@ def test_cancel_is_the_runs_cancel(service: tuple[str, dict[str, str]]) -> None:
 def test_the_door_in_both_engines(tmp_path: Path, mode: str) -> None:
     """The step model and its ``step`` tool (which needs an approval) in the run matrix's
     world: in process, and on real ``hermes-agent worker`` processes over Redis."""
-    from test_run_matrix import world
+    from worker_harness import step_world
 
-    with world(tmp_path / mode, mode, approvals=True) as here:
+    with step_world(tmp_path / mode, mode, approvals=True) as here:
         alice, bob = Caller(here.url, here.keys["alice"]), Caller(here.url, here.keys["bob"])
         with pytest.raises(InvalidRequestError):  # carol's daily quota is spent: the gate's
             Caller(here.url, here.keys["carol"]).task("job a0 steps=1")

@@ -247,9 +247,9 @@ def test_keys_and_ownership_are_the_run_layers(service: tuple[str, dict[str, str
 def test_the_door_in_both_engines(tmp_path: Path, mode: str) -> None:
     """The step model and its ``step`` tool (which needs an approval) in the run matrix's
     world: in process, and on real ``hermes-agent worker`` processes over Redis."""
-    from test_run_matrix import world
+    from worker_harness import step_world
 
-    with world(tmp_path / mode, mode, approvals=True) as here:
+    with step_world(tmp_path / mode, mode, approvals=True) as here:
         alice, bob = here.client("alice"), here.client("bob")
         assert (
             httpx.post(

@@ -33,7 +33,7 @@ from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.server.routes_console import CONTENT_SECURITY_POLICY
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message, StreamChunk
-from server_harness import call, poll_run, serve
+from server_harness import call, delete_file, poll_run, serve
 
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
@@ -121,11 +121,6 @@ def lookup(city: str) -> str:
 def lookup_today(city: str) -> str:
     """The weather in a city."""  # the same tool as the model saw it; it answers otherwise
     return f"rainy in {city}"
-
-
-def delete_file(path: str) -> str:
-    """Delete a file (pretend)."""
-    return f"deleted {path}"
 
 
 def echo(text: str) -> str:

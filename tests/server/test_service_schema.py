@@ -38,7 +38,7 @@ from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.tools.registry import Tool
 from hermes_agent.types import Message
-from server_harness import call, poll_run, serve
+from server_harness import call, delete_file, poll_run, serve
 
 CHECKS = [
     schemathesis.checks.not_a_server_error,
@@ -63,11 +63,6 @@ def _script(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> st
     if user.startswith("delete "):
         return call("delete_file", path=user[7:])
     return "Hello!"
-
-
-def delete_file(path: str) -> str:
-    """Delete a file (pretend)."""
-    return f"deleted {path}"
 
 
 def _agent(tmp_path: Path) -> Agent:

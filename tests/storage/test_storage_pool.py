@@ -8,7 +8,6 @@ write takes the lock up front, and an in-memory SQLite keeps its transactions.""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,7 @@ from sqlalchemy import Engine, text
 from fault_harness import FaultProxy, OwnPostgres, own_postgres
 from hermes_agent import Message
 from hermes_agent.storage import SqlStorage
-from storage_backends import _admin_connection, _url
-
-
-@pytest.fixture(name="pg_url")
-def postgresql_url(tmp_path: Path) -> Iterator[str]:
-    """A throwaway database on the local PostgreSQL server (skipped when none answers)."""
-    yield from _url("postgresql", tmp_path)
+from storage_backends import _admin_connection
 
 
 def count_pings(engine: Engine) -> list[int]:

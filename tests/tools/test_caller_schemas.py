@@ -13,7 +13,6 @@ schema is checked (before: 11-36 s)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import threading
@@ -38,7 +37,7 @@ from hermes_agent.loading import build_agent
 from hermes_agent.pipeline.structured import output_spec
 from hermes_agent.pipeline.tool_selector import typed_arguments
 from hermes_agent.runs.caller_schemas import compile_problem
-from hermes_agent.runs.keys import MemoryKeyStore, SqlKeyStore
+from hermes_agent.runs.keys import MemoryKeyStore
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.testing import tool_call
 from hermes_agent.tools.registry import Tool
@@ -52,10 +51,9 @@ from hermes_agent.tools.validation import (
 )
 from hermes_agent.types import Message
 from openai_server import running_server, text
-from server_harness import serve
-from storage_backends import _url
+from server_harness import serve, wait_for
 from test_server_openai_tools import hermes_call
-from worker_harness import REDIS, Cluster, broker_up, psycopg_url
+from worker_harness import queued_service
 
 HOSTILE = "^(a+)+$"
 """Backtracks exponentially in Python's ``re``: each ``a`` more doubles the time."""
@@ -678,29 +676,13 @@ def test_a_queued_hostile_client_tool_holds_no_one_elses_run(tmp_path: Path) -> 
     with a value 40 deep as a client tool's arguments: the worker refuses the call within the
     step budget, and another user's run queued beside it takes about as long as alone (before:
     10.4 s instead of 1.1 s)."""
-    if not broker_up(REDIS):
-        pytest.skip(f"no broker at {REDIS}")
-    with contextlib.ExitStack() as stack:
-        pg_url = stack.enter_context(contextlib.contextmanager(_url)("postgresql", tmp_path))
-        endpoint = stack.enter_context(running_server())
-        cluster = Cluster(tmp_path, pg_url, REDIS, endpoint.base_url)
-        config = cluster.write_config()
-        hermes = config.read_text(encoding="utf-8").replace("mode: native", "mode: hermes")
-        config.write_text(hermes, encoding="utf-8")
-        cluster.prepare_tables()
-        stack.callback(cluster.stop)
-        cluster.start_worker(concurrency=2)
-        cluster.wait_ready()
-        store = SqlKeyStore(pg_url)
-        try:
-            alice, bob = store.create("alice"), store.create("bob")
-        finally:
-            store.close()
-        patch = stack.enter_context(pytest.MonkeyPatch.context())
-        patch.setenv("EFFECTS_DB", psycopg_url(pg_url))
-        settings = ServiceSettings(execution="queue", auth="keys")
-        app = create_app(config, tools_files=[tmp_path / "tools.py"], settings=settings)
-        url = stack.enter_context(serve(app))
+    with (
+        running_server() as endpoint,
+        queued_service(
+            tmp_path, endpoint.base_url, users=("alice", "bob"), model_mode="hermes"
+        ) as service,
+    ):
+        url, alice, bob = service.url, service.keys["alice"], service.keys["bob"]
 
         def chat(key: str, message: str, **extra: Any) -> tuple[httpx.Response, float]:
             body = {"model": "hermes-agent", "messages": [{"role": "user", "content": message}]}
@@ -724,9 +706,8 @@ def test_a_queued_hostile_client_tool_holds_no_one_elses_run(tmp_path: Path) -> 
         )
         asked = len(endpoint.requests)
         thread.start()
-        deadline = time.monotonic() + 60
-        while len(endpoint.requests) == asked and time.monotonic() < deadline:
-            time.sleep(0.01)  # the worker has the hostile call: the check starts now
+        # Once the worker has asked the model, it holds the hostile call: the check starts now.
+        wait_for(lambda: len(endpoint.requests) > asked, 60, "the worker asking the model")
         beside, beside_took = chat(bob, "hi")
         thread.join(timeout=120)
         ((reply, hostile_took),) = hostile

@@ -597,40 +597,17 @@ PAY_DECLARATION = {
 def test_the_queued_engine_holds_the_bound_too(tmp_path: Path) -> None:
     """The same client tool with ``execution: queue``: a real ``hermes-agent worker`` runs the
     run, and the NaN and -Inf calls never reach the client either."""
-    import contextlib
-
     import openai
 
-    from hermes_agent.runs.keys import SqlKeyStore
-    from hermes_agent.server import ServiceSettings, create_app
-    from server_harness import serve
-    from storage_backends import _url
-    from worker_harness import REDIS, Cluster, broker_up, psycopg_url
+    from worker_harness import queued_service
 
-    if not broker_up(REDIS):
-        pytest.skip(f"no broker at {REDIS}")
-    with contextlib.ExitStack() as stack:
-        pg_url = stack.enter_context(contextlib.contextmanager(_url)("postgresql", tmp_path))
-        endpoint = stack.enter_context(running_server())
-        cluster = Cluster(tmp_path, pg_url, REDIS, endpoint.base_url)
-        config = cluster.write_config()
-        hermes = config.read_text(encoding="utf-8").replace("mode: native", "mode: hermes")
-        config.write_text(hermes, encoding="utf-8")
-        cluster.prepare_tables()
-        stack.callback(cluster.stop)
-        cluster.start_worker(concurrency=1)
-        cluster.wait_ready()
-        store = SqlKeyStore(pg_url)
-        try:
-            alice = store.create("alice")
-        finally:
-            store.close()
-        patch = stack.enter_context(pytest.MonkeyPatch.context())
-        patch.setenv("EFFECTS_DB", psycopg_url(pg_url))  # what the tools file reads here too
-        settings = ServiceSettings(execution="queue", auth="keys")
-        app = create_app(config, tools_files=[tmp_path / "tools.py"], settings=settings)
-        url = stack.enter_context(serve(app))
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key=alice, max_retries=0, timeout=60)
+    with (
+        running_server() as endpoint,
+        queued_service(tmp_path, endpoint.base_url, concurrency=1, model_mode="hermes") as service,
+    ):
+        client = openai.OpenAI(
+            base_url=f"{service.url}/v1", api_key=service.keys["alice"], max_retries=0, timeout=60
+        )
 
         endpoint.push(text(_json("NaN")), text(_json("-Infinity")), text(_json("42.5")))
         answer = client.chat.completions.create(

@@ -24,15 +24,11 @@ from typing import Any
 
 import pytest
 
-from hermes_agent import Agent, ScriptedModel, Tool
+from hermes_agent import Agent, Tool
 from hermes_agent.testing import tool_call as call
 from hermes_agent.tools.sandbox import Limits, SubprocessPool, ToolProcessError
 from processes import alive, gone_within
-from server_harness import wait_for
-
-
-def scripted(*replies: str) -> ScriptedModel:
-    return ScriptedModel(list(replies))
+from server_harness import scripted, wait_for
 
 
 def read_pid(path: Path, seconds: float = 10) -> int:

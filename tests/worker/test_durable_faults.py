@@ -26,9 +26,9 @@ from fault_harness import (
     OwnPostgres,
     Tally,
     tally,
-    wait_finished,
 )
-from worker_harness import REDIS, broker_up
+from server_harness import wait_for
+from worker_harness import REDIS, broker_up, wait_finished
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -90,9 +90,13 @@ class Env:
         return done
 
     def wait_until(self, ids: list[str], completed: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.completed(ids) < completed and time.monotonic() < deadline:
-            time.sleep(0.05)  # the polling pace; the fault comes after, reached or not
+        """Wait until ``completed`` of the runs have completed: the load the fault meets."""
+        wait_for(
+            lambda: self.completed(ids) >= completed,
+            timeout,
+            lambda: f"{completed} of {len(ids)} runs completed (so far {self.completed(ids)})",
+            pace=0.05,
+        )
 
     def finish(self, name: str, ids: list[str], timeout: float = 60.0) -> Tally:
         wait_finished(self.store, ids, timeout)

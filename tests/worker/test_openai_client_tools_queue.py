@@ -7,50 +7,29 @@ made, and the gate measures a stand-alone conversation whole before it is queued
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 
 import openai
 import pytest
 
-from hermes_agent.runs.keys import SqlKeyStore
-from hermes_agent.server import ServiceSettings, create_app
 from openai_server import running_server, text
-from server_harness import serve
-from storage_backends import _url
 from test_openai_conversations import transcript
 from test_server_openai_tools import MODEL, WEATHER, hermes_call, user
-from worker_harness import REDIS, Cluster, broker_up, psycopg_url
+from worker_harness import queued_service
 
 pytestmark = pytest.mark.timeout(240)
 
 
 def test_client_tools_are_handed_back_by_a_queued_run(tmp_path: Path) -> None:
-    if not broker_up(REDIS):
-        pytest.skip(f"no broker at {REDIS}")
-    with contextlib.ExitStack() as stack:
-        pg_url = stack.enter_context(contextlib.contextmanager(_url)("postgresql", tmp_path))
-        endpoint = stack.enter_context(running_server())
-        cluster = Cluster(tmp_path, pg_url, REDIS, endpoint.base_url)
-        config = cluster.write_config()
-        hermes = config.read_text(encoding="utf-8").replace("mode: native", "mode: hermes")
-        config.write_text(hermes, encoding="utf-8")
-        cluster.prepare_tables()
-        stack.callback(cluster.stop)
-        cluster.start_worker(concurrency=2)
-        cluster.wait_ready()
-        store = SqlKeyStore(pg_url)
-        try:
-            alice = store.create("alice")
-        finally:
-            store.close()
-        patch = stack.enter_context(pytest.MonkeyPatch.context())
-        patch.setenv("EFFECTS_DB", psycopg_url(pg_url))  # what the tools file reads here too
-        settings = ServiceSettings(execution="queue", auth="keys")
-        app = create_app(config, tools_files=[tmp_path / "tools.py"], settings=settings)
-        url = stack.enter_context(serve(app))
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key=alice, max_retries=0, timeout=60)
+    with (
+        running_server() as endpoint,
+        queued_service(tmp_path, endpoint.base_url, model_mode="hermes") as service,
+    ):
+        cluster = service.cluster
+        client = openai.OpenAI(
+            base_url=f"{service.url}/v1", api_key=service.keys["alice"], max_retries=0, timeout=60
+        )
 
         endpoint.push(text("Checking." + hermes_call("get_weather", city="Oslo")))
         messages: list[object] = [user("Weather in Oslo?")]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from hermes_agent import Agent, Memory, ScriptedModel
+from hermes_agent.models.base import ModelSettings
 from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
 from hermes_agent.tools.registry import Tool
@@ -46,15 +47,9 @@ def charging_agent(url: str, ledger: Ledger, **tool_settings: Any) -> tuple[Agen
     return Agent(model, storage=url, tools=[tool]), model
 
 
-def _settings() -> Any:
-    from hermes_agent.models.base import ModelSettings
-
-    return ModelSettings()
-
-
 def _journal_turn(store: RunStore, rid: str, token: int, turn: int, text: str) -> None:
     model = ScriptedModel([text])
-    response = asyncio.run(model.complete([Message("user", "x")], [], _settings()))
+    response = asyncio.run(model.complete([Message("user", "x")], [], ModelSettings()))
     store.write_journal(rid, token, f"turn/{turn}", "done", response_to_json(response))
 
 

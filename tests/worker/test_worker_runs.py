@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from hermes_agent import Agent, ScriptedModel
+from hermes_agent.models.base import ModelSettings
 from hermes_agent.pipeline.journal import CallKey
 from hermes_agent.runs.request import QueuedRequest
 from hermes_agent.storage.sql import SqlStorage
@@ -262,19 +263,13 @@ def _died_mid_call(store: RunStore, rid: str, *, finished: bool) -> None:
     claim = store.claim(rid, "dead:1", 5.0)
     assert claim.outcome == "claimed"
     first = ScriptedModel([call("charge", cents=7)])
-    response = asyncio.run(first.complete([Message("user", "charge 7")], [], _settings()))
+    response = asyncio.run(first.complete([Message("user", "charge 7")], [], ModelSettings()))
     store.write_journal(rid, claim.token, "turn/0", "done", response_to_json(response))
     store.write_journal(rid, claim.token, "call/0/0", "started", {"tool": "charge"})
     if finished:
         outcome = {"value": "charged 7 earlier", "status_code": 200, "error": None}
         store.write_journal(rid, claim.token, "call/0/0", "done", outcome)
     expire(store, rid)
-
-
-def _settings() -> Any:
-    from hermes_agent.models.base import ModelSettings
-
-    return ModelSettings()
 
 
 def test_a_call_that_started_and_never_finished_is_reported_interrupted(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,26 +19,9 @@ from hermes_agent.worker import submit
 from hermes_agent.worker.store import RunStore
 from server_harness import wait_for
 from step_model import running_step_model
-from worker_harness import RABBITMQ, REDIS, cluster, free_port
+from worker_harness import RABBITMQ, REDIS, cluster, free_port, wait_finished
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _wait_all(store: RunStore, ids: list[str], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        states = [store.get(rid) for rid in ids]
-        if all(s is not None and s.finished for s in states):
-            return
-        time.sleep(0.2)  # the polling pace; past the deadline, the message says what was left
-    states = [s for s in (store.get(rid) for rid in ids) if s is not None]
-    left = Counter(s.status for s in states)
-    stuck = [
-        (s.request_id, s.session_id, s.status, s.claims, s.redeliveries, s.lease_owner)
-        for s in states
-        if not s.finished
-    ]
-    raise AssertionError(f"not all runs finished in {timeout} s: {dict(left)}; {stuck}")
 
 
 @pytest.mark.parametrize("broker", [REDIS, RABBITMQ], ids=["redis", "rabbitmq"])
@@ -60,10 +42,8 @@ def test_sixty_runs_survive_a_killed_worker(tmp_path: Path, pg_url: str, broker:
             ]
             store = RunStore(submitter.storage)  # type: ignore[arg-type]
             ids = [h.request_id for h in handles]
-            # Kill the worker holding the most runs once every worker is busy mid-run.
-            deadline = time.monotonic() + 60
-            victim_pid = None
-            while time.monotonic() < deadline:
+
+            def busy_holder() -> int | None:
                 running = [store.get(rid) for rid in ids]
                 holders = Counter(
                     r.lease_owner for r in running if r is not None and r.status == "running"
@@ -72,10 +52,13 @@ def test_sixty_runs_survive_a_killed_worker(tmp_path: Path, pg_url: str, broker:
                 if done >= 6 and holders:
                     owner, held = holders.most_common(1)[0]
                     if held >= 2:
-                        victim_pid = int(str(owner).rsplit(":", 1)[1])
-                        break
-                time.sleep(0.05)  # the polling pace, bounded by the deadline above
-            assert victim_pid is not None, "no worker was ever seen holding two runs"
+                        return int(str(owner).rsplit(":", 1)[1])
+                return None
+
+            # Kill the worker holding the most runs once every worker is busy mid-run.
+            victim_pid: int = wait_for(
+                busy_holder, 60, "a worker holding two runs once six had completed", pace=0.05
+            )
             victim = next(p for p in c.workers if p.pid == victim_pid)
             # Frozen first, so that none of its runs can end while the runs it holds are read.
             os.killpg(victim.pid, signal.SIGSTOP)
@@ -88,7 +71,7 @@ def test_sixty_runs_survive_a_killed_worker(tmp_path: Path, pg_url: str, broker:
                 and s.status == "running"
             }
             c.kill(victim)
-            _wait_all(store, ids, timeout=120)
+            wait_finished(store, ids, timeout=120)
 
             states = {rid: store.get(rid) for rid in ids}
             assert {s.status for s in states.values() if s} == {"completed"}, {
