@@ -3,8 +3,10 @@
 - Every test runs in its own temporary working folder (fixtures of wider scope in one for the
   session), so code that writes under the working folder (the command line's
   ``.hermes/state.db``, an eval report) writes there, and a subprocess inherits it.
-- Hypothesis keeps no example database and puts its caches in a temporary folder, not in
-  ``.hypothesis/`` of the working folder.
+- Hypothesis keeps no example database and puts its caches in a folder of the system's
+  temporary folder, not in ``.hypothesis/`` of the working folder; the folder is kept from one
+  session to the next, so the constants Hypothesis reads from the tests' modules at collection
+  are read again only where a module changed.
 - The session records the checkout's state when it starts; ``test_zz_clean_tree.py``, the
   last test file, fails when the run changed it or ``~/.hermes``.
 
@@ -27,6 +29,7 @@ runs after every other test, whatever the folders.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -49,8 +52,15 @@ settings.load_profile("hermes-tests")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    home = Path(tempfile.mkdtemp(prefix="hermes-tests-hypothesis-"))
-    config.stash[_HYPOTHESIS_HOME] = home
+    home = Path(tempfile.gettempdir()) / f"hermes-tests-hypothesis-{os.getuid()}"
+    try:
+        home.mkdir(mode=0o700, exist_ok=True)
+        kept = home.is_dir() and not home.is_symlink() and home.stat().st_uid == os.getuid()
+    except OSError:
+        kept = False
+    if not kept:  # someone else's, or no such folder can be made: one for this session
+        home = Path(tempfile.mkdtemp(prefix="hermes-tests-hypothesis-"))
+        config.stash[_HYPOTHESIS_HOME] = home
     set_hypothesis_home_dir(home)
 
 
@@ -75,10 +85,12 @@ for _folder in sorted(TESTS.glob("**/")):
 
 def _test_modules() -> set[str]:
     """The modules of tests/ imported so far (test files and their harnesses)."""
+    stems = {path.stem for path in TESTS.rglob("*.py")}
     found = set()
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
-        if path and Path(path).resolve().is_relative_to(TESTS):
+        # A module of tests/ has the name of one of its files: only those are resolved.
+        if path and Path(path).stem in stems and Path(path).resolve().is_relative_to(TESTS):
             found.add(name)
     return found
 

@@ -102,15 +102,21 @@ def deep_bodies(depth: int, closed: bool) -> dict[str, str]:
     }
 
 
+SHAPES = tuple(deep_bodies(3, closed=True))
+"""The forms of ``deep_bodies`` (the keys; the bodies are built in the test, not at collection:
+100,000 levels take a while)."""
+
 DEEP_CASES = [
     pytest.param(
-        body,
+        depth,
+        closed,
+        shape,
         ending,
         id=f"{shape}-{depth}-{'balanced' if closed else 'truncated'}-{ending_id}",
     )
     for depth in (MAX_NESTING + 1, 1_000)
     for closed in (True, False)
-    for shape, body in deep_bodies(depth, closed).items()
+    for shape in SHAPES
     for ending_id, ending in (
         ("closing_tag", "</tool_call> Done."),
         ("no_closing_tag", ""),
@@ -118,7 +124,9 @@ DEEP_CASES = [
     )
 ] + [
     pytest.param(
-        deep_bodies(100_000, closed)[shape],
+        100_000,
+        closed,
+        shape,
         "",
         id=f"{shape}-100000-{'balanced' if closed else 'truncated'}",
     )
@@ -127,8 +135,11 @@ DEEP_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("body", "ending"), DEEP_CASES)
-def test_deep_nesting_is_one_error_on_both_paths(body: str, ending: str) -> None:
+@pytest.mark.parametrize(("depth", "closed", "shape", "ending"), DEEP_CASES)
+def test_deep_nesting_is_one_error_on_both_paths(
+    depth: int, closed: bool, shape: str, ending: str
+) -> None:
+    body = deep_bodies(depth, closed)[shape]
     text = f"Checking. {OK_BLOCK}<tool_call>\n{body}\n{ending}"
     completion = parse_completion(text, new_id=counter_ids())  # raised RecursionError before
     assert [call.name for call in completion.tool_calls] == ["ok"]

@@ -16,11 +16,12 @@ JSON valid by construction, so it cannot fail it on cue).
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -34,26 +35,18 @@ from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.testing import tool_call
 from server_harness import serve
 
-pytest.importorskip("llama_cpp")
-agents = pytest.importorskip("agents")
-pydantic_ai = pytest.importorskip("pydantic_ai")
+if TYPE_CHECKING:
+    from pydantic_ai.models.openai import OpenAIChatModel
 
-from agents import (  # noqa: E402
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    Runner,
-    function_tool,
-    set_tracing_disabled,
-)
-from pydantic_ai import NativeOutput, ToolOutput  # noqa: E402
-from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
-from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
+# The packages are imported by the tests that use them, not at collection (a second or so).
+for _package in ("llama_cpp", "agents", "pydantic_ai"):
+    if importlib.util.find_spec(_package) is None:
+        pytest.skip(f"could not import {_package!r}", allow_module_level=True)
 
 pytestmark = pytest.mark.embedded
 MODEL = "hermes-agent"
 ASK = "A laptop costs 999.5 dollars. Give the product as JSON."
 ASK_WITH_TOOL = "What is the price of a laptop? Use the price tool."
-set_tracing_disabled(True)  # openai-agents would send traces to OpenAI
 
 
 class Product(BaseModel):
@@ -174,20 +167,32 @@ def test_a_forced_tool_without_tools_is_refused_when_the_agent_tools_are_hidden(
 
 
 def pydantic_model(url: str) -> OpenAIChatModel:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
     return OpenAIChatModel(MODEL, provider=OpenAIProvider(base_url=url, api_key="unused"))
 
 
 def test_pydantic_ai_native_output(url: str) -> None:
+    import pydantic_ai
+    from pydantic_ai import NativeOutput
+
     agent = pydantic_ai.Agent(pydantic_model(url), output_type=NativeOutput(Product))
     assert isinstance(agent.run_sync(ASK).output, Product)
 
 
 def test_pydantic_ai_tool_output(url: str) -> None:
+    import pydantic_ai
+    from pydantic_ai import ToolOutput
+
     agent = pydantic_ai.Agent(pydantic_model(url), output_type=ToolOutput(Product))
     assert isinstance(agent.run_sync(ASK).output, Product)
 
 
 def test_pydantic_ai_native_output_after_a_function_tool(url: str) -> None:
+    import pydantic_ai
+    from pydantic_ai import NativeOutput
+
     agent = pydantic_ai.Agent(pydantic_model(url), output_type=NativeOutput(Product))
     asked: list[str] = []
 
@@ -206,7 +211,12 @@ def test_pydantic_ai_native_output_after_a_function_tool(url: str) -> None:
 
 
 def openai_agent(url: str, kind: str, tools: list[Any]) -> Any:
-    model_class = OpenAIResponsesModel if kind == "responses" else OpenAIChatCompletionsModel
+    import agents
+
+    agents.set_tracing_disabled(True)  # openai-agents would send traces to OpenAI
+    model_class = (
+        agents.OpenAIResponsesModel if kind == "responses" else agents.OpenAIChatCompletionsModel
+    )
     model = model_class(model=MODEL, openai_client=async_client(url))
     return agents.Agent(
         name="shop", instructions="Answer in JSON.", tools=tools, model=model, output_type=Product
@@ -215,12 +225,16 @@ def openai_agent(url: str, kind: str, tools: list[Any]) -> Any:
 
 @pytest.mark.parametrize("kind", ["responses", "chat"])
 def test_openai_agents_output_type(url: str, kind: str) -> None:
+    from agents import Runner
+
     result = asyncio.run(Runner.run(openai_agent(url, kind, []), ASK))
     assert isinstance(result.final_output, Product)
 
 
 @pytest.mark.parametrize("kind", ["responses", "chat"])
 def test_openai_agents_output_type_after_a_function_tool(url: str, kind: str) -> None:
+    from agents import Runner, function_tool
+
     asked: list[str] = []
 
     @function_tool

@@ -14,11 +14,12 @@ handed back to the framework (which runs them), and its results fed back as
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -29,22 +30,15 @@ from hermes_agent.server import ServiceSettings, create_app
 from openai_server import ScriptedServer, hermes_call, running_server, text
 from server_harness import serve
 
-agents = pytest.importorskip("agents")
-pydantic_ai = pytest.importorskip("pydantic_ai")
+if TYPE_CHECKING:
+    from pydantic_ai.models.openai import OpenAIChatModel
 
-from agents import (  # noqa: E402
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    Runner,
-    function_tool,
-    set_tracing_disabled,
-)
-from pydantic_ai import NativeOutput, PromptedOutput  # noqa: E402
-from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
-from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
+# Both frameworks are imported by the tests that use them, not at collection (a second or so).
+for _package in ("agents", "pydantic_ai"):
+    if importlib.util.find_spec(_package) is None:
+        pytest.skip(f"could not import {_package!r}", allow_module_level=True)
 
 MODEL = "hermes-agent"
-set_tracing_disabled(True)  # openai-agents would send traces to OpenAI
 
 
 class Weather(BaseModel):
@@ -77,6 +71,9 @@ class Facade:
 
 @pytest.fixture(scope="module")
 def facade() -> Iterator[Facade]:
+    from agents import set_tracing_disabled
+
+    set_tracing_disabled(True)  # openai-agents would send traces to OpenAI
     with running_server() as endpoint:
         model = OpenAICompatible("hermes-3", base_url=endpoint.base_url, mode="hermes")
         agent = Agent(model=model)
@@ -100,7 +97,6 @@ def fresh(facade: Facade) -> None:
 weather_calls: list[str] = []
 
 
-@function_tool
 def get_weather(city: str) -> str:
     """The current weather in a city."""
     weather_calls.append(city)
@@ -108,16 +104,22 @@ def get_weather(city: str) -> str:
 
 
 def openai_agent(facade: Facade, kind: str) -> Any:
+    """An openai-agents agent with the ``get_weather`` function tool, on the facade."""
+    import agents
+
     client = openai.AsyncOpenAI(base_url=facade.url, api_key="unused", max_retries=0)
-    model_class = OpenAIResponsesModel if kind == "responses" else OpenAIChatCompletionsModel
-    model = model_class(model=MODEL, openai_client=client)
-    return agents.Agent(
-        name="weather", instructions="Answer briefly.", tools=[get_weather], model=model
+    model_class = (
+        agents.OpenAIResponsesModel if kind == "responses" else agents.OpenAIChatCompletionsModel
     )
+    model = model_class(model=MODEL, openai_client=client)
+    tool = agents.function_tool(get_weather)
+    return agents.Agent(name="weather", instructions="Answer briefly.", tools=[tool], model=model)
 
 
 @pytest.mark.parametrize("kind", ["responses", "chat"])
 def test_openai_agents_runs_its_function_tool_through_the_facade(facade: Facade, kind: str) -> None:
+    from agents import Runner
+
     weather_calls.clear()
     facade.model.push(
         text(hermes_call("get_weather", city="Paris")), text("It is 21 C and sunny in Paris.")
@@ -134,6 +136,8 @@ def test_openai_agents_runs_its_function_tool_through_the_facade(facade: Facade,
 
 
 def test_openai_agents_streams_from_the_responses_api(facade: Facade) -> None:
+    from agents import Runner
+
     weather_calls.clear()
     facade.model.push(text(hermes_call("get_weather", city="Oslo")), text("Oslo: 21 C and sunny."))
 
@@ -154,6 +158,8 @@ def test_openai_agents_streams_from_the_responses_api(facade: Facade) -> None:
 
 
 def test_openai_agents_chains_responses_by_id(facade: Facade) -> None:
+    from agents import Runner
+
     facade.model.push(text("Noted: your name is Ada."), text("Your name is Ada."))
     agent = openai_agent(facade, "responses")
 
@@ -178,11 +184,16 @@ def test_openai_agents_chains_responses_by_id(facade: Facade) -> None:
 
 
 def pydantic_model(facade: Facade) -> OpenAIChatModel:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
     provider = OpenAIProvider(base_url=facade.url, api_key="unused")
     return OpenAIChatModel(MODEL, provider=provider)
 
 
 def test_pydantic_ai_plain_and_streaming(facade: Facade) -> None:
+    import pydantic_ai
+
     agent = pydantic_ai.Agent(pydantic_model(facade))
     facade.model.push(text("Hello from the agent!"), text("Streamed hello."))
     assert agent.run_sync("Hello").output == "Hello from the agent!"
@@ -196,6 +207,8 @@ def test_pydantic_ai_plain_and_streaming(facade: Facade) -> None:
 
 
 def test_pydantic_ai_tool_output_after_a_function_tool(facade: Facade) -> None:
+    import pydantic_ai
+
     agent = pydantic_ai.Agent(pydantic_model(facade), output_type=Weather)
     seen: list[str] = []
 
@@ -219,6 +232,8 @@ def test_pydantic_ai_tool_output_after_a_function_tool(facade: Facade) -> None:
 def test_pydantic_ai_tool_output_call_that_fails_the_schema_is_asked_again(
     facade: Facade,
 ) -> None:
+    import pydantic_ai
+
     agent = pydantic_ai.Agent(pydantic_model(facade), output_type=Weather)
     facade.model.push(
         text(hermes_call("final_result", city="Rome", temperature="warm")),
@@ -232,6 +247,9 @@ def test_pydantic_ai_tool_output_call_that_fails_the_schema_is_asked_again(
 
 @pytest.mark.parametrize("mode", ["native", "prompted"])
 def test_pydantic_ai_structured_output(facade: Facade, mode: str) -> None:
+    import pydantic_ai
+    from pydantic_ai import NativeOutput, PromptedOutput
+
     output_type = NativeOutput(Weather) if mode == "native" else PromptedOutput(Weather)
     agent = pydantic_ai.Agent(pydantic_model(facade), output_type=output_type)
     facade.model.push(
