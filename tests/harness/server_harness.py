@@ -208,6 +208,19 @@ def poll_run(client: httpx.Client, request_id: str, timeout: float = 10.0) -> di
     return ended
 
 
+def asking(client: httpx.Client, request_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    """GET the run until it asks for an approval; its view then (``pending_approvals``)."""
+
+    def view() -> dict[str, Any] | None:
+        body: dict[str, Any] = client.get(f"/v1/runs/{request_id}").json()
+        return body if body["pending_approvals"] else None
+
+    found: dict[str, Any] = wait_for(
+        view, timeout, f"run {request_id} asking for an approval", pace=0.05
+    )
+    return found
+
+
 def pid_from(path: Path) -> int:
     wait_for(lambda: path.exists() and path.read_text().strip() != "")
     return int(path.read_text())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +30,7 @@ from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.storage import open_storage
 from hermes_agent.worker.backend import count_in_flight, lock_admissions
 from hermes_agent.worker.store import RunStore
-from server_harness import await_for, serve
+from server_harness import asking, await_for, serve, wait_for
 from step_model import running_step_model
 from storage_backends import _url
 from worker_harness import REDIS, Cluster, broker_up, cluster, drop_queue, free_port
@@ -104,12 +103,18 @@ def test_queued_submits_at_once_on_postgresql_admit_the_limit(tmp_path: Path, pg
         c.start_worker(concurrency=4)
         c.wait_ready()
         store = RunStore(open_storage(pg_url))
+
+        def left() -> str:
+            states = [(rid, getattr(store.get(rid), "status", None)) for rid in first]
+            return f"the first runs finished: {states}\n{c.log(0)}"
+
         try:
-            deadline = time.monotonic() + 90
-            while not all((run := store.get(rid)) and run.finished for rid in first):
-                left = [(rid, getattr(store.get(rid), "status", None)) for rid in first]
-                assert time.monotonic() < deadline, f"{left}\n{c.log(0)}"
-                time.sleep(0.05)  # the polling pace, bounded by the deadline above
+            wait_for(
+                lambda: all((run := store.get(rid)) and run.finished for rid in first),
+                90,
+                left,
+                pace=0.05,
+            )
             statuses = {store.get(rid).status for rid in first}  # type: ignore[union-attr]
         finally:
             store.storage.close()
@@ -154,12 +159,17 @@ def test_in_process_submits_at_once_admit_the_limit(tmp_path: Path) -> None:
         first = _admitted(_at_once([client], SUBMITS, "a"))
         assert len(first) == LIMIT
         client.post(f"/v1/runs/{first[0]}/cancel").raise_for_status()
-        deadline = time.monotonic() + 60
-        while any(
-            client.get(f"/v1/runs/{rid}").json()["status"] in ("queued", "running") for rid in first
-        ):
-            assert time.monotonic() < deadline, "the runs did not end"
-            time.sleep(0.05)  # the polling pace, bounded by the deadline above
+        wait_for(
+            lambda: (
+                not any(
+                    client.get(f"/v1/runs/{rid}").json()["status"] in ("queued", "running")
+                    for rid in first
+                )
+            ),
+            60,
+            "the first runs ending",
+            pace=0.05,
+        )
         again = _admitted(_at_once([client], SUBMITS, "b"))
         assert len(again) == LIMIT
 
@@ -294,10 +304,7 @@ def test_answers_to_parked_approvals_at_once_admit_the_limit(tmp_path: Path, pg_
         for tag in ("a", "b", "c"):
             answer = clients[0].post("/v1/runs", json={"message": f"job {tag} steps=1"})
             rid = answer.json()["request_id"]
-            deadline = time.monotonic() + 60
-            while not (view := clients[0].get(f"/v1/runs/{rid}").json())["pending_approvals"]:
-                assert time.monotonic() < deadline, view
-                time.sleep(0.05)  # the polling pace, bounded by the deadline above
+            view = asking(clients[0], rid)
             refs.append(view["pending_approvals"][0]["approval_id"])
         start = threading.Barrier(len(refs))
 

@@ -123,10 +123,12 @@ def test_respond_async_answers_202_at_once_with_where_to_follow(
     assert time.monotonic() - started < 5
     rid = reply.headers["X-Run-Id"]
     assert reply.json()["status_url"] == f"/v1/runs/{rid}" == reply.headers["Location"]
-    deadline = time.monotonic() + 10
-    while (run := client.get(f"/v1/runs/{rid}").json())["status"] != "completed":
-        assert time.monotonic() < deadline, run
-        time.sleep(0.05)  # the polling pace, bounded by the deadline above
+    run = wait_for(
+        lambda: (v := client.get(f"/v1/runs/{rid}").json())["status"] == "completed" and v,
+        10,
+        f"run {rid} completing",
+        pace=0.05,
+    )
     assert run["result"]["output"] == "echo: hello async"
 
 

@@ -5,7 +5,6 @@ still spends the tokens of every model turn its worker took."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import httpx
@@ -15,9 +14,9 @@ from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.storage import open_storage
 from hermes_agent.worker.store import RunStore
-from server_harness import serve, sse_events
+from server_harness import asking, serve, sse_events
 from step_model import running_step_model
-from worker_harness import REDIS, cluster, free_port
+from worker_harness import REDIS, cluster, free_port, wait_finished
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -87,10 +86,7 @@ def test_answering_parked_approvals_cannot_pass_the_limit(tmp_path: Path, pg_url
                 rid = alice.post("/v1/runs", json={"message": f"job {tag} steps=1"}).json()[
                     "request_id"
                 ]
-                deadline = time.monotonic() + 60
-                while not (view := alice.get(f"/v1/runs/{rid}").json())["pending_approvals"]:
-                    assert time.monotonic() < deadline, view
-                    time.sleep(0.05)  # the polling pace, bounded by the deadline above
+                view = asking(alice, rid)
                 refs.append(view["pending_approvals"][0]["approval_id"])
             # Three parked runs; the first answer takes the one slot while its step sleeps.
             first = alice.post(f"/v1/approvals/{refs[0]}", json={"approved": True})
@@ -129,10 +125,7 @@ def test_runs_nobody_read_back_still_count_before_the_next_is_admitted(
                 alice.post(f"/v1/runs/{queued.json()['request_id']}/cancel")
             store = RunStore(open_storage(pg_url))  # watched from outside: nobody reads it
             try:
-                deadline = time.monotonic() + 60
-                while not ((run := store.get(big)) and run.finished):
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)  # the polling pace, bounded by the deadline above
+                wait_finished(store, [big], 60)
             finally:
                 store.storage.close()
             refused = alice.post("/v1/runs", json={"message": "job next steps=1"})

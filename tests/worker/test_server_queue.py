@@ -21,7 +21,7 @@ from hermes_agent.errors import ConfigError
 from hermes_agent.runs.keys import SqlKeyStore
 from hermes_agent.server import ServiceSettings, create_app
 from hermes_agent.worker.backend import approval_ref, parse_approval_ref
-from server_harness import serve, sse_events
+from server_harness import serve, sse_events, wait_for
 from step_model import running_step_model
 from worker_harness import REDIS, Cluster, cluster, free_port
 
@@ -51,14 +51,16 @@ def _frames(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
 
 
 def _until(client: httpx.Client, request_id: str, status: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The run once its status is ``status``; it must not end in another one meanwhile."""
+
+    def reached() -> Any:
         body = client.get(f"/v1/runs/{request_id}").json()
         if body["status"] == status:
             return body
         assert body["status"] not in ("completed", "failed", "dead", "cancelled"), body
-        assert time.monotonic() < deadline, f"run {request_id} still {body['status']}"
-        time.sleep(0.05)  # the polling pace, bounded by the deadline above
+        return None
+
+    return wait_for(reached, timeout, f"run {request_id} {status}", pace=0.05)
 
 
 def _executions(c: Cluster, tag: str) -> int:
