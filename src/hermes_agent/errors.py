@@ -43,6 +43,8 @@
     ├── ClosedError              the tool threads closed before a call could start
     │                            (``tools.runtime``; also a ``RuntimeError``)
     ├── McpError                 a call to an MCP server failed (``tools.mcp.client``)
+    ├── CallerCannotAnswer       a tool asked its caller for input and no caller can answer
+    │                            (``mcp.asking``)
     ├── DeliveryError            a channel part was not delivered; ``transient`` when a retry
     │                            may succeed (``channels.senders``)
     ├── InboundRefused           a channel payload the channel cannot take: 400 or 422
