@@ -508,6 +508,9 @@ class McpToolsets:
         self.pins = pins
         self.refused: dict[str, list[str]] = {}
         """Per server, the tools left out because their definition changed since approved."""
+        self.unusable: dict[str, dict[str, str]] = {}
+        """Per server, the tools left out because their definition cannot be used, and why
+        (a schema refused, a name no tool may have)."""
         self.tools: list[Tool] = []
         self.info: dict[str, McpToolInfo] = {}
         self._loop = LoopThread()
@@ -555,7 +558,8 @@ class McpToolsets:
 
     def load(self, *, source: str = "<config>") -> list[Tool]:
         """Connect to every server (at once) and build its tools; ``ConfigError`` naming the
-        server when one cannot be reached or offers a tool that cannot be used."""
+        server when one cannot be reached. A tool that cannot be used is left out, with a
+        warning (``.unusable``); the server's other tools are kept."""
         names = list(self.connections)
 
         async def list_all() -> list[list[McpTool] | BaseException]:
@@ -625,10 +629,17 @@ class McpToolsets:
                     outside_schema=True,  # the server's schema: RE2 patterns, a step budget
                 )
             except (ToolDefinitionError, ValueError) as exc:
-                raise ConfigError(
-                    f"{where}: its tool {remote.name!r} cannot be used: {exc}; leave it out "
-                    f"with exclude_tools: [{remote.name}]"
-                ) from None
+                # One bad definition costs that tool, not the server (as a changed one does).
+                self.unusable.setdefault(server, {})[remote.name] = str(exc)
+                logger.warning(
+                    "%s: tool %r cannot be used and is left out: %s; silence this with "
+                    "exclude_tools: [%s]",
+                    where,
+                    remote.name,
+                    exc,
+                    remote.name,
+                )
+                continue
             holder.append(made)
             tools.append(made)
             if notes:
@@ -669,6 +680,8 @@ def open_mcp_toolsets(
 
     With ``pins``, each tool's definition is pinned when first seen, and a tool whose
     definition changed since is left out (``.refused``) and its calls refused (``pins``).
+    A tool whose definition cannot be used (its schema refused: ``schemas``) is left out too,
+    with a warning that says why (``.unusable``); the server's other tools are kept.
 
     With ``approver`` (an agent's ``Approver``), the client declares elicitation and a
     server's request for input is put to it as an approval (``answer_elicitation``);
@@ -679,7 +692,7 @@ def open_mcp_toolsets(
     the browser).
 
     Raises ``MissingDependencyError`` without the ``mcp`` extra, ``ConfigError`` when a server
-    cannot be reached within its ``connect_timeout`` or offers a tool that cannot be used.
+    cannot be reached within its ``connect_timeout``.
     """
     for name in configs:
         if not _SERVER_NAME.match(name):

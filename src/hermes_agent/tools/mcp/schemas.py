@@ -30,7 +30,8 @@ A server is outside code, so its schema is then compiled as a caller's is
 (``tools.validation.caller_schema``): its patterns run on RE2, in time linear in the text (a
 server's ``^(a+)+$`` and a model's thirty ``a`` would hold Python's ``re`` for minutes), each
 check within a step budget. A schema that cannot be compiled so (a backreference, a lookahead,
-a ``$ref`` into a member that is no keyword) is refused with the reason.
+a ``$ref`` into a member that is no keyword) is refused with the reason. The client leaves a
+tool whose schema is refused out, with a warning, and keeps its server's other tools.
 """
 
 from __future__ import annotations
