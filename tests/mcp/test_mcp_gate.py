@@ -233,3 +233,38 @@ def test_ask_is_a_run_of_the_backend_whose_approvals_the_policy_answers() -> Non
         approvals = view.result["approvals"]  # type: ignore[attr-defined]
         assert [a["approved"] for a in approvals] == [expected], approvals
     assert launched == ["moon"]
+
+
+def test_a_refused_session_is_answered_with_the_requests_own_id(project: Path) -> None:
+    """Beyond ``max_sessions_per_user`` the door answers 429 before the SDK sees the request;
+    its JSON-RPC error carries the request's id (JSON-RPC's ``null`` only where there is none
+    to read)."""
+    with (project / "config.yaml").open("a", encoding="utf-8") as config:
+        config.write("service: {mcp: {max_sessions_per_user: 1}}\n")
+    key = api_key(project, "mallory")
+    headers = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {key}"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "greedy", "version": "1"},
+        },
+    }
+    server = HttpServer(project)
+    try:
+        with httpx.Client(headers=headers, timeout=10) as client:
+            first = client.post(server.url, json={**initialize, "id": 0})
+            assert first.status_code == 200, first.text
+            for request_id in ("open-2", 7, 0):
+                refused = client.post(server.url, json={**initialize, "id": request_id})
+                assert refused.status_code == 429, refused.text
+                error = refused.json()
+                assert error["id"] == request_id and error["jsonrpc"] == "2.0"
+                assert "max_sessions_per_user" in error["error"]["message"]
+            for body in (b"{not json", b'{"jsonrpc": "2.0", "method": "notifications/x"}'):
+                refused = client.post(server.url, content=body)
+                assert refused.status_code == 429 and refused.json()["id"] is None, refused.text
+    finally:
+        assert server.stop() == 0

@@ -3,7 +3,8 @@
 The SDK's session manager keeps one pool of sessions for everyone (10,000 by default, each
 kept 30 minutes after its last request): one key could fill it and lock every other user out.
 Here every session belongs to the user who opened it, and that user holds at most
-``max_sessions_per_user`` at once — an opening request beyond it is ``429``; other users are
+``max_sessions_per_user`` at once — an opening request beyond it is ``429`` (a JSON-RPC error
+with the request's own id, read from its body here: the SDK never sees it); other users are
 not affected. A session with no request in flight for ``idle_timeout_s`` is closed by the SDK
 (given the same timeout) and stops counting. A session id is good only for the user who
 opened it (another user's gets the ``404`` an unknown id gets).
@@ -14,6 +15,7 @@ The guard also answers ``401`` for a request without a valid API key when the do
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -25,6 +27,8 @@ from hermes_agent.runs.principal import Principal
 SESSION_HEADER = b"mcp-session-id"
 DEFAULT_MAX_SESSIONS_PER_USER = 16
 DEFAULT_IDLE_TIMEOUT_S = 300.0
+_ID_BODY_BYTES = 64 * 1024
+"""How much of a refused request's body is read to answer with its id."""
 
 Identify = Callable[[str | None], Awaitable[Principal | None]]
 """Who sends an ``Authorization`` header value (``None`` for no valid key)."""
@@ -191,8 +195,35 @@ async def _refuse(
     message: str,
     headers: dict[str, str] | None = None,
 ) -> None:
-    """A JSON-RPC error without a request id, as the SDK's own refusals are written."""
+    """A JSON-RPC error answering the request's own id (``_request_id``), ``null`` where it
+    has none to read."""
     from starlette.responses import JSONResponse
 
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+    request_id = await _request_id(receive)
+    body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32600, "message": message}}
     await JSONResponse(body, status, headers=headers)(scope, receive, send)
+
+
+async def _request_id(receive: Any) -> str | int | float | None:
+    """The ``id`` of the JSON-RPC request in the body, read here because the SDK never sees
+    it. ``None`` (JSON-RPC's ``null``, for an id that cannot be found) for a body that is no
+    single request with an id: none (a GET, a DELETE), a notification, a batch, not JSON, or
+    longer than ``_ID_BODY_BYTES`` (not read further: a refused request costs little)."""
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None  # the client went away
+        body += message.get("body", b"")
+        if len(body) > _ID_BODY_BYTES:
+            return None
+        if not message.get("more_body", False):
+            break
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    found = request.get("id") if isinstance(request, dict) else None
+    if isinstance(found, bool) or not isinstance(found, str | int | float):
+        return None
+    return found
