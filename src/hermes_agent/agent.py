@@ -27,9 +27,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, Unpack, overload
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar
 
 from hermes_agent.agent_context import build_context, checked_options, run_pricing
 from hermes_agent.agent_support import (
@@ -90,6 +91,8 @@ if TYPE_CHECKING:
     from hermes_agent.replay import ReplayReport
 
 F = TypeVar("F", bound=Callable[..., object])
+DataT = TypeVar("DataT", default=Any)
+"""What ``output_type`` names (``Any`` for a JSON Schema or none): ``RunResult[DataT]``."""
 
 logger = logging.getLogger("hermes_agent")
 
@@ -506,13 +509,13 @@ class Agent:
         dry_run: bool = False,
         output_format: str | None = None,
         channel: str | None = None,
-        output_type: OutputType | None = None,
+        output_type: type[DataT] | Mapping[str, Any] | None = None,
         variables: Mapping[str, object] | None = None,
         max_run_tokens: int | None = None,
         max_run_cost: float | None = None,
         run_timeout_s: float | None = None,
         new_session: bool = False,
-    ) -> RunResult:
+    ) -> RunResult[DataT]:
         """Answer ``message`` (sync). Works with no event loop in sight; inside a running
         loop, prefer ``await agent.arun(...)``. ``dry_run=True`` stops after the ToolSelector
         and returns the planned calls (validated arguments, ``result=None``) without running
@@ -555,7 +558,7 @@ class Agent:
         dry_run: bool = False,
         output_format: str | None = None,
         channel: str | None = None,
-        output_type: OutputType | None = None,
+        output_type: type[DataT] | Mapping[str, Any] | None = None,
         request_id: str | None = None,
         journal: RunJournal | None = None,
         approver: Approver | None = None,
@@ -565,7 +568,7 @@ class Agent:
         run_timeout_s: float | None = None,
         new_session: bool = False,
         client: ClientTurn | None = None,
-    ) -> RunResult:
+    ) -> RunResult[DataT]:
         """Answer ``message``. ``listener`` receives an ``Event`` at each stage (and each text
         delta when ``stream`` is true; ``stream`` may also be a callable, asked before each
         model turn whether to stream that one). ``output_format`` (text, markdown, json, table, or a

@@ -11,14 +11,14 @@ import logging
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.memory.session import AcquiresAsync, SessionLock
 from hermes_agent.models.base import ClosesConnections, Model, ModelSettings
 from hermes_agent.pipeline.variables import check_variables
 from hermes_agent.pricing import cost
-from hermes_agent.types import Message, RunResult
+from hermes_agent.types import Message
 
 __all__ = [
     "acquire_elsewhere",
@@ -30,6 +30,8 @@ __all__ = [
     "run_in_thread_loop",
     "warm_embedded",
 ]
+
+T = TypeVar("T")
 
 _loops = threading.local()
 logger = logging.getLogger("hermes_agent")
@@ -62,7 +64,7 @@ async def acquire_elsewhere(lock: SessionLock) -> None:
         raise
 
 
-def run_in_thread_loop(coroutine: Coroutine[Any, Any, RunResult]) -> RunResult:
+def run_in_thread_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run on this thread's own event loop, kept open between runs.
 
     Starting a loop per run would cost more than the rest of a short run, and clients bound to

@@ -12,7 +12,9 @@ import functools
 import os
 import types
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal
+
+from typing_extensions import TypeVar
 
 Role = Literal["system", "user", "assistant", "tool"]
 ToolChoiceMode = Literal["auto", "required", "none"]
@@ -210,9 +212,15 @@ class RenderedMessage:
     metadata: dict[str, object] = field(default_factory=dict)
 
 
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
+"""The type of ``RunResult.data``: the ``output_type`` of the run (``Any`` when none is named)."""
+
+
 @dataclass(slots=True)
-class RunResult:
-    """The answer to one ``Agent.run``: output, status and everything that happened on the way."""
+class RunResult(Generic[OutputT]):
+    """The answer to one ``Agent.run``: output, status and everything that happened on the way.
+
+    Generic in ``data``'s type: ``agent.run(..., output_type=City)`` is a ``RunResult[City]``."""
 
     output: str
     status: int
@@ -248,7 +256,7 @@ class RunResult:
     """What went wrong around the run without changing its answer: a turn that could not be
     saved to the session, audit records that could not be written, text that was escaped so
     that the store could hold it. Empty when all went well."""
-    data: Any = None
+    data: OutputT | None = None
     """With ``output_type``: the answer, validated — an instance of the pydantic model (a
     ``dict`` for a JSON Schema); ``None`` without one, or when the run ended without an
     answer."""

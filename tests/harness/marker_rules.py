@@ -95,6 +95,7 @@ NAMED_TESTS: Mapping[str, str] = {
 # In-process tests measured to take seconds on two busy cores: ``slow``, not ``unit``.
 SLOW_TESTS: Mapping[str, str] = {
     "test_grammar::test_every_rule_reference_is_defined": "a regex of every grammar rule",
+    "test_types::test_mypy_reads_data_as_the_output_type": "mypy over the package, uncached",
 }
 
 # Parametrized storage fixtures: the parameter, not the fixture's code, says what is real.
