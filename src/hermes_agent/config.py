@@ -127,11 +127,11 @@ class LlamaCppConfig(ModelConfig):
     use_grammar: bool = True
     max_calls: int = Field(default=1, ge=1)
     """How many tool calls the grammar allows in one turn."""
-    call_bias: float | None = 7.875
-    """With ``tool_choice: auto``, how readily the model opens a tool call (added to the
-    log-probability margin of the call path over text; higher calls more); ``null`` leaves the
-    choice to the model's first token, which never calls unforced. 7.875 is calibrated on BFCL
-    and the quick start for the bundled model (docs/evaluation.md)."""
+    call_bias: float | None = 6.5
+    """With ``tool_choice: auto``, how readily the model opens a tool call (added to the score
+    of the call path over text; higher calls more); ``null`` leaves the choice to the model's
+    first token, which never calls unforced. 6.5 is calibrated on BFCL and the quick start for
+    the bundled model (docs/evaluation.md)."""
 
 
 class ScriptedConfig(ModelConfig):

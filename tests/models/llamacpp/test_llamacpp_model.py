@@ -259,6 +259,37 @@ def test_auto_calls_for_arithmetic_and_answers_a_greeting_in_text(model: LlamaCp
 
 @pytest.mark.embedded
 @needs_local
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_the_decision_holds_with_one_tool_as_with_many(model: LlamaCpp, count: int) -> None:
+    # Tool text alone makes the call opener likelier: measured against the same tools with a
+    # message that asks for nothing, the quick start calls with the calculator alone too.
+    from hermes_agent.demo_tools import demo_tools
+
+    tools = [tool.spec() for tool in demo_tools()][:count]
+    assert tools[0]["function"]["name"] == "calculator"
+    whole = ModelSettings(tool_choice="auto", max_tokens=128)  # room for the whole call
+    (call,) = _complete(model, whole, tools).completion.tool_calls
+    assert call.name == "calculator"
+    greeting = asyncio.run(model.complete(GREETING, tools, whole))
+    assert greeting.completion.tool_calls == [] and greeting.text.strip()
+
+
+@pytest.mark.embedded
+@needs_local
+def test_the_baseline_is_measured_once_per_toolset(model: LlamaCpp) -> None:
+    from hermes_agent.models.llamacpp.loader import load_model
+
+    loaded = load_model(model.model_path, model.n_ctx, model.n_threads, model.seed, False)
+    loaded.baselines.clear()
+    for _ in range(2):
+        asyncio.run(model.complete(GREETING, [CALCULATOR], AUTO))
+    assert len(loaded.baselines) == 1
+    _complete(model, AUTO, [CALCULATOR])
+    assert len(loaded.baselines) == 1  # another question, the same system prompt and tools
+
+
+@pytest.mark.embedded
+@needs_local
 def test_call_bias_moves_the_decision_and_none_leaves_it_to_the_model() -> None:
     eager = LlamaCpp(max_calls=1, max_string_chars=48, call_bias=50.0)
     # Made to call after a greeting: it opens a call (what it writes in it is another matter).

@@ -42,6 +42,7 @@ class LoadedModel:
     candidates: Candidates | None = None
     pieces: dict[bytes, int] | None = None  # token text -> token id, for GrammarGuide
     snapshots: list[_Snapshot] = field(default_factory=list)  # see reuse_context
+    baselines: dict[str, float | None] = field(default_factory=dict)  # see decision.call_baseline
 
     def grammar_sampler(self, text: str) -> Any:
         """A llama.cpp grammar sampler for ``text`` in its initial state (compiled once)."""

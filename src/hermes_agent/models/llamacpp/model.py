@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import os
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -26,7 +27,14 @@ from typing import Any
 from hermes_agent.errors import ConfigError, MissingDependencyError, ModelError
 from hermes_agent.models.base import ModelBase, ModelProfile, ModelSettings, grammar_tool_choice
 from hermes_agent.models.llamacpp.context import LoadedModel, tokenize_prompt
-from hermes_agent.models.llamacpp.decision import DEFAULT_CALL_BIAS, call_margin
+from hermes_agent.models.llamacpp.decision import (
+    CALL_WEIGHT,
+    DEFAULT_CALL_BIAS,
+    NEUTRAL_MESSAGE,
+    call_baseline,
+    call_likelihood,
+    call_margin,
+)
 from hermes_agent.models.llamacpp.files import (
     BUNDLED_MODEL_FILE,
     INSTALL_HINT,
@@ -79,6 +87,8 @@ class _Request:
     """The turn answers a user message (not tool results): where the call decision is made."""
     call_prompt: str | None = None
     """The prompt a turn that decided to call is decoded with (rendered as ``required``)."""
+    baseline_prompt: str | None = None
+    """The decision's baseline: the system prompt and tools, then ``NEUTRAL_MESSAGE``."""
     answer_grammar: str | None = None
     """Structured output, a turn after tool results: the grammar of the answer alone."""
     sent: str | None = None
@@ -107,17 +117,21 @@ class LlamaCpp(ModelBase):
 
     ``call_bias`` makes ``tool_choice="auto"`` a calibrated decision. Left to itself under the
     grammar's "text or calls", SmolLM2 almost never opens a call. So for a turn that answers
-    the user, the model first scores both ways to begin (``call_margin``: the log-probability
+    the user, the model first scores the two ways to begin (``call_margin``: the log-probability
     of the whole call opener ``<tool_call>\n{"name": "`` minus that of its best first text
-    token), opens a call when ``margin + call_bias >= 0``, and is then decoded under the
-    calls-only grammar as a ``required`` turn (its prompt gains "You must call at least one of
-    the functions."), or under the text-only grammar with the ``auto`` prompt. Once the
-    decision is made, ``render_prompt`` for that request gives the prompt the model was given,
-    so the audit trail records the ``required`` rendering of a turn that decided to call.
-    ``last_call_margin`` keeps the last margin. After
-    tool results there is no decision (the model goes on under "text or calls" and answers).
-    The default, 7.875, comes from BFCL and the quick start's margins on machines of this
-    kind (docs/evaluation.md); ``None`` turns the decision off.
+    token), less the same for the system prompt and tools with a message that asks for nothing
+    (``call_baseline``: tool text alone makes a call likelier, so without it the fewer tools,
+    the fewer calls), plus ``CALL_WEIGHT`` times the likelihood of the call it would write
+    (``call_likelihood``: a call whose arguments the model must invent scores low). It opens a
+    call when ``score + call_bias >= 0``, decoded under the calls-only grammar as a
+    ``required`` turn (its prompt gains "You must call at least one of the functions."), and
+    otherwise answers under the text-only grammar with the ``auto`` prompt. Once the decision
+    is made, ``render_prompt`` for that request gives the prompt the model was given, so the
+    audit trail records the ``required`` rendering of a turn that decided to call.
+    ``last_call_margin`` keeps the last score. After tool results there is no decision (the
+    model goes on under "text or calls" and answers).
+    The default, 6.5, comes from BFCL and the quick start's scores with one demo tool and
+    with three (docs/evaluation.md); ``None`` turns the decision off.
 
     Structured output (``ModelSettings.output_schema``) with tools: a turn that answers the
     user is decided as above, between a call and a JSON answer of the schema (the grammar's
@@ -176,8 +190,8 @@ class LlamaCpp(ModelBase):
         self.repack_weights = repack_weights
         self.call_bias = call_bias
         self.last_call_margin: float | None = None
-        """The decision of the last ``auto`` turn under the grammar: the best call-opening
-        token's logit minus the best text token's (``None`` when no decision was made)."""
+        """The score of the last ``auto`` turn's decision under the grammar (see
+        ``call_bias``; ``None`` when no decision was made)."""
         self.name = f"llamacpp:{path.stem}"
         # The prompt is rendered here and does not end inside <think>, whatever the family's
         # template would do: the thought is open only when the caller says so.
@@ -227,21 +241,28 @@ class LlamaCpp(ModelBase):
         decoded with. Before that request is made (and for any other), the rendering of these
         ``settings``, which is the prompt the decision is made on.
         """
+        prompt = self._render(messages, tools, settings)
+        last = _SENT.get()
+        if last is not None and last[0] == id(self) and last[1] == prompt:
+            return last[2]
+        return prompt
+
+    def _render(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[dict[str, Any]],
+        settings: ModelSettings,
+    ) -> str:
         wire = render_conversation(
             messages,
             tools,
             chat_format=self.chat_format,
             scratch_pad=settings.scratch_pad,
             tool_choice=settings.tool_choice,
-            # The call decision's bias is calibrated on the Hermes role text: a 135M model
-            # cannot act on more, and any other text moves its decision (docs/decisions.md).
+            # The Hermes role text by default: a 135M model cannot act on more (docs/decisions.md).
             preamble=HERMES_ROLE if settings.preamble is None else settings.preamble,
         )
-        prompt = to_chatml(wire)
-        last = _SENT.get()
-        if last is not None and last[0] == id(self) and last[1] == prompt:
-            return last[2]
-        return prompt
+        return to_chatml(wire)
 
     def grammar(self, tools: Sequence[dict[str, Any]], settings: ModelSettings) -> str | None:
         """The GBNF grammar decoding runs under for this request (``None``: unconstrained).
@@ -329,7 +350,7 @@ class LlamaCpp(ModelBase):
         settings: ModelSettings,
     ) -> _Request:
         grammar = self.grammar(tools, settings)
-        branches, call_prompt, answer_grammar = None, None, None
+        branches, call_prompt, answer_grammar, baseline_prompt = None, None, None, None
         choice = grammar_tool_choice(messages, settings)
         if grammar is not None and choice != settings.tool_choice:
             # With the results in hand, a structured turn answers in the schema (one round of
@@ -341,6 +362,9 @@ class LlamaCpp(ModelBase):
             text = self.grammar(tools, dataclasses.replace(settings, tool_choice="none"))
             branches = (calls, text) if calls and text else None
             call_prompt = self.render_prompt(messages, tools, required)
+            head = list(itertools.takewhile(lambda message: message.role == "system", messages))
+            neutral = [*head, Message(role="user", content=NEUTRAL_MESSAGE)]
+            baseline_prompt = self._render(neutral, tools, settings)
         return _Request(
             prompt=self.render_prompt(messages, tools, settings),
             grammar=grammar,
@@ -349,6 +373,7 @@ class LlamaCpp(ModelBase):
             branches=branches,
             answers_user=bool(messages) and messages[-1].role == "user",
             call_prompt=call_prompt,
+            baseline_prompt=baseline_prompt,
             answer_grammar=answer_grammar,
         )
 
@@ -371,7 +396,7 @@ class LlamaCpp(ModelBase):
         self.last_call_margin = None
         if request.branches is not None and self.call_bias is not None and request.answers_user:
             calls, text = request.branches
-            self.last_call_margin = call_margin(loaded, request.prompt, text)
+            self.last_call_margin = _call_score(loaded, request, calls, text, self.call_bias)
             if self.last_call_margin is None:
                 grammar = text  # no room left for a call after the prompt
             elif self.last_call_margin + self.call_bias >= 0:
@@ -455,6 +480,29 @@ class LlamaCpp(ModelBase):
             ),
             finish_reason=str(finish_reason),
         )
+
+
+def _call_score(
+    loaded: LoadedModel, request: _Request, calls: str, text: str, bias: float
+) -> float | None:
+    """The decision of an ``auto`` turn (call when ``score + bias >= 0``; ``None``: no room for a
+    call): the call margin of the prompt less its baseline's, plus ``CALL_WEIGHT`` times the
+    call's likelihood. The likelihood is never positive, so a margin that cannot reach the line
+    with it decides without decoding the call."""
+    baseline = 0.0
+    if request.baseline_prompt is not None:
+        found = call_baseline(loaded, request.baseline_prompt, text)
+        if found is None:
+            return None
+        baseline = found
+    margin = call_margin(loaded, request.prompt, text)
+    if margin is None:
+        return None
+    score = margin - baseline
+    if score + bias < 0:
+        return score
+    prompt = request.call_prompt or request.prompt
+    return score + CALL_WEIGHT * call_likelihood(loaded, prompt, calls, request.max_tokens)
 
 
 def _check_ended(finish_reason: object) -> None:
