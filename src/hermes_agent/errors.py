@@ -45,6 +45,8 @@
     ├── McpError                 a call to an MCP server failed (``tools.mcp.client``)
     ├── CallerCannotAnswer       a tool asked its caller for input and no caller can answer
     │                            (``mcp.asking``)
+    ├── StateRefused             an MCP caller's ``requestState`` the door will not resume
+    │                            from: tampered, foreign, spent or expired (``mcp.input_required``)
     ├── DeliveryError            a channel part was not delivered; ``transient`` when a retry
     │                            may succeed (``channels.senders``)
     ├── InboundRefused           a channel payload the channel cannot take: 400 or 422

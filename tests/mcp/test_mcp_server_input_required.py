@@ -24,7 +24,8 @@ from mcp import Client, MCPError
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import ElicitRequestParams, ElicitResult, InputRequiredResult
 
-from test_mcp_server import HttpServer, api_key, make_project
+from mcp_project import make_project
+from test_mcp_server import HttpServer, api_key
 
 ASKING_TOOLS = '''
 
@@ -282,7 +283,7 @@ def test_a_call_whose_caller_never_comes_back_ends_with_its_question_cancelled()
     from mcp.types import CallToolResult, TextContent
 
     from hermes_agent.mcp.asking import Question
-    from hermes_agent.mcp.input_required import Exchange, Exchanges, _StateRefused
+    from hermes_agent.mcp.input_required import Exchange, Exchanges, StateRefused
 
     async def main() -> None:
         exchanges = Exchanges(ttl_s=0.01)
@@ -297,7 +298,7 @@ def test_a_call_whose_caller_never_comes_back_ends_with_its_question_cancelled()
         assert isinstance(first, InputRequiredResult) and len(exchanges) == 1
         assert await finished == "cancel"  # expired unanswered: the call goes on, denied
         assert len(exchanges) == 0
-        with pytest.raises(_StateRefused):
+        with pytest.raises(StateRefused):
             await exchanges.resume("ada", first.request_state or "", {})
 
     asyncio.run(asyncio.wait_for(main(), 30))

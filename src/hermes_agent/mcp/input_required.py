@@ -27,6 +27,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hermes_agent.errors import HermesAgentError
 from hermes_agent.mcp.asking import Answer, Question
 
 if TYPE_CHECKING:
@@ -37,8 +38,9 @@ STATE_TTL_S = 600.0
 _STATE_MARK = "hermes-exchange"
 
 
-class _StateRefused(Exception):
-    """A ``requestState`` this server will not resume from (its message says why)."""
+class StateRefused(HermesAgentError):
+    """A ``requestState`` this server will not resume from (its message says why); the door
+    answers it with JSON-RPC's invalid-params error."""
 
 
 @dataclass(slots=True)
@@ -122,17 +124,17 @@ class Exchanges:
         self, owner: str, state: str, responses: Mapping[str, Any] | None, request: Any = None
     ) -> CallToolResult | InputRequiredResult:
         """Answer a waiting call's questions from ``responses`` and go on until it ends or asks
-        again. ``_StateRefused`` for a state that names no call of ``owner`` waiting now."""
+        again. ``StateRefused`` for a state that names no call of ``owner`` waiting now."""
         try:
             decoded = json.loads(state)
             mark, exchange_id, round_ = decoded["m"], decoded["x"], decoded["r"]
         except (ValueError, KeyError, TypeError):
-            raise _StateRefused("requestState is not one of this server's") from None
+            raise StateRefused("requestState is not one of this server's") from None
         exchange = self._open.get(exchange_id) if mark == _STATE_MARK else None
         if exchange is None or exchange.owner != owner:
-            raise _StateRefused("requestState names no call waiting for this caller")
+            raise StateRefused("requestState names no call waiting for this caller")
         if round_ != exchange.round:
-            raise _StateRefused("requestState was answered already: retry with the latest one")
+            raise StateRefused("requestState was answered already: retry with the latest one")
         if exchange.answer(responses or {}) == 0:  # nothing answered: ask again
             return self._input_required(exchange)
         if exchange.on_resume is not None:

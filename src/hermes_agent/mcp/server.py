@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
 from hermes_agent.mcp.asking import Answer, Asker, Question, asking, can_ask, stop_asking
-from hermes_agent.mcp.input_required import Exchange, Exchanges, _StateRefused
+from hermes_agent.mcp.input_required import Exchange, Exchanges, StateRefused
 from hermes_agent.mcp.outbox import Outbox, SessionLevels, install
 from hermes_agent.mcp.sessions import (
     DEFAULT_IDLE_TIMEOUT_S,
@@ -291,7 +291,7 @@ class AgentMcpServer:
                 return await self._exchanges.resume(
                     principal.user_id, params.request_state, params.input_responses, ctx
                 )
-            except _StateRefused as exc:
+            except StateRefused as exc:
                 raise MCPError(INVALID_PARAMS, str(exc)) from None
         if params.name == ASK_TOOL and not self.ask:
             raise MCPError(INVALID_PARAMS, "unknown tool 'ask': this server was started without it")
