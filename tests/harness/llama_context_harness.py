@@ -1,13 +1,16 @@
-"""What the tests of the embedded model's context copies share: a raw ``Llama`` of its own,
-the text they tokenize, a calculator tool and the logits of the last evaluated token."""
+"""What the tests of the embedded model share: for its context copies, a raw ``Llama`` of its own
+(the ``loaded`` fixture), the text they tokenize, a calculator tool and the logits of the last
+evaluated token; for its calls, a ``LlamaCpp`` of one call a turn (the ``model`` fixture)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from hermes_agent.models import llamacpp
-from hermes_agent.models.llamacpp import bundled_model_path
+from hermes_agent.models.llamacpp import LlamaCpp, bundled_model_path
 from hermes_agent.models.llamacpp.context import LoadedModel
 from hermes_agent.protocol.prompts import openai_tool
 
@@ -37,6 +40,19 @@ def raw_loaded() -> Iterator[Any]:
     )
     yield LoadedModel(llm)
     llm.close()
+
+
+@pytest.fixture(name="loaded", scope="module")
+def loaded_fixture() -> Iterator[Any]:
+    """A ``LoadedModel`` around a raw ``Llama`` that no ``LlamaCpp`` shares, for a test module."""
+    yield from raw_loaded()
+
+
+@pytest.fixture(name="model", scope="module")
+def calling_model() -> LlamaCpp:
+    """The embedded model for a test module; one call per turn keeps a 135M model (which likes
+    to repeat its call) short."""
+    return LlamaCpp(max_calls=1, max_string_chars=48)
 
 
 def logits(llm: Any) -> Any:

@@ -73,6 +73,13 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+def user_calls(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
+    """A model that makes the call written in the user message, then says it is done."""
+    if messages[-1].role == "tool":
+        return "done"
+    return str(next(m for m in reversed(messages) if m.role == "user").content)
+
+
 def scripted(*replies: str) -> ScriptedModel:
     """A scripted model that gives ``replies`` in turn."""
     return ScriptedModel(list(replies))

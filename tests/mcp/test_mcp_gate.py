@@ -18,20 +18,14 @@ from hermes_agent.types import Message
 
 pytest.importorskip("mcp")
 
+from mcp_project import project_fixture  # noqa: F401  (the project fixture)
 from test_mcp_server import (
     HttpServer,
     api_key,
     keyed_client,
-    make_project,
     serve_args,
     stdio_session,
 )
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path)
-
 
 ALICE_DIARY = "alice:diary"
 """Where the REST service keeps alice's session ``diary``."""

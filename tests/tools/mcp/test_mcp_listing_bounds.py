@@ -9,7 +9,6 @@ session, and the next call starts the server again."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -25,11 +24,12 @@ from hermes_agent import ScriptedModel
 from hermes_agent.config import McpServerConfig, parse_config
 from hermes_agent.errors import ConfigError
 from hermes_agent.loading import build_agent
+from hermes_agent.testing import tool_call
 
 pytest.importorskip("mcp")
 
 from hermes_agent.tools.mcp import open_mcp_toolsets
-from server_harness import free_port
+from server_harness import free_port, user_calls
 
 SERVER = Path(__file__).resolve().parents[2] / "harness" / "mcp_misbehaving_server.py"
 HUGE_LISTING = 40_000_000
@@ -116,30 +116,21 @@ def test_the_bound_follows_max_result_bytes_and_a_listing_within_it_loads() -> N
         open_mcp_toolsets({"small": _stdio(1_500_000, max_result_bytes=100)})
 
 
-def _call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
 def test_a_result_past_the_bound_fails_the_session_and_the_next_call_starts_afresh(
     tmp_path: Path,
 ) -> None:
-    def model(messages: Any, _tools: Any) -> str:
-        if messages[-1].role == "tool":
-            return "done"
-        return str(next(m for m in reversed(messages) if m.role == "user").content)
-
     config = {
         "model": {"provider": "scripted"},
         "storage": {"url": f"sqlite:///{tmp_path / 'state.db'}"},
         "mcp_servers": {"bad": {"command": sys.executable, "args": [str(SERVER)]}},
     }
-    agent = build_agent(parse_config(config), model=ScriptedModel(model))
+    agent = build_agent(parse_config(config), model=ScriptedModel(user_calls))
     try:
-        big = agent.run(_call("huge", size=5_000_000))
+        big = agent.run(tool_call("huge", size=5_000_000))
         refused = big.tool_calls[0]
         assert refused.status_code == 500, refused
         assert "more than 2000000 bytes" in str(refused.error), refused.error
-        after = agent.run(_call("huge", size=10), session_id="after")
+        after = agent.run(tool_call("huge", size=10), session_id="after")
         assert after.tool_calls[0].status_code == 200, after.tool_calls[0]
     finally:
         agent.close()
