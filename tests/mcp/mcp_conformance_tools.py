@@ -2,21 +2,22 @@
 tools (``hermes-agent mcp serve --tools mcp_conformance_tools.py``): test_mcp_conformance.py.
 
 Each does what its scenario asks of a server's tool and nothing more: a tool that asks its
-caller for input asks with ``ask_caller`` (or ``asking.ask``, for the whole answer), and one
-that logs uses Python's ``logging``. The suite's other fixtures (resources, prompts,
-completions, sampling, roots) have no counterpart here: the agent's MCP server serves tools
-only, and a tool cannot ask the caller's model or its roots (the baseline says so, scenario by
-scenario).
+caller for input asks with ``ask_caller`` (or ``asking.ask``, for the whole answer), its
+caller's model with ``sample_caller``, its roots with ``list_caller_roots``, and one that logs
+uses Python's ``logging``. The suite's other fixtures (resources, prompts, completions) have
+no counterpart here: the agent's MCP server serves tools only (the baseline says so, scenario
+by scenario).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from typing import Any
 
 from hermes_agent import tool
-from hermes_agent.mcp import ask_caller
+from hermes_agent.mcp import CallerCannotAnswer, ask_caller, list_caller_roots, sample_caller
 from hermes_agent.mcp.asking import Question, ask
 from hermes_agent.tools.mcp import Audio, Content, Image, Resource, report_progress
 
@@ -207,3 +208,59 @@ async def test_streaming_elicitation() -> str:
     """Ask the caller for a name (never by a request of the server's own at 2026-07-28)."""
     answer = await ask_caller("What is your name?", NAME, key="user_name")
     return f"Hello, {answer['name']}!" if answer else "No name given."
+
+
+@tool
+async def test_sampling(prompt: str) -> str:
+    """Ask the caller's model to answer a prompt.
+
+    Args:
+        prompt: What to ask the caller's model.
+    """
+    reply = await sample_caller(prompt, max_tokens=100)
+    return f"LLM response: {reply}" if reply is not None else "The caller's model declined."
+
+
+@tool
+async def test_missing_capability() -> str:
+    """Ask the caller's model (a caller that declared no sampling cannot be served)."""
+    reply = await sample_caller("Say hello.", max_tokens=20)
+    return f"LLM response: {reply}"
+
+
+@tool
+async def test_input_required_result_sampling() -> str:
+    """Ask the caller's model a question."""
+    reply = await sample_caller(
+        "What is the capital of France?", max_tokens=100, key="capital_question"
+    )
+    return f"The caller's model says: {reply}"
+
+
+@tool
+async def test_input_required_result_list_roots() -> str:
+    """List the caller's roots."""
+    roots = await list_caller_roots(key="client_roots")
+    return "Roots: " + ", ".join(root["uri"] for root in roots)
+
+
+@tool
+async def test_input_required_result_multiple_inputs() -> str:
+    """Ask the caller a name, its model a greeting and its roots, all at once."""
+    name, greeting, roots = await asyncio.gather(
+        ask_caller("What is your name?", NAME, key="user_name"),
+        sample_caller("Generate a greeting", max_tokens=50, key="greeting"),
+        list_caller_roots(key="client_roots"),
+    )
+    return f"{greeting} {(name or {}).get('name')} ({len(roots)} roots)"
+
+
+@tool
+async def test_input_required_result_capabilities() -> str:
+    """Ask the caller's name, else its model for one: whichever its client can answer."""
+    try:
+        answer = await ask_caller("What is your name?", NAME, key="user_name")
+        return f"Hello, {(answer or {}).get('name')}!"
+    except CallerCannotAnswer:
+        reply = await sample_caller("Suggest a name.", max_tokens=20, key="suggested_name")
+        return f"Hello, {reply}!"

@@ -248,14 +248,22 @@ def test_a_tool_asks_its_caller_and_its_log_lines_reach_it(server: HttpServer, m
                     await caller.set_logging_level("warning")
             greeted = await caller.call_tool("greet", {})
         async with client(server.url, key, None, mode=mode) as unable:
-            unanswered = await unable.call_tool("greet", {})
+            try:
+                unanswered = await unable.call_tool("greet", {})
+            except MCPError as exc:  # at 2026-07-28: the protocol's missing-capability error
+                unanswered = exc
         return greeted, unanswered, caller.asked  # type: ignore[attr-defined]
 
     greeted, unanswered, asked = run(main())
     assert not greeted.is_error and greeted.content[0].text == "Hello, Ada!"
     assert asked == ["What is your name?"]
     assert logged == [("warning", "answered")]  # below the level asked for: not sent
-    assert unanswered.is_error and "CallerCannotAnswer" in unanswered.content[0].text
+    if mode == "legacy":  # an error result the caller's model reads
+        assert unanswered.is_error and "CallerCannotAnswer" in unanswered.content[0].text
+    else:  # a call that needed an undeclared capability: -32021, naming it
+        assert isinstance(unanswered, MCPError) and unanswered.error.code == -32021
+        assert unanswered.error.data == {"requiredCapabilities": {"elicitation": {}}}
+        assert "CallerCannotAnswer" in unanswered.error.message
 
 
 def test_no_other_door_can_answer_a_tools_question() -> None:

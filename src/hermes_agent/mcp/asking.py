@@ -15,11 +15,17 @@
             return "the caller declined: booked nothing"
         return f"booked {topic} on {answer['day']}"
 
+A tool asks the caller's model for a completion the same way (MCP sampling): ``await
+sample_caller("Summarise: ...", max_tokens=200)`` is the text the caller's client produced
+(``None`` when it refused), and ``await list_caller_roots()`` the caller's roots; each needs
+its client to have declared ``sampling`` or ``roots``, as a question needs ``elicitation``.
+
 Only an MCP caller can answer (``hermes-agent mcp serve``): on a session of 2025-11-25 or
 before, by an elicitation request sent to its client while the call waits; at 2026-07-28
 (stateless: no session to send a request on), the call's result is ``input_required`` with the
 question, and the client's retry carries the answer, the call waiting in between. A caller
-whose client declared no elicitation, and every other door (a run of the agent's own model, the
+whose client declared no elicitation (no sampling, no roots: whichever the request needs), and
+every other door (a run of the agent's own model, the
 REST service, a channel), cannot answer: ``ask_caller`` raises ``CallerCannotAnswer``, which
 the tool may catch. The approvals the agent needs are asked the same way (``AgentMcpServer``).
 
@@ -30,19 +36,26 @@ Importing this module imports nothing of the SDK.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from hermes_agent.errors import HermesAgentError
 
 Action = Literal["accept", "decline", "cancel"]
+Capability = Literal["elicitation", "sampling", "roots"]
+"""What a client declares it can answer (a request of each needs its own)."""
 
 
 class CallerCannotAnswer(HermesAgentError):
     """Nobody who called this tool can be asked for input (no MCP caller, or one whose client
-    declared no elicitation)."""
+    declared no elicitation, or no sampling or roots for those). ``capability``: the one
+    that was missing."""
+
+    def __init__(self, message: str, capability: Capability = "elicitation") -> None:
+        super().__init__(message)
+        self.capability: Capability = capability
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +67,69 @@ class Question:
     message: str
     schema: dict[str, Any]
     key: str = "input"
+    capability: ClassVar[Capability] = "elicitation"
+
+    def request(self) -> tuple[str, dict[str, Any]]:
+        """The request's method and params, as MCP writes them."""
+        params = {"mode": "form", "message": self.message, "requestedSchema": self.schema}
+        return "elicitation/create", params
+
+    def read(self, response: Mapping[str, Any]) -> Answer | None:
+        """The client's result as an ``Answer`` (``None`` when it is not one)."""
+        action, content = response.get("action"), response.get("content", {})
+        if action not in ("accept", "decline", "cancel"):
+            return None
+        if action != "accept":
+            return Answer(action)
+        return Answer("accept", dict(content)) if isinstance(content, Mapping) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """A completion asked of the caller's model (``sampling/createMessage``): ``messages``
+    as MCP's sampling messages (``{"role", "content"}``, the content a block or a list of
+    blocks), at most ``max_tokens``, with an optional ``system`` prompt. Answered with the
+    client's ``CreateMessageResult`` as the content (``role``, ``content``, ``model``,
+    ``stopReason``)."""
+
+    messages: tuple[dict[str, Any], ...]
+    max_tokens: int
+    system: str | None = None
+    key: str = "sampling"
+    capability: ClassVar[Capability] = "sampling"
+
+    def request(self) -> tuple[str, dict[str, Any]]:
+        params: dict[str, Any] = {"messages": list(self.messages), "maxTokens": self.max_tokens}
+        if self.system is not None:
+            params["systemPrompt"] = self.system
+        return "sampling/createMessage", params
+
+    def read(self, response: Mapping[str, Any]) -> Answer | None:
+        if "content" not in response or "role" not in response or "model" not in response:
+            return None
+        return Answer("accept", dict(response))
+
+
+@dataclass(frozen=True, slots=True)
+class Roots:
+    """The caller's roots, asked of its client (``roots/list``); answered with
+    ``{"roots": [{"uri", "name"?}, ...]}``."""
+
+    key: str = "roots"
+    capability: ClassVar[Capability] = "roots"
+
+    def request(self) -> tuple[str, dict[str, Any]]:
+        return "roots/list", {}
+
+    def read(self, response: Mapping[str, Any]) -> Answer | None:
+        roots = response.get("roots")
+        if not isinstance(roots, list):
+            return None
+        return Answer("accept", {"roots": roots})
+
+
+Request = Question | Sampling | Roots
+"""Whatever a tool can ask its caller."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +141,21 @@ class Answer:
     content: dict[str, Any] = field(default_factory=dict)
 
 
-Asker = Callable[[Question], Awaitable[Answer]]
-"""Puts one question to the caller and waits for the answer (the MCP server's, per call)."""
+Asker = Callable[[Request], Awaitable[Answer]]
+"""Puts one request to the caller and waits for the answer (the MCP server's, per call)."""
 
-_asker: ContextVar[Asker | None] = ContextVar("hermes_agent_mcp_asker", default=None)
+
+@dataclass(slots=True)
+class Caller:
+    """Who a call's requests go to: its ``asker`` and the ``capabilities`` its client
+    declared. ``refused`` collects the capabilities a request needed and did not find."""
+
+    asker: Asker | None
+    capabilities: frozenset[Capability] = frozenset()
+    refused: set[Capability] = field(default_factory=set)
+
+
+_caller: ContextVar[Caller | None] = ContextVar("hermes_agent_mcp_caller", default=None)
 
 
 async def ask_caller(
@@ -81,27 +168,61 @@ async def ask_caller(
     return answer.content if answer.action == "accept" else None
 
 
-async def ask(question: Question) -> Answer:
-    """``ask_caller`` with the whole answer (its action too)."""
-    asker = _asker.get()
-    if asker is None:
+async def sample_caller(
+    messages: str | Sequence[dict[str, Any]],
+    *,
+    max_tokens: int,
+    system: str | None = None,
+    key: str = "sampling",
+) -> str | None:
+    """Ask the caller's model for a completion and wait for it: its text (the text blocks of
+    the reply, joined), ``None`` when the caller refused. ``messages`` is a prompt (one user
+    message) or MCP sampling messages. ``CallerCannotAnswer`` when nobody can be asked."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": {"type": "text", "text": messages}}]
+    answer = await ask(Sampling(tuple(messages), max_tokens, system, key))
+    if answer.action != "accept":
+        return None
+    content = answer.content.get("content")
+    blocks = content if isinstance(content, list) else [content]
+    return "".join(
+        str(b.get("text", "")) for b in blocks if isinstance(b, Mapping) and b.get("type") == "text"
+    )
+
+
+async def list_caller_roots(*, key: str = "roots") -> list[dict[str, Any]]:
+    """The caller's roots (``{"uri", "name"?}`` each); ``[]`` when it gave none.
+    ``CallerCannotAnswer`` when nobody can be asked."""
+    answer = await ask(Roots(key))
+    return list(answer.content.get("roots", [])) if answer.action == "accept" else []
+
+
+async def ask(request: Request) -> Answer:
+    """Put any request to the caller; the whole answer (its action too)."""
+    caller = _caller.get()
+    needed = request.capability
+    if caller is None or caller.asker is None or needed not in caller.capabilities:
+        if caller is not None:
+            caller.refused.add(needed)
         raise CallerCannotAnswer(
-            "nobody can be asked for input here: only an MCP caller whose client declared "
-            "elicitation can answer"
+            f"nobody can be asked for this here: only an MCP caller whose client declared "
+            f"{needed} can answer",
+            needed,
         )
-    return await asker(question)
+    return await caller.asker(request)
 
 
-def can_ask() -> bool:
-    """Whether a caller can be asked from this context."""
-    return _asker.get() is not None
+def can_ask(capability: Capability = "elicitation") -> bool:
+    """Whether a caller can be asked from this context (a request needing ``capability``)."""
+    caller = _caller.get()
+    return caller is not None and caller.asker is not None and capability in caller.capabilities
 
 
-def asking(asker: Asker | None) -> Token[Asker | None]:
-    """Make ``asker`` answer the questions asked from this context on; ``stop_asking`` with the
-    token it returns."""
-    return _asker.set(asker)
+def asking(caller: Caller | None) -> Token[Caller | None]:
+    """Make ``caller`` answer the requests made from this context on; ``stop_asking`` with
+    the token it returns."""
+    return _caller.set(caller)
 
 
-def stop_asking(token: Token[Asker | None]) -> None:
-    _asker.reset(token)
+def stop_asking(token: Token[Caller | None]) -> None:
+    _caller.reset(token)

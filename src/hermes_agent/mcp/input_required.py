@@ -2,8 +2,9 @@
 question, and the caller's retry brings the answer, while the call waits in this process.
 
 A stateless request has no session to send an elicitation request on. So a call whose caller
-declared elicitation runs as an ``Exchange``: a task of its own, whose questions (an approval
-the agent needs, a tool's ``ask_caller``) end the request with ``resultType: input_required``,
+declared elicitation, sampling or roots runs as an ``Exchange``: a task of its own, whose
+questions (an approval the agent needs, a tool's ``ask_caller``, ``sample_caller`` or
+``list_caller_roots``) end the request with ``resultType: input_required``,
 the questions as ``inputRequests`` and a ``requestState`` naming the exchange and its round.
 The retry (the same tool, the same arguments, ``inputResponses`` and the echoed state) answers
 the questions, and the call goes on where it waited: to its result, or to the next questions.
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hermes_agent.errors import HermesAgentError
-from hermes_agent.mcp.asking import Answer, Question
+from hermes_agent.mcp.asking import Answer, Request
 
 if TYPE_CHECKING:
     from mcp.types import CallToolResult, InputRequiredResult
@@ -45,7 +46,7 @@ class StateRefused(HermesAgentError):
 
 @dataclass(slots=True)
 class _Asked:
-    question: Question
+    question: Request
     answer: asyncio.Future[Answer]
 
 
@@ -63,8 +64,9 @@ class Exchange:
     on_resume: Callable[[Any], None] | None = None
     """Told the request each retry comes in on (what the call sends goes out on it)."""
 
-    async def ask(self, question: Question) -> Answer:
-        """Put ``question`` to the caller (at the end of the current request) and wait."""
+    async def ask(self, question: Request) -> Answer:
+        """Put ``question`` (any request: a form, a completion, the roots) to the caller, at
+        the end of the current request, and wait."""
         key, n = question.key, 1
         while key in self.asked:  # two questions at once under one key: each its own
             n += 1
@@ -82,7 +84,7 @@ class Exchange:
         how many were answered."""
         answered = 0
         for key, asked in list(self.asked.items()):
-            answer = _answer(responses.get(key))
+            answer = _answer(asked.question, responses.get(key))
             if answer is not None and not asked.answer.done():
                 asked.answer.set_result(answer)
                 answered += 1
@@ -155,6 +157,7 @@ class Exchanges:
                 waiter = asyncio.ensure_future(exchange.changed.wait())
                 await asyncio.wait({exchange.task, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
+                await asyncio.sleep(0)  # questions asked together (gathered) go out together
         except asyncio.CancelledError:  # the caller went away mid-call: so does the call
             exchange.task.cancel()
             raise
@@ -169,14 +172,7 @@ class Exchanges:
         exchange.round += 1
         state = json.dumps({"m": _STATE_MARK, "x": exchange.id, "r": exchange.round})
         requests = {
-            key: {
-                "method": "elicitation/create",
-                "params": {
-                    "mode": "form",
-                    "message": asked.question.message,
-                    "requestedSchema": asked.question.schema,
-                },
-            }
+            key: dict(zip(("method", "params"), asked.question.request(), strict=True))
             for key, asked in exchange.asked.items()
             if not asked.answer.done()
         }
@@ -208,15 +204,11 @@ class Exchanges:
                 await exchange.task
 
 
-def _answer(response: Any) -> Answer | None:
-    """An elicitation result as an ``Answer``; ``None`` when it is not one."""
+def _answer(question: Request, response: Any) -> Answer | None:
+    """The client's result for ``question`` (an elicitation's, a completion, the roots) as an
+    ``Answer``; ``None`` when it is not one."""
     if hasattr(response, "model_dump"):
-        response = response.model_dump(by_alias=True, exclude_none=True)
+        response = response.model_dump(by_alias=True, exclude_none=True, mode="json")
     if not isinstance(response, Mapping):
         return None
-    action, content = response.get("action"), response.get("content")
-    if action not in ("accept", "decline", "cancel"):
-        return None
-    if action == "accept":
-        return Answer("accept", dict(content)) if isinstance(content, Mapping) else None
-    return Answer(action)
+    return question.read(response)

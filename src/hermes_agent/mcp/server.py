@@ -55,7 +55,19 @@ from typing import TYPE_CHECKING, Any
 
 from hermes_agent.agent import Agent
 from hermes_agent.errors import HermesAgentError
-from hermes_agent.mcp.asking import Answer, Asker, Question, asking, can_ask, stop_asking
+from hermes_agent.mcp.asking import (
+    Answer,
+    Asker,
+    Caller,
+    Capability,
+    Question,
+    Request,
+    Roots,
+    Sampling,
+    asking,
+    can_ask,
+    stop_asking,
+)
 from hermes_agent.mcp.input_required import Exchange, Exchanges, StateRefused
 from hermes_agent.mcp.outbox import Outbox, SessionLevels, install
 from hermes_agent.mcp.sessions import (
@@ -299,13 +311,16 @@ class AgentMcpServer:
         if params.name not in tools and not (self.ask and params.name == ASK_TOOL):
             known = ", ".join([*tools, *([ASK_TOOL] if self.ask else [])]) or "none"
             raise MCPError(INVALID_PARAMS, f"unknown tool {params.name!r}; known: {known}")
-        if not _can_elicit(ctx):
-            return await self._handle(ctx, params.name, arguments, principal, None)
+        declared = _capabilities(ctx)
+        if not declared:
+            return await self._handle(ctx, params.name, arguments, principal, Caller(None))
         if ctx.protocol_version < "2026-07-28":
-            return await self._handle(ctx, params.name, arguments, principal, _session_asker(ctx))
+            caller = Caller(_session_asker(ctx), declared)
+            return await self._handle(ctx, params.name, arguments, principal, caller)
 
         async def run(exchange: Exchange) -> CallToolResult:
-            return await self._handle(ctx, params.name, arguments, principal, exchange)
+            caller = Caller(exchange.ask, declared)
+            return await self._handle(ctx, params.name, arguments, principal, caller, exchange)
 
         return await self._exchanges.start(principal.user_id, run)
 
@@ -315,15 +330,17 @@ class AgentMcpServer:
         name: str,
         arguments: dict[str, Any],
         principal: Principal,
-        asker: Asker | Exchange | None,
+        caller: Caller,
+        exchange: Exchange | None = None,
     ) -> CallToolResult:
-        """One call, its approvals and questions put to ``asker`` (nobody when ``None``)."""
+        """One call, its approvals and questions put to ``caller`` (through ``exchange`` at
+        2026-07-28). A call that failed for want of a capability its caller did not declare
+        is, at 2026-07-28, the protocol's error ``-32021`` naming the capability."""
         legacy = ctx is not None and ctx.protocol_version < "2026-07-28"
         outbox = Outbox(ctx, self._log_levels.get(ctx) if legacy else None)
-        if isinstance(asker, Exchange):  # each retry comes in on a request of its own
-            asker.on_resume = lambda request: setattr(outbox, "ctx", request or outbox.ctx)
-            asker = asker.ask
-        token, asked = listen(outbox.progress), asking(asker)
+        if exchange is not None:  # each retry comes in on a request of its own
+            exchange.on_resume = lambda request: setattr(outbox, "ctx", request or outbox.ctx)
+        token, asked = listen(outbox.progress), asking(caller)
         try:
             if name == ASK_TOOL and self.ask:
                 return await self._ask(arguments, principal)
@@ -337,6 +354,8 @@ class AgentMcpServer:
             await outbox.close()  # every report and log line goes before the result
         if record.status_code == 200:
             return _success(record.result)
+        if caller.refused and ctx is not None and not legacy:
+            raise _missing_capability(caller.refused, record.error)
         return _failure(record.error or f"the call ended with status {record.status_code}")
 
     async def set_logging_level(
@@ -556,34 +575,74 @@ APPROVAL_SCHEMA: dict[str, Any] = {
 }
 
 
-def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
-    """Whether the caller can be asked: its client declared elicitation (on its session, or
-    at 2026-07-28 in the request's ``_meta``)."""
-    from mcp.types import ClientCapabilities, ElicitationCapability
+def _capabilities(ctx: ServerRequestContext[Any]) -> frozenset[Capability]:
+    """What the caller can be asked: what its client declared of elicitation, sampling and
+    roots (on its session, or at 2026-07-28 in the request's ``_meta``)."""
+    from mcp.types import (
+        ClientCapabilities,
+        ElicitationCapability,
+        RootsCapability,
+        SamplingCapability,
+    )
 
+    wanted: dict[Capability, ClientCapabilities] = {
+        "elicitation": ClientCapabilities(elicitation=ElicitationCapability()),
+        "sampling": ClientCapabilities(sampling=SamplingCapability()),
+        "roots": ClientCapabilities(roots=RootsCapability()),
+    }
     try:
-        wanted = ClientCapabilities(elicitation=ElicitationCapability())
-        return ctx.session.check_client_capability(wanted)
+        return frozenset(
+            name for name, caps in wanted.items() if ctx.session.check_client_capability(caps)
+        )
     except Exception:  # no session to ask
-        return False
+        return frozenset()
+
+
+def _missing_capability(missing: Iterable[Capability], error: str | None) -> Exception:
+    """The protocol's error for a call that needed what its caller did not declare."""
+    from mcp import MCPError
+    from mcp.types import MISSING_REQUIRED_CLIENT_CAPABILITY
+
+    names = sorted(missing)
+    data: dict[str, Any] = {"requiredCapabilities": {name: {} for name in names}}
+    message = f"the call needs the client capability {', '.join(names)}, not declared"
+    return MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"{message}: {error}", data)
 
 
 def _session_asker(ctx: ServerRequestContext[Any]) -> Asker:
-    """Questions put to the caller of a session (2025-11-25 and before) by elicitation requests
-    sent while the call waits."""
+    """Requests put to the caller of a session (2025-11-25 and before) as requests of the
+    server's own, sent while the call waits."""
 
-    async def ask(question: Question) -> Answer:
+    async def ask(request: Request) -> Answer:
         try:
+            if isinstance(request, Sampling):
+                return await _sample(ctx, request)
+            if isinstance(request, Roots):
+                roots = await ctx.session.list_roots()
+                return Answer("accept", roots.model_dump(by_alias=True, mode="json"))
             answer = await ctx.session.elicit_form(
-                question.message, question.schema, related_request_id=ctx.request_id
+                request.message, request.schema, related_request_id=ctx.request_id
             )
-        except Exception:  # the caller could not be asked: nobody answered
+        except Exception:  # the caller could not be asked, or refused: nobody answered
             return Answer("cancel")
         if answer.action == "accept":
             return Answer("accept", dict(answer.content or {}))
         return Answer(answer.action)
 
     return ask
+
+
+async def _sample(ctx: ServerRequestContext[Any], request: Sampling) -> Answer:
+    from mcp.types import SamplingMessage
+
+    messages = [SamplingMessage.model_validate(m) for m in request.messages]
+    result = await ctx.session.create_message(
+        messages,
+        max_tokens=request.max_tokens,
+        system_prompt=request.system,
+        related_request_id=ctx.request_id,
+    )
+    return Answer("accept", result.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
 async def _ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:
