@@ -262,7 +262,7 @@ def test_a_tool_asks_its_caller_and_its_log_lines_reach_it(server: HttpServer, m
         assert unanswered.is_error and "CallerCannotAnswer" in unanswered.content[0].text
     else:  # a call that needed an undeclared capability: -32021, naming it
         assert isinstance(unanswered, MCPError) and unanswered.error.code == -32021
-        assert unanswered.error.data == {"requiredCapabilities": {"elicitation": {}}}
+        assert unanswered.error.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
         assert "CallerCannotAnswer" in unanswered.error.message
 
 

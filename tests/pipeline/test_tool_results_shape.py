@@ -74,6 +74,41 @@ def test_a_cache_hit_reads_exactly_like_the_first_call() -> None:
     assert_model_view(fed_back(model, 3)[0])
 
 
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_a_call_that_asked_its_caller_is_never_cached(kind: str) -> None:
+    """Its result is its caller's own (an MCP caller's roots, say): the next caller, whoever
+    it is, runs the tool again. A call that asked nobody is cached as before."""
+    from hermes_agent.tools.runtime import asked_caller
+
+    asking, not_asking = [call("whose", ask=True), "ok"], [call("whose", ask=False), "ok"]
+    model = ScriptedModel(asking * 2 + not_asking * 2)
+    agent = Agent(model=model)
+    ran: list[bool] = []
+
+    def body(ask: bool) -> str:
+        ran.append(ask)
+        if ask:
+            asked_caller()
+        return "the caller's own" if ask else "anyone's"
+
+    if kind == "async":
+
+        async def whose(ask: bool) -> str:
+            """Answer, asking the caller or not."""
+            return body(ask)
+
+    else:
+
+        def whose(ask: bool) -> str:
+            """Answer, asking the caller or not."""
+            return body(ask)
+
+    agent.add_tool(Tool.from_function(whose, cache_ttl=60))
+    hits = [agent.run("go").tool_calls[0].metadata["cache_hit"] for _ in range(4)]
+    assert ran == [True, True, False]
+    assert hits == [False, False, False, True]
+
+
 def test_a_cut_result_carries_its_note_in_the_data() -> None:
     model = ScriptedModel([call("big"), "ok"])
     agent = Agent(model=model)

@@ -36,12 +36,17 @@ Importing this module imports nothing of the SDK.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from hermes_agent.errors import HermesAgentError
+from hermes_agent.tools.runtime import asked_caller
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 Action = Literal["accept", "decline", "cancel"]
 Capability = Literal["elicitation", "sampling", "roots"]
@@ -98,6 +103,12 @@ class Sampling:
     key: str = "sampling"
     capability: ClassVar[Capability] = "sampling"
 
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
+            raise ValueError(f"max_tokens must be an int, got {self.max_tokens!r}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+
     def request(self) -> tuple[str, dict[str, Any]]:
         params: dict[str, Any] = {"messages": list(self.messages), "maxTokens": self.max_tokens}
         if self.system is not None:
@@ -148,11 +159,11 @@ Asker = Callable[[Request], Awaitable[Answer]]
 @dataclass(slots=True)
 class Caller:
     """Who a call's requests go to: its ``asker`` and the ``capabilities`` its client
-    declared. ``refused`` collects the capabilities a request needed and did not find."""
+    declared. ``refusal``: the last ``CallerCannotAnswer`` raised to the call's tool."""
 
     asker: Asker | None
     capabilities: frozenset[Capability] = frozenset()
-    refused: set[Capability] = field(default_factory=set)
+    refusal: CallerCannotAnswer | None = None
 
 
 _caller: ContextVar[Caller | None] = ContextVar("hermes_agent_mcp_caller", default=None)
@@ -198,18 +209,41 @@ async def list_caller_roots(*, key: str = "roots") -> list[dict[str, Any]]:
 
 
 async def ask(request: Request) -> Answer:
-    """Put any request to the caller; the whole answer (its action too)."""
+    """Put any request to the caller; the whole answer (its action too). ``ValueError`` for
+    a request the protocol cannot carry (checked before anyone is asked, at every revision)."""
     caller = _caller.get()
     needed = request.capability
+    asked_caller()  # whatever the call returns now depends on who called: never cached
     if caller is None or caller.asker is None or needed not in caller.capabilities:
-        if caller is not None:
-            caller.refused.add(needed)
-        raise CallerCannotAnswer(
+        refusal = CallerCannotAnswer(
             f"nobody can be asked for this here: only an MCP caller whose client declared "
             f"{needed} can answer",
             needed,
         )
+        if caller is not None:
+            caller.refusal = refusal
+        raise refusal
+    _check(request)
     return await caller.asker(request)
+
+
+def _check(request: Request) -> None:
+    """``ValueError`` unless ``request`` is one the protocol can carry (the SDK's model)."""
+    from pydantic import ValidationError
+
+    method, params = request.request()
+    try:
+        _input_request().validate_python({"method": method, "params": params})
+    except ValidationError as exc:
+        raise ValueError(f"{method}: not a request MCP can carry: {exc}") from None
+
+
+@functools.cache
+def _input_request() -> TypeAdapter[Any]:
+    from mcp.types import InputRequest
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(InputRequest)
 
 
 def can_ask(capability: Capability = "elicitation") -> bool:

@@ -138,6 +138,8 @@ class Exchanges:
         if round_ != exchange.round:
             raise StateRefused("requestState was answered already: retry with the latest one")
         if exchange.answer(responses or {}) == 0:  # nothing answered: ask again
+            if all(asked.answer.done() for asked in exchange.asked.values()):
+                raise StateRefused("requestState was answered already: retry with the latest one")
             return self._input_required(exchange)
         if exchange.on_resume is not None:
             exchange.on_resume(request)
@@ -157,7 +159,7 @@ class Exchanges:
                 waiter = asyncio.ensure_future(exchange.changed.wait())
                 await asyncio.wait({exchange.task, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
-                await asyncio.sleep(0)  # questions asked together (gathered) go out together
+                await asyncio.sleep(0)  # best effort: questions gathered go out together
         except asyncio.CancelledError:  # the caller went away mid-call: so does the call
             exchange.task.cancel()
             raise

@@ -59,6 +59,7 @@ from hermes_agent.mcp.asking import (
     Answer,
     Asker,
     Caller,
+    CallerCannotAnswer,
     Capability,
     Question,
     Request,
@@ -354,8 +355,12 @@ class AgentMcpServer:
             await outbox.close()  # every report and log line goes before the result
         if record.status_code == 200:
             return _success(record.result)
-        if caller.refused and ctx is not None and not legacy:
-            raise _missing_capability(caller.refused, record.error)
+        refusal = caller.refusal  # the call failed of it only if the tool let it through
+        let_through = refusal is not None and (record.error or "").endswith(
+            f"{type(refusal).__name__}: {refusal}"
+        )
+        if refusal is not None and let_through and ctx is not None and not legacy:
+            raise _missing_capability(refusal)
         return _failure(record.error or f"the call ended with status {record.status_code}")
 
     async def set_logging_level(
@@ -405,12 +410,15 @@ class AgentMcpServer:
             return _failure(f"unknown argument {', '.join(unknown)} (allowed: message, session_id)")
         toolsets = list(self.toolsets) if self.toolsets is not None else None
         request = RunRequest(message=message, session_id=session_id, toolsets=toolsets)
+        unheard = asking(None)  # the run's own tools cannot ask this caller, in either engine
         try:
             view = await self.backend.start(principal, request, listening=True)
         except RunRejected as exc:
             return _failure(f"refused ({exc.status_code}): {exc.message}")
         except HermesAgentError as exc:  # refused before it started (a bad session id)
             return _failure(f"{type(exc).__name__}: {exc}")
+        finally:
+            stop_asking(unheard)
         try:
             view = await self._follow(view.request_id, principal)
         except asyncio.CancelledError:  # the MCP client cancelled its request: so is the run
@@ -598,15 +606,34 @@ def _capabilities(ctx: ServerRequestContext[Any]) -> frozenset[Capability]:
         return frozenset()
 
 
-def _missing_capability(missing: Iterable[Capability], error: str | None) -> Exception:
-    """The protocol's error for a call that needed what its caller did not declare."""
+def _missing_capability(refusal: CallerCannotAnswer) -> Exception:
+    """The protocol's error for a call that needed what its caller did not declare, with the
+    capability as the SDK's own resolvers name it (``requiredCapabilities``)."""
     from mcp import MCPError
-    from mcp.types import MISSING_REQUIRED_CLIENT_CAPABILITY
+    from mcp.types import (
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        ClientCapabilities,
+        ElicitationCapability,
+        FormElicitationCapability,
+        MissingRequiredClientCapabilityErrorData,
+        RootsCapability,
+        SamplingCapability,
+    )
 
-    names = sorted(missing)
-    data: dict[str, Any] = {"requiredCapabilities": {name: {} for name in names}}
-    message = f"the call needs the client capability {', '.join(names)}, not declared"
-    return MCPError(MISSING_REQUIRED_CLIENT_CAPABILITY, f"{message}: {error}", data)
+    required = {
+        "elicitation": ClientCapabilities(
+            elicitation=ElicitationCapability(form=FormElicitationCapability())
+        ),
+        "sampling": ClientCapabilities(sampling=SamplingCapability()),
+        "roots": ClientCapabilities(roots=RootsCapability()),
+    }[refusal.capability]
+    data = MissingRequiredClientCapabilityErrorData(required_capabilities=required)
+    message = f"the call needs the client capability {refusal.capability}, not declared"
+    return MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"{message}: CallerCannotAnswer: {refusal}",
+        data.model_dump(by_alias=True, mode="json", exclude_none=True),
+    )
 
 
 def _session_asker(ctx: ServerRequestContext[Any]) -> Asker:
@@ -618,8 +645,7 @@ def _session_asker(ctx: ServerRequestContext[Any]) -> Asker:
             if isinstance(request, Sampling):
                 return await _sample(ctx, request)
             if isinstance(request, Roots):
-                roots = await ctx.session.list_roots()
-                return Answer("accept", roots.model_dump(by_alias=True, mode="json"))
+                return await _list_roots(ctx)
             answer = await ctx.session.elicit_form(
                 request.message, request.schema, related_request_id=ctx.request_id
             )
@@ -633,16 +659,35 @@ def _session_asker(ctx: ServerRequestContext[Any]) -> Asker:
 
 
 async def _sample(ctx: ServerRequestContext[Any], request: Sampling) -> Answer:
+    """A completion of the caller's model, asked on the call's own request stream."""
+    import warnings
+
     from mcp.types import SamplingMessage
 
     messages = [SamplingMessage.model_validate(m) for m in request.messages]
-    result = await ctx.session.create_message(
-        messages,
-        max_tokens=request.max_tokens,
-        system_prompt=request.system,
-        related_request_id=ctx.request_id,
-    )
+    with warnings.catch_warnings():  # deprecated at 2026-07-28 (stateless), not before
+        warnings.simplefilter("ignore")
+        result = await ctx.session.create_message(
+            messages,
+            max_tokens=request.max_tokens,
+            system_prompt=request.system,
+            related_request_id=ctx.request_id,
+        )
     return Answer("accept", result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+async def _list_roots(ctx: ServerRequestContext[Any]) -> Answer:
+    """The caller's roots, asked on the call's own request stream (a client need not open
+    the standalone one that ``session.list_roots`` would use)."""
+    from mcp.shared.message import ServerMessageMetadata
+    from mcp.types import ListRootsRequest, ListRootsResult
+
+    roots = await ctx.session.send_request(
+        ListRootsRequest(),
+        ListRootsResult,
+        metadata=ServerMessageMetadata(related_request_id=ctx.request_id),
+    )
+    return Answer("accept", roots.model_dump(by_alias=True, mode="json", exclude_none=True))
 
 
 async def _ask_approval(call: ToolCall, tool: Tool) -> tuple[bool, str]:

@@ -65,7 +65,7 @@ from hermes_agent.pipeline.watch import AbandonedCall, current_watch
 from hermes_agent.protocol.chatml import to_json
 from hermes_agent.protocol.prompts import TOOL_FAILURE_GUIDANCE
 from hermes_agent.stages import StageName
-from hermes_agent.tools.runtime import private_copy
+from hermes_agent.tools.runtime import private_copy, stop_watching, watch_asking
 from hermes_agent.tools.sandbox import ToolProcessError
 from hermes_agent.types import Message, ToolCallRecord, ToolResult
 
@@ -179,17 +179,18 @@ async def _execute(ctx: RunContext, plan: PlannedCall) -> tuple[ToolResult, Tool
     else:
         hit, value = ctx.runtime.cached(tool, plan.arguments)
         if not hit:
-            token = set_current_call(key)
+            token, (asked, watching) = set_current_call(key), watch_asking()
             try:
                 value, error = await _run(ctx, plan, timeout)
             finally:
+                stop_watching(watching)
                 reset_current_call(token)
             # Bounded at once: the cache, the journal, the trail, the events and the model
             # only ever see this; the whole value goes with the last reference to it.
             value, cut = _bounded(value, kept)
             if error is not None:
                 error = (error[0], _bounded_text(error[1], shown))
-            else:
+            elif not asked:  # a call that asked its caller returned that caller's own
                 ctx.runtime.remember(tool, plan.arguments, value)
         if ctx.journal is not None:
             code, message = (int(error[0]), error[1]) if error is not None else (200, None)

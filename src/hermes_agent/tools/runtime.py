@@ -42,6 +42,31 @@ def private_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+_asked: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "hermes_asked_caller", default=None
+)
+
+
+def asked_caller() -> None:
+    """Note that the tool call running now asked its caller (an MCP caller's input, model or
+    roots): its result is that caller's own, so it is not cached for another call."""
+    asked = _asked.get()
+    if asked is not None:
+        asked.append(True)
+
+
+def watch_asking() -> tuple[list[bool], contextvars.Token[list[bool] | None]]:
+    """Start watching whether the call about to run asks its caller (``asked_caller``): a
+    list that is non-empty once it did, and the token that ``stop_watching`` takes. A list,
+    not a flag: the tool's task or thread runs in a copy of this context and shares it."""
+    asked: list[bool] = []
+    return asked, _asked.set(asked)
+
+
+def stop_watching(token: contextvars.Token[list[bool] | None]) -> None:
+    _asked.reset(token)
+
+
 class ToolRuntime:
     """What an agent remembers about its tools between calls. Thread-safe.
 
