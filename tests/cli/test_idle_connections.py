@@ -73,7 +73,7 @@ def test_silent_connections_do_not_fail_other_users_requests() -> None:
 
 
 def _flood_and_measure(port: int) -> None:
-    stop = threading.Event()
+    stop, flooding = threading.Event(), threading.Event()
     held: list[socket.socket] = []
     closed_by_service = 0
 
@@ -85,6 +85,8 @@ def _flood_and_measure(port: int) -> None:
                 sock = socket.create_connection(("127.0.0.1", port), timeout=5)
                 sock.setblocking(False)
                 held.append(sock)
+            if len(held) >= SILENT and closed_by_service > 0:
+                flooding.set()  # full again after the service closed some: the flood is on
             for sock in list(held):
                 try:
                     if sock.recv(1) == b"":
@@ -100,7 +102,8 @@ def _flood_and_measure(port: int) -> None:
     attacker = threading.Thread(target=flood, daemon=True)
     attacker.start()
     try:
-        wait_for(lambda: len(held) >= SILENT and closed_by_service > 0, 20)
+        # Told by the flood itself: a poll of ``held`` from here can miss the moment it is full.
+        assert flooding.wait(60), f"no flood: {len(held)} held, {closed_by_service} closed"
         failed = 0
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
             for _ in range(REQUESTS):
