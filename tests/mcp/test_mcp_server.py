@@ -61,6 +61,7 @@ class HttpServer:
     """``hermes-agent mcp serve --transport http`` in a process of its own."""
 
     def __init__(self, project: Path, *extra: str) -> None:
+        self.project = project
         port = free_port()
         self.url = f"http://127.0.0.1:{port}/mcp"
         args = serve_args(project, "--transport", "http", "--port", str(port), *extra)
@@ -82,6 +83,15 @@ class HttpServer:
 
     def stderr(self) -> str:
         return self.process.stderr.read() if self.process.stderr else ""
+
+    def __enter__(self) -> HttpServer:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        """Killed if still running (a test that checks how it stops calls ``stop``)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
 
     def stop(self) -> int:
         """SIGTERM, as a service manager stops it; its exit status."""
@@ -112,13 +122,8 @@ def keyed_client(url: str, key: str) -> Client:
 
 @pytest.fixture
 def http_server(project: Path) -> Iterator[HttpServer]:
-    server = HttpServer(project)
-    try:
+    with HttpServer(project) as server:
         yield server
-    finally:
-        if server.process.poll() is None:
-            server.process.kill()
-            server.process.wait(10)
 
 
 async def exercise(client: Client, project: Path) -> None:

@@ -53,14 +53,8 @@ def server(tmp_path: Path) -> Iterator[HttpServer]:
     project = make_project(tmp_path)
     with (project / "tools.py").open("a", encoding="utf-8") as tools:
         tools.write(ASKING_TOOLS)
-    served = HttpServer(project)
-    served.project = project  # type: ignore[attr-defined]
-    try:
+    with HttpServer(project) as served:
         yield served
-    finally:
-        if served.process.poll() is None:
-            served.process.kill()
-            served.process.wait(10)
 
 
 def client(url: str, key: str, answer: ElicitResult | None = None, **options: Any) -> Client:
@@ -86,10 +80,6 @@ def client(url: str, key: str, answer: ElicitResult | None = None, **options: An
     return made
 
 
-def project_of(server: HttpServer) -> Path:
-    return Path(server.project)  # type: ignore[attr-defined]
-
-
 def run(coroutine: Any) -> Any:
     return asyncio.run(asyncio.wait_for(coroutine, 120))
 
@@ -100,7 +90,7 @@ YES = ElicitResult(action="accept", content={"approve": True})
 def test_an_approval_is_asked_by_an_input_required_result_and_the_retry_answers_it(
     server: HttpServer,
 ) -> None:
-    project = project_of(server)
+    project = server.project
     ada, bob = api_key(project, "ada"), api_key(project, "bob")
 
     async def main() -> None:
@@ -211,7 +201,7 @@ def test_an_approval_is_asked_by_an_input_required_result_and_the_retry_answers_
 def test_the_sdk_client_answers_an_approval_at_each_revision(
     server: HttpServer, answer: ElicitResult, said: str | None, mode: str
 ) -> None:
-    key = api_key(project_of(server), "ada")
+    key = api_key(server.project, "ada")
 
     async def main() -> Any:
         async with client(server.url, key, answer, mode=mode) as caller:
@@ -230,7 +220,7 @@ def test_the_sdk_client_answers_an_approval_at_each_revision(
 def test_a_tool_asks_its_caller_and_its_log_lines_reach_it(server: HttpServer, mode: str) -> None:
     from mcp.types import LoggingMessageNotificationParams
 
-    key = api_key(project_of(server), "ada")
+    key = api_key(server.project, "ada")
     logged: list[tuple[str, Any]] = []
 
     async def log(params: LoggingMessageNotificationParams) -> None:

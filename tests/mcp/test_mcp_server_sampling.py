@@ -92,15 +92,8 @@ def sampling_project(tmp_path: Path, scripted: str | None = None) -> Path:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[HttpServer]:
-    project = sampling_project(tmp_path)
-    served = HttpServer(project)
-    served.project = project  # type: ignore[attr-defined]
-    try:
+    with HttpServer(sampling_project(tmp_path)) as served:
         yield served
-    finally:
-        if served.process.poll() is None:
-            served.process.kill()
-            served.process.wait(10)
 
 
 def client(url: str, key: str, *, answering: bool, mode: str, root: str = "file:///work") -> Client:
@@ -139,7 +132,7 @@ def run(coroutine: Any) -> Any:
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_a_tool_asks_its_callers_model_and_roots(server: HttpServer, mode: str) -> None:
-    key = api_key(Path(server.project), "ada")  # type: ignore[attr-defined]
+    key = api_key(server.project, "ada")
 
     async def main() -> tuple[Any, Any, list[tuple[str | None, str]]]:
         async with client(server.url, key, answering=True, mode=mode) as caller:
@@ -155,7 +148,7 @@ def test_a_tool_asks_its_callers_model_and_roots(server: HttpServer, mode: str) 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 def test_a_caller_without_sampling_cannot_answer(server: HttpServer, mode: str) -> None:
-    key = api_key(Path(server.project), "ada")  # type: ignore[attr-defined]
+    key = api_key(server.project, "ada")
 
     async def main() -> tuple[Any, Any]:
         async with client(server.url, key, answering=False, mode=mode) as caller:
@@ -219,7 +212,7 @@ def test_questions_asked_together_go_out_in_one_input_required_result() -> None:
 def test_a_cached_tool_never_hands_one_callers_roots_to_another(
     server: HttpServer, mode: str
 ) -> None:
-    keys = [api_key(Path(server.project), user) for user in ("ada", "bob")]  # type: ignore[attr-defined]
+    keys = [api_key(server.project, user) for user in ("ada", "bob")]
 
     async def main() -> list[str]:
         seen = []
@@ -238,7 +231,7 @@ def test_a_refusal_the_tool_caught_is_not_a_missing_capability(
     """The tool caught ``CallerCannotAnswer`` and failed for a reason of its own: an error
     result the caller's model reads, at every revision, never ``-32021``. A request MCP
     cannot carry is refused in the tool before anyone is asked."""
-    key = api_key(Path(server.project), "ada")  # type: ignore[attr-defined]
+    key = api_key(server.project, "ada")
 
     async def main() -> tuple[Any, Any]:
         async with client(server.url, key, answering=False, mode=mode) as unable:
@@ -285,18 +278,14 @@ def test_an_ask_runs_own_tools_cannot_ask_the_caller(tmp_path: Path) -> None:
     reach the MCP caller who started it, as on the queue (where no context crosses)."""
     called = json.dumps({"name": "capital", "arguments": {}})
     project = sampling_project(tmp_path, f"['<tool_call>{called}</tool_call>', 'done']")
-    served = HttpServer(project, "--ask")
     key = api_key(project, "ada")
 
-    async def main() -> tuple[Any, list[Any]]:
+    async def main(served: HttpServer) -> tuple[Any, list[Any]]:
         async with client(served.url, key, answering=True, mode="legacy") as caller:
             answered = await caller.call_tool("ask", {"message": "go"})
         return answered, caller.sampled  # type: ignore[attr-defined]
 
-    try:
-        answered, sampled = run(main())
-    finally:
-        served.process.kill()
-        served.process.wait(10)
+    with HttpServer(project, "--ask") as served:
+        answered, sampled = run(main(served))
     assert not answered.is_error and answered.content[0].text == "done"
     assert sampled == []  # the tool was told nobody can answer, and the caller never asked
